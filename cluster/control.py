@@ -1,0 +1,191 @@
+"""The msgpack control plane between nodes, the controller and the launcher.
+
+Frames are a 4-byte big-endian length followed by a msgpack map. A request is
+``{"v": 1, "id": n, "op": name, ...arguments}``; its reply is ``{"v": 1, "id": n,
+"ok": true, ...result}`` or ``{"v": 1, "id": n, "ok": false, "error": text}``. Many
+requests may be in flight on one connection; replies may come back in any order and are
+matched by id. Oversized or undecodable frames close the connection; an unknown op gets
+an error reply.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import struct
+from typing import Any, Awaitable, Callable
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+_LENGTH = struct.Struct(">I")
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[dict, "ControlConnection"], Awaitable[dict | None]]
+
+
+class ControlError(Exception):
+    """The peer answered a control request with an error, or the connection failed."""
+
+
+def encode_frame(message: dict) -> bytes:
+    body = msgpack.packb(message, use_bin_type=True)
+    return _LENGTH.pack(len(body)) + body
+
+
+async def read_frame(reader: asyncio.StreamReader) -> dict:
+    (length,) = _LENGTH.unpack(await reader.readexactly(4))
+    if length > MAX_FRAME_BYTES:
+        raise ControlError(f"control frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+    message = msgpack.unpackb(await reader.readexactly(length), raw=False)
+    if not isinstance(message, dict):
+        raise ControlError("control frame is not a map")
+    return message
+
+
+class ControlConnection:
+    """Server side of one peer connection; handlers may keep it to learn when the peer goes."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+        self.peer = writer.get_extra_info("peername")
+        self.closed = asyncio.get_running_loop().create_future()
+        self.state: dict[str, Any] = {}
+
+    def send(self, message: dict) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode_frame(message))
+
+
+class ControlServer:
+    def __init__(self, handlers: dict[str, Handler], on_disconnect: Callable[[ControlConnection], None] | None = None):
+        self.handlers = handlers
+        self.on_disconnect = on_disconnect
+        self.server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        self.server = await asyncio.start_server(self._serve, host, port)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self.server:
+            self.server.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ControlConnection(reader, writer)
+        try:
+            while True:
+                message = await read_frame(reader)
+                task = asyncio.create_task(self._dispatch(conn, message))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError, ControlError, ValueError,
+                msgpack.UnpackException) as exc:
+            log.debug("control connection from %s closed: %s", conn.peer, exc)
+        finally:
+            if not conn.closed.done():
+                conn.closed.set_result(None)
+            if self.on_disconnect:
+                self.on_disconnect(conn)
+            writer.close()
+
+    async def _dispatch(self, conn: ControlConnection, message: dict) -> None:
+        request_id = message.get("id")
+        handler = self.handlers.get(message.get("op"))
+        reply: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id}
+        if handler is None:
+            reply.update(ok=False, error=f"unknown op {message.get('op')!r}")
+        elif message.get("v") != PROTOCOL_VERSION:
+            reply.update(ok=False, error=f"unsupported control protocol version {message.get('v')!r}")
+        else:
+            try:
+                result = await handler(message, conn)
+                reply.update(ok=True, **(result or {}))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bad request must never take the process down
+                log.exception("control op %s failed", message.get("op"))
+                reply.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+        conn.send(reply)
+
+
+class ControlClient:
+    """Asyncio client with many requests in flight on one connection."""
+
+    def __init__(self, host: str, port: int):
+        self.host = host
+        self.port = port
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._reader_task: asyncio.Task | None = None
+        self.closed: asyncio.Event = asyncio.Event()
+
+    async def connect(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self.closed.clear()
+        self._reader_task = asyncio.create_task(self._read_replies())
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def call(self, op: str, timeout: float | None = None, **args: Any) -> dict:
+        if not self.connected:
+            raise ControlError("control connection is not open")
+        request_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._writer.write(encode_frame({"v": PROTOCOL_VERSION, "id": request_id, "op": op, **args}))
+        try:
+            reply = await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending.pop(request_id, None)
+        if not reply.get("ok"):
+            raise ControlError(reply.get("error", "control request failed"))
+        return reply
+
+    async def close(self) -> None:
+        if self._writer:
+            self._writer.close()
+        if self._reader_task:
+            self._reader_task.cancel()
+
+    async def _read_replies(self) -> None:
+        try:
+            while True:
+                reply = await read_frame(self._reader)
+                future = self._pending.get(reply.get("id"))
+                if future and not future.done():
+                    future.set_result(reply)
+        except (asyncio.IncompleteReadError, ConnectionError, ControlError, OSError) as exc:
+            log.debug("control connection to %s:%s lost: %s", self.host, self.port, exc)
+        finally:
+            self._writer.close()
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ControlError("control connection lost"))
+            self.closed.set()
+
+
+def call_sync(host: str, port: int, op: str, timeout: float = 30.0, **args: Any) -> dict:
+    """One blocking request, for the CLI and the launcher."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(encode_frame({"v": PROTOCOL_VERSION, "id": 1, "op": op, **args}))
+        stream = sock.makefile("rb")
+        header = stream.read(4)
+        if len(header) < 4:
+            raise ControlError(f"{op}: connection closed before a reply")
+        (length,) = _LENGTH.unpack(header)
+        reply = msgpack.unpackb(stream.read(length), raw=False)
+    if not reply.get("ok"):
+        raise ControlError(reply.get("error", f"{op} failed"))
+    return reply

@@ -1,0 +1,281 @@
+"""Kafka magic-2 record batches: header access, validation and (for small writers) encoding.
+
+The produce and fetch paths only ever look at the 61-byte batch header; records inside a
+batch are decoded only by the metadata log reader and by tools. Offsets in the header are
+outside the CRC, so a leader assigns offsets by overwriting the first 8 bytes in place.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+import crc32c
+
+HEADER_SIZE = 61
+# baseOffset + batchLength: the part of the header before the length-counted bytes
+LOG_OVERHEAD = 12
+CRC_START = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+
+class CorruptRecordError(Exception):
+    """A batch failed validation; maps to Kafka's CORRUPT_MESSAGE (2)."""
+
+
+class UnsupportedMagicError(CorruptRecordError):
+    """Magic 0/1 message sets; Kafka 4 rejects them with UNSUPPORTED_VERSION-like errors."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def uses_log_append_time(self) -> bool:
+        return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def peek_offset_and_length(buf, pos: int = 0) -> tuple[int, int]:
+    """(base offset, batch length) from the first 12 bytes, enough to walk a log."""
+    return _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+
+
+def iter_batch_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each complete batch in buf[start:end]; stops at a partial one."""
+    end = len(buf) if end is None else end
+    pos = start
+    while pos + HEADER_SIZE <= end:
+        header = read_header(buf, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def compute_crc(batch) -> int:
+    view = memoryview(batch)
+    return crc32c.crc32c(view[CRC_START:])
+
+
+def validate_batch(batch, pos: int = 0, end: int | None = None) -> BatchHeader:
+    """Validate one batch starting at pos whose extent must end exactly at end (or buffer end)."""
+    view = memoryview(batch)
+    end = len(view) if end is None else end
+    if end - pos < HEADER_SIZE:
+        raise CorruptRecordError("record batch shorter than its header")
+    header = read_header(view, pos)
+    if header.magic != 2:
+        raise UnsupportedMagicError(f"unsupported magic {header.magic}")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+        raise CorruptRecordError("record batch length does not match the bytes sent")
+    if crc32c.crc32c(view[pos + CRC_START:pos + header.size]) != header.crc:
+        raise CorruptRecordError("record batch CRC mismatch")
+    if header.record_count <= 0 or header.last_offset_delta < 0:
+        raise CorruptRecordError("record batch declares no records")
+    if not header.compression and header.last_offset_delta != header.record_count - 1:
+        raise CorruptRecordError("record count and last offset delta disagree")
+    return header
+
+
+def validate_batches(data) -> list[tuple[int, BatchHeader]]:
+    """Validate a produce payload: one or more whole batches filling data exactly."""
+    view = memoryview(data)
+    found = []
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < LOG_OVERHEAD:
+            raise CorruptRecordError("trailing bytes after the last record batch")
+        _, length = peek_offset_and_length(view, pos)
+        header = validate_batch(view, pos, min(len(view), pos + LOG_OVERHEAD + max(length, 0)))
+        found.append((pos, header))
+        pos += header.size
+    if not found:
+        raise CorruptRecordError("empty record set")
+    return found
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _LEADER_EPOCH.pack_into(buf, pos + 12, epoch)
+
+
+# --- varints and record encoding, for the metadata log writer and tools (not the hot path) ---
+
+def write_varint(value: int, out: bytearray) -> None:
+    zigzag = (value << 1) ^ (value >> 63)
+    write_uvarint(zigzag, out)
+
+
+def write_uvarint(value: int, out: bytearray) -> None:
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptRecordError("varint runs past the end of the buffer")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint too long")
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    raw, pos = read_uvarint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    length, pos = read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise CorruptRecordError("record field runs past the end of the batch")
+    return bytes(buf[pos:pos + length]), pos + length
+
+
+def iter_records(batch, pos: int = 0) -> Iterator[Record]:
+    """Decode the records of one uncompressed batch (metadata log, tools)."""
+    view = memoryview(batch)
+    header = read_header(view, pos)
+    if header.compression:
+        raise CorruptRecordError("iter_records reads uncompressed batches only")
+    cursor = pos + HEADER_SIZE
+    end = pos + header.size
+    for _ in range(header.record_count):
+        length, cursor = read_varint(view, cursor)
+        record_end = cursor + length
+        if record_end > end:
+            raise CorruptRecordError("record runs past the end of its batch")
+        cursor += 1  # attributes, unused
+        ts_delta, cursor = read_varint(view, cursor)
+        off_delta, cursor = read_varint(view, cursor)
+        key, cursor = _read_bytes(view, cursor)
+        value, cursor = _read_bytes(view, cursor)
+        header_count, cursor = read_varint(view, cursor)
+        headers = []
+        for _ in range(header_count):
+            hkey, cursor = _read_bytes(view, cursor)
+            hvalue, cursor = _read_bytes(view, cursor)
+            headers.append(((hkey or b"").decode(), hvalue))
+        yield Record(header.base_offset + off_delta, header.base_timestamp + ts_delta, key, value, headers)
+        cursor = record_end
+
+
+def _write_bytes(value: bytes | None, out: bytearray) -> None:
+    if value is None:
+        write_varint(-1, out)
+    else:
+        write_varint(len(value), out)
+        out += value
+
+
+def encode_batch(
+    values: list[tuple[bytes | None, bytes | None]],
+    *,
+    base_offset: int = 0,
+    timestamp: int,
+    leader_epoch: int = 0,
+    attributes: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> bytes:
+    """Build one uncompressed batch of (key, value) records sharing a timestamp."""
+    if not values:
+        raise ValueError("a record batch needs at least one record")
+    body = bytearray()
+    for delta, (key, value) in enumerate(values):
+        record = bytearray(b"\x00")  # attributes
+        write_varint(0, record)  # timestamp delta
+        write_varint(delta, record)
+        _write_bytes(key, record)
+        _write_bytes(value, record)
+        write_varint(len(headers or ()), record)
+        for hkey, hvalue in headers or ():
+            _write_bytes(hkey.encode(), record)
+            _write_bytes(hvalue, record)
+        write_varint(len(record), body)
+        body += record
+    batch = bytearray(HEADER_SIZE) + body
+    _HEADER.pack_into(
+        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes,
+        len(values) - 1, timestamp, timestamp, producer_id, producer_epoch, base_sequence, len(values),
+    )
+    struct.pack_into(">I", batch, 17, compute_crc(batch))
+    return bytes(batch)
