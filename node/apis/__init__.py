@@ -1,0 +1,58 @@
+"""One module per Kafka API. Each module defines:
+
+    REQUEST, RESPONSE   kafka.protocol message classes (our wire codecs)
+    VERSIONS            (min, max) that the handler implements and ApiVersions advertises
+    async def handle(broker, header, request) -> RESPONSE instance, or None for no response
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+
+@dataclass(frozen=True)
+class ApiHandler:
+    api_key: int
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+    handle: Callable[..., Awaitable[Any]]
+
+    def request_is_flexible(self, version: int) -> bool:
+        return self.request.flexible_version_q(version)
+
+    def response_header_is_flexible(self, version: int) -> bool:
+        # ApiVersions responses always use header v0 so that any client can read the error.
+        return self.api_key != 18 and self.response.flexible_version_q(version)
+
+
+API_MODULES = (
+    "produce",
+    "fetch",
+    "list_offsets",
+    "metadata",
+    "api_versions",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "describe_configs",
+    "incremental_alter_configs",
+    "describe_cluster",
+    "describe_topic_partitions",
+)
+
+
+def _load_handlers() -> dict[int, ApiHandler]:
+    handlers = {}
+    for name in API_MODULES:
+        module = importlib.import_module(f"node.apis.{name}")
+        low, high = module.VERSIONS
+        handlers[module.REQUEST.API_KEY] = ApiHandler(
+            module.REQUEST.API_KEY, module.REQUEST, module.RESPONSE, low, high, module.handle
+        )
+    return handlers
+
+
+HANDLERS: dict[int, ApiHandler] = _load_handlers()

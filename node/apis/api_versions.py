@@ -1,0 +1,37 @@
+"""ApiVersions: advertise exactly the version range each handler implements (KIP-511 aware)."""
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from node.errors import ErrorCode
+
+REQUEST = ApiVersionsRequest
+RESPONSE = ApiVersionsResponse
+API_KEY = ApiVersionsRequest.API_KEY
+VERSIONS = (0, 4)
+# metadata.version that our KRaft records correspond to (Kafka 3.7-IV4).
+METADATA_VERSION_LEVEL = 19
+
+
+def _api_keys():
+    from node.apis import HANDLERS  # the registry imports this module
+
+    Key = RESPONSE.ApiVersion
+    return [Key(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+            for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)]
+
+
+def unsupported_version_response():
+    """What a client asking with a version we do not speak gets: v0 layout, error 35, our list."""
+    return RESPONSE[0](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())
+
+
+async def handle(broker, header, request):
+    level = broker.image.features.get("metadata.version", METADATA_VERSION_LEVEL)
+    return RESPONSE[header.api_version](
+        error_code=ErrorCode.NONE,
+        api_keys=_api_keys(),
+        throttle_time_ms=0,
+        supported_features=[RESPONSE.SupportedFeatureKey(name="metadata.version", min_version=1, max_version=level)],
+        finalized_features_epoch=max(broker.image.offset, -1),
+        finalized_features=[RESPONSE.FinalizedFeatureKey(name="metadata.version", max_version_level=level, min_version_level=level)],
+        zk_migration_ready=False,
+    )

@@ -1,0 +1,27 @@
+"""CreatePartitions: grow a topic's partition count through the controller."""
+from __future__ import annotations
+
+from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
+
+from node.errors import ErrorCode
+
+REQUEST = CreatePartitionsRequest
+RESPONSE = CreatePartitionsResponse
+VERSIONS = (0, 3)
+
+Result = RESPONSE.CreatePartitionsTopicResult
+
+
+async def handle(broker, header, request):
+    topics = [{
+        "name": topic.name,
+        "count": topic.count,
+        "assignments": [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None,
+    } for topic in request.topics]
+    try:
+        reply = await broker.call_controller("create_partitions", topics=topics, validate_only=request.validate_only)
+        results = [Result(name=r["name"], error_code=r["error_code"], error_message=r.get("error_message"))
+                   for r in reply["results"]]
+    except Exception as exc:
+        results = [Result(name=t["name"], error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc)) for t in topics]
+    return RESPONSE[header.api_version](throttle_time_ms=0, results=results)

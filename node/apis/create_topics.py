@@ -1,0 +1,53 @@
+"""CreateTopics: forwarded to the controller; answered once this node's image shows the topics."""
+from __future__ import annotations
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+from cluster.log import topic_id_from_kafka_string
+from node.errors import ErrorCode
+from node.topic_configs import topic_config_entries
+
+REQUEST = CreateTopicsRequest
+RESPONSE = CreateTopicsResponse
+VERSIONS = (2, 7)
+
+Result = RESPONSE.CreatableTopicResult
+
+
+async def handle(broker, header, request):
+    topics = [{
+        "name": topic.name,
+        "num_partitions": topic.num_partitions,
+        "replication_factor": topic.replication_factor,
+        "assignments": {a.partition_index: list(a.broker_ids) for a in topic.assignments} or None,
+        "configs": {c.name: c.value for c in topic.configs},
+    } for topic in request.topics]
+    try:
+        reply = await broker.call_controller("create_topics", topics=topics, validate_only=request.validate_only)
+    except Exception as exc:
+        results = [Result(name=t["name"], error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc),
+                          num_partitions=-1, replication_factor=-1, configs=None) for t in topics]
+    else:
+        results = [_result(broker, r, request.validate_only) for r in reply["results"]]
+    return RESPONSE[header.api_version](throttle_time_ms=0, topics=results)
+
+
+def _result(broker, result: dict, validate_only: bool):
+    if result["error_code"]:
+        return Result(name=result["name"], error_code=result["error_code"], error_message=result.get("error_message"),
+                      num_partitions=-1, replication_factor=-1, configs=None)
+    topic_id = result.get("topic_id")
+    configs = None
+    if not validate_only:
+        Config = Result.CreatableTopicConfigs
+        configs = [Config(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                          is_sensitive=e.sensitive) for e in topic_config_entries(broker, result["name"])]
+    return Result(
+        name=result["name"],
+        topic_id=topic_id_from_kafka_string(topic_id) if topic_id else None,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        num_partitions=result["num_partitions"],
+        replication_factor=result["replication_factor"],
+        configs=configs,
+    )

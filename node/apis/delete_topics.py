@@ -1,0 +1,37 @@
+"""DeleteTopics: by name (v0-5) or by name or topic id (v6+), forwarded to the controller."""
+from __future__ import annotations
+
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+
+from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from node.errors import ErrorCode
+
+REQUEST = DeleteTopicsRequest
+RESPONSE = DeleteTopicsResponse
+VERSIONS = (1, 6)
+
+Result = RESPONSE.DeletableTopicResult
+
+
+async def handle(broker, header, request):
+    if header.api_version >= 6:
+        wanted = [{"topic_id": topic_id_to_kafka_string(t.topic_id)} if t.name is None else {"name": t.name}
+                  for t in request.topics]
+    else:
+        wanted = [{"name": name} for name in request.topic_names]
+    try:
+        reply = await broker.call_controller("delete_topics", topics=wanted)
+        results = [_result(r) for r in reply["results"]]
+    except Exception as exc:
+        results = [Result(name=w.get("name"), topic_id=_uuid(w.get("topic_id")), error_code=ErrorCode.REQUEST_TIMED_OUT,
+                          error_message=str(exc)) for w in wanted]
+    return RESPONSE[header.api_version](throttle_time_ms=0, responses=results)
+
+
+def _uuid(kafka_string):
+    return topic_id_from_kafka_string(kafka_string) if kafka_string else None
+
+
+def _result(result: dict):
+    return Result(name=result.get("name"), topic_id=_uuid(result.get("topic_id")),
+                  error_code=result["error_code"], error_message=result.get("error_message"))

@@ -1,0 +1,39 @@
+"""DescribeCluster: the cluster id and its brokers (fenced ones too when asked, v2+)."""
+from __future__ import annotations
+
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+
+from node.errors import ErrorCode
+
+REQUEST = DescribeClusterRequest
+RESPONSE = DescribeClusterResponse
+VERSIONS = (0, 2)
+BROKER_ENDPOINT_TYPE = 1
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+async def handle(broker, header, request):
+    if request.endpoint_type != BROKER_ENDPOINT_TYPE:
+        return RESPONSE[header.api_version](
+            throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
+            error_message="only broker endpoints are served here", endpoint_type=request.endpoint_type,
+            cluster_id=broker.cluster_id or "", controller_id=-1, brokers=[],
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+    include_fenced = header.api_version >= 2 and request.include_fenced_brokers
+    brokers = []
+    for node_id in sorted(set(broker.image.brokers) | {broker.node_id}):
+        registered = broker.image.brokers.get(node_id)
+        fenced = node_id != broker.node_id and (registered is None or registered.fenced)
+        if fenced and not include_fenced:
+            continue
+        if node_id == broker.node_id:
+            host, port, rack = broker.endpoint_of(node_id)
+        else:
+            endpoint = registered.endpoints[0]
+            host, port, rack = endpoint.host, endpoint.port, registered.rack
+        brokers.append(RESPONSE.DescribeClusterBroker(broker_id=node_id, host=host, port=port, rack=rack,
+                                                      is_fenced=fenced))
+    return RESPONSE[header.api_version](
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE,
+        cluster_id=broker.cluster_id or "", controller_id=broker.node_id, brokers=brokers,
+        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

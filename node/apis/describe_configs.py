@@ -1,0 +1,48 @@
+"""DescribeConfigs for topics (effective values and their sources) and for brokers."""
+from __future__ import annotations
+
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+
+from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from node.errors import ErrorCode
+from node.topic_configs import DEFAULT_CONFIG, broker_config_entries, topic_config_entries
+
+REQUEST = DescribeConfigsRequest
+RESPONSE = DescribeConfigsResponse
+VERSIONS = (1, 4)
+
+Result = RESPONSE.DescribeConfigsResult
+Entry = Result.DescribeConfigsResourceResult
+
+
+async def handle(broker, header, request):
+    results = [_describe(broker, resource, request.include_synonyms) for resource in request.resources]
+    return RESPONSE[header.api_version](throttle_time_ms=0, results=results)
+
+
+def _describe(broker, resource, include_synonyms: bool):
+    def failed(code, message):
+        return Result(error_code=code, error_message=message, resource_type=resource.resource_type,
+                      resource_name=resource.resource_name, configs=[])
+
+    if resource.resource_type == CONFIG_RESOURCE_TOPIC:
+        if broker.topic(resource.resource_name) is None:
+            return failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name} does not exist")
+        entries = topic_config_entries(broker, resource.resource_name)
+    elif resource.resource_type == CONFIG_RESOURCE_BROKER:
+        if resource.resource_name not in ("", str(broker.node_id)):
+            return failed(ErrorCode.INVALID_REQUEST, "broker configs can be described on that broker only")
+        entries = broker_config_entries(broker)
+    else:
+        return failed(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource.resource_type}")
+    keys = resource.configuration_keys
+    if keys:
+        entries = [e for e in entries if e.name in keys]
+    configs = [Entry(
+        name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+        is_default=e.source == DEFAULT_CONFIG, is_sensitive=e.sensitive,
+        synonyms=[Entry.DescribeConfigsSynonym(name=e.name, value=e.value, source=e.source)] if include_synonyms else [],
+        config_type=0, documentation=None,
+    ) for e in entries]
+    return Result(error_code=ErrorCode.NONE, error_message=None, resource_type=resource.resource_type,
+                  resource_name=resource.resource_name, configs=configs)

@@ -1,0 +1,56 @@
+"""DescribeTopicPartitions (KIP-966): topics and partitions, paginated by a cursor."""
+from __future__ import annotations
+
+from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
+
+from node.errors import ErrorCode
+from node.topic_names import INTERNAL_TOPICS, topic_name_error
+
+REQUEST = DescribeTopicPartitionsRequest
+RESPONSE = DescribeTopicPartitionsResponse
+VERSIONS = (0, 0)
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+Topic = RESPONSE.DescribeTopicPartitionsResponseTopic
+Partition = Topic.DescribeTopicPartitionsResponsePartition
+
+
+async def handle(broker, header, request):
+    names = sorted({t.name for t in request.topics}) if request.topics else sorted(broker.image.topics)
+    cursor = request.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    budget = max(request.response_partition_limit, 1)
+    topics, next_cursor = [], None
+    for name in names:
+        info = broker.topic(name)
+        if info is None:
+            topics.append(Topic(error_code=topic_name_error(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                name=name, topic_id=None, is_internal=False, partitions=[],
+                                topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        indexes = [i for i in sorted(info.partitions) if i >= first]
+        if len(indexes) > budget:
+            next_cursor = RESPONSE.Cursor(topic_name=name, partition_index=indexes[budget])
+            indexes = indexes[:budget]
+        budget -= len(indexes)
+        topics.append(Topic(error_code=ErrorCode.NONE, name=name, topic_id=info.topic_id,
+                            is_internal=name in INTERNAL_TOPICS,
+                            partitions=[_partition(broker, info.partitions[i]) for i in indexes],
+                            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+        if next_cursor is not None:
+            break
+        if budget == 0 and name != names[-1]:
+            next_cursor = RESPONSE.Cursor(topic_name=names[names.index(name) + 1], partition_index=0)
+            break
+    return RESPONSE[header.api_version](throttle_time_ms=0, topics=topics, next_cursor=next_cursor)
+
+
+def _partition(broker, info):
+    alive = broker.is_alive(info.leader)
+    return Partition(error_code=ErrorCode.NONE, partition_index=info.partition,
+                     leader_id=info.leader if alive else -1, leader_epoch=info.leader_epoch,
+                     replica_nodes=list(info.replicas), isr_nodes=list(info.isr),
+                     eligible_leader_replicas=None, last_known_elr=None,
+                     offline_replicas=[r for r in info.replicas if not broker.is_alive(r)])

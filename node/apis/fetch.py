@@ -1,0 +1,149 @@
+"""Fetch: whole batches from the requested offsets, long-polling until min_bytes or max_wait.
+
+Waiting is event-driven: the request parks a future on its partitions and the produce
+path resolves it on append. Fetch sessions (KIP-227) are declined with session id 0, so
+clients always send full fetch requests.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from cluster.log import OffsetOutOfRangeError
+from node.errors import ErrorCode
+from node.leadership import check_leader, leader_endpoints
+
+REQUEST = FetchRequest
+RESPONSE = FetchResponse
+VERSIONS = (4, 18)
+FETCH_SESSION_ID_NOT_FOUND = 70
+
+TopicResponse = RESPONSE.FetchableTopicResponse
+PartitionData = TopicResponse.PartitionData
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    topic: str | None
+    topic_id: object
+    request: object
+    error: ErrorCode = ErrorCode.NONE
+    leader: tuple[int, int] | None = None
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    if request.session_id != 0:
+        return RESPONSE[version](throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND,
+                                 session_id=0, responses=[])
+    fetches = [_plan(broker, topic, part, version) for topic in request.topics for part in topic.partitions]
+    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        total = _read_all(broker, fetches, request.max_bytes)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or remaining <= 0 or any(f.error for f in fetches):
+            break
+        if not await _wait_for_data(broker, fetches, remaining):
+            _read_all(broker, fetches, request.max_bytes)
+            break
+    return _response(broker, fetches, version)
+
+
+def _plan(broker, topic, part, version) -> PartitionFetch:
+    if version >= 13:
+        info = broker.topic_by_id(topic.topic_id)
+        fetch = PartitionFetch(info.name if info else None, topic.topic_id, part)
+        if info is None:
+            fetch.error = ErrorCode.UNKNOWN_TOPIC_ID
+    else:
+        info = broker.topic(topic.topic)
+        fetch = PartitionFetch(topic.topic, info.topic_id if info else None, part)
+    return fetch
+
+
+def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int) -> int:
+    """Read every partition again from its fetch offset; returns the bytes gathered."""
+    total = 0
+    for fetch in fetches:
+        if fetch.error == ErrorCode.UNKNOWN_TOPIC_ID:
+            continue
+        check = check_leader(broker, fetch.topic, fetch.request.partition, fetch.request.current_leader_epoch)
+        fetch.error = check.error
+        fetch.records = b""
+        if check.error:
+            if check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and check.info is not None:
+                fetch.leader = (check.info.leader, check.info.leader_epoch)
+            continue
+        limit = min(fetch.request.partition_max_bytes, max_bytes - total)
+        try:
+            result = check.log.read(fetch.request.fetch_offset, max(limit, 1))
+        except OffsetOutOfRangeError:
+            fetch.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            fetch.high_watermark = check.log.high_watermark
+            fetch.log_start_offset = check.log.log_start_offset
+            continue
+        # Only the first partition with data may exceed the limits (KIP-74), so that a
+        # batch larger than max.partition.fetch.bytes can still be consumed.
+        if total > 0 and len(result.records) > limit:
+            fetch.records = b""
+        else:
+            fetch.records = result.records
+        fetch.high_watermark = result.high_watermark
+        fetch.log_start_offset = result.log_start_offset
+        total += len(fetch.records)
+    return total
+
+
+async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float) -> bool:
+    keys = [(f.topic, f.request.partition) for f in fetches if f.topic is not None]
+    waiter = broker.replicas.new_waiter(keys)
+    try:
+        await asyncio.wait_for(waiter, timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        broker.replicas.drop_waiter(waiter, keys)
+
+
+def _response(broker, fetches: list[PartitionFetch], version: int):
+    topics: list = []
+    by_topic: dict = {}
+    for fetch in fetches:
+        key = fetch.topic_id if version >= 13 else fetch.topic
+        topic = by_topic.get(key)
+        if topic is None:
+            topic = TopicResponse(topic=fetch.topic if version < 13 else None, topic_id=fetch.topic_id, partitions=[])
+            by_topic[key] = topic
+            topics.append(topic)
+        topic.partitions.append(_partition_data(fetch))
+    leaders = [f.leader[0] for f in fetches if f.leader]
+    extra = {}
+    endpoints = leader_endpoints(broker, leaders)
+    if endpoints:
+        extra["node_endpoints"] = [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]
+    return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics, **extra)
+
+
+def _partition_data(fetch: PartitionFetch):
+    extra = {}
+    if fetch.leader is not None:
+        extra["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=fetch.leader[0], leader_epoch=fetch.leader[1])
+    return PartitionData(
+        partition_index=fetch.request.partition,
+        error_code=fetch.error,
+        high_watermark=fetch.high_watermark,
+        last_stable_offset=fetch.high_watermark,
+        log_start_offset=fetch.log_start_offset,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        # librdkafka reads a null record set as an invalid MessageSet size: always bytes.
+        records=fetch.records,
+        **extra,
+    )

@@ -1,0 +1,29 @@
+"""IncrementalAlterConfigs for topic configs, applied by the controller as ConfigRecords."""
+from __future__ import annotations
+
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+
+from node.errors import ErrorCode
+
+REQUEST = IncrementalAlterConfigsRequest
+RESPONSE = IncrementalAlterConfigsResponse
+VERSIONS = (0, 1)
+
+Result = RESPONSE.AlterConfigsResourceResponse
+
+
+async def handle(broker, header, request):
+    resources = [{
+        "resource_type": r.resource_type,
+        "resource_name": r.resource_name,
+        "configs": [{"name": c.name, "value": c.value, "op": c.config_operation} for c in r.configs],
+    } for r in request.resources]
+    try:
+        reply = await broker.call_controller("alter_configs", resources=resources, validate_only=request.validate_only)
+        results = [Result(error_code=r["error_code"], error_message=r.get("error_message"),
+                          resource_type=r["resource_type"], resource_name=r["resource_name"])
+                   for r in reply["results"]]
+    except Exception as exc:
+        results = [Result(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc),
+                          resource_type=r["resource_type"], resource_name=r["resource_name"]) for r in resources]
+    return RESPONSE[header.api_version](throttle_time_ms=0, responses=results)

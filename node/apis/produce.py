@@ -1,0 +1,105 @@
+"""Produce: validate batches, append them on the leader, answer per partition.
+
+The handler never decodes records: cluster.records validates batch headers and CRCs and
+the log assigns offsets by rewriting each batch's base offset in place.
+"""
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from cluster.records import CorruptRecordError, UnsupportedMagicError
+from node.errors import ErrorCode
+from node.leadership import check_leader, leader_endpoints
+
+REQUEST = ProduceRequest
+RESPONSE = ProduceResponse
+VERSIONS = (3, 13)
+
+log = logging.getLogger(__name__)
+
+TopicResponse = RESPONSE.TopicProduceResponse
+PartitionResponse = TopicResponse.PartitionProduceResponse
+
+
+async def handle(broker, header, request):
+    if request.acks not in (0, 1, -1):
+        return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
+    leaders_named = []
+    topics = []
+    for topic_data in request.topic_data:
+        name, topic_id = _topic_of(broker, topic_data, header.api_version)
+        partitions = []
+        for data in topic_data.partition_data:
+            partitions.append(_produce_partition(broker, name, data, request.acks, leaders_named))
+        topics.append(TopicResponse(name=topic_data.name if header.api_version < 13 else None,
+                                    topic_id=topic_id, partition_responses=partitions))
+    if request.acks == 0:
+        return None
+    endpoints = leader_endpoints(broker, leaders_named)
+    return RESPONSE[header.api_version](
+        responses=topics,
+        throttle_time_ms=0,
+        **({"node_endpoints": [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]}
+           if endpoints else {}),
+    )
+
+
+def _topic_of(broker, topic_data, version):
+    """(topic name or None, topic id) for name-addressed (v<13) or id-addressed (v13+) requests."""
+    if version >= 13:
+        info = broker.topic_by_id(topic_data.topic_id)
+        return (info.name if info else None), topic_data.topic_id
+    info = broker.topic(topic_data.name)
+    return topic_data.name, (info.topic_id if info else None)
+
+
+def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named: list[int]):
+    index = data.index
+    if topic is None:
+        return _error(index, ErrorCode.UNKNOWN_TOPIC_ID)
+    check = check_leader(broker, topic, index)
+    if check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and check.info is not None:
+        leaders_named.append(check.info.leader)
+        return _error(index, check.error, leader=(check.info.leader, check.info.leader_epoch))
+    if check.error:
+        return _error(index, check.error)
+    records = data.records
+    if records is None or len(records) == 0:
+        return _error(index, ErrorCode.CORRUPT_MESSAGE, "empty record set")
+    max_bytes = int(broker.topic_configs(topic).get("max.message.bytes", "1048588"))
+    if len(records) > max_bytes:
+        return _error(index, ErrorCode.MESSAGE_TOO_LARGE, f"record batch exceeds max.message.bytes {max_bytes}")
+    if acks == -1 and len(check.info.isr) < int(broker.topic_configs(topic).get("min.insync.replicas", "1")):
+        return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS)
+    try:
+        appended = check.log.append(records, leader_epoch=check.info.leader_epoch, now_ms=broker.now_ms())
+    except UnsupportedMagicError as exc:
+        return _error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc))
+    except CorruptRecordError as exc:
+        return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
+    except OSError as exc:
+        log.error("cannot append to %s-%d: %s", topic, index, exc)
+        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+    broker.replicas.notify_append((topic, index))
+    return PartitionResponse(
+        index=index, error_code=ErrorCode.NONE, base_offset=appended.first_offset,
+        log_append_time_ms=appended.log_append_time, log_start_offset=appended.log_start_offset,
+        record_errors=[], error_message=None,
+    )
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None, leader: tuple[int, int] | None = None):
+    extra = {}
+    if leader is not None:
+        extra["current_leader"] = PartitionResponse.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    return PartitionResponse(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                             log_start_offset=-1, record_errors=[], error_message=message, **extra)
+
+
+def _reply_all(request, version, code: ErrorCode):
+    topics = [TopicResponse(name=t.name if version < 13 else None, topic_id=getattr(t, "topic_id", None),
+                            partition_responses=[_error(p.index, code) for p in t.partition_data])
+              for t in request.topic_data]
+    return RESPONSE[version](responses=topics, throttle_time_ms=0)

@@ -1,0 +1,102 @@
+"""The broker's state: its metadata image, the partitions it hosts, its controller link."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from cluster.config import BrokerConfig
+from cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from node.metadata_sync import MetadataSync
+from node.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.node_id = config.node_id
+        self.incarnation_id = uuid.uuid4()
+        self.log_dir = config.log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.image = MetadataImage()
+        self.replicas = ReplicaManager(self)
+        self.metadata = MetadataSync(self)
+        self.listener: Listener | None = None
+        self.started_ms = int(time.time() * 1000)
+
+    # --- lifecycle ---
+
+    async def start(self, advertised: Listener) -> None:
+        self.listener = advertised
+        self.metadata.load_local_log()
+        self.replicas.reconcile()
+        await self.metadata.start()
+
+    async def close(self) -> None:
+        await self.metadata.close()
+        self.replicas.close()
+
+    # --- metadata queries the APIs share ---
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self.image.cluster_id
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.image.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.image.topics_by_id.get(topic_id)
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        info = self.image.topics.get(topic)
+        return info.partitions.get(index) if info else None
+
+    def is_alive(self, node_id: int) -> bool:
+        if node_id == self.node_id:
+            return True
+        broker = self.image.brokers.get(node_id)
+        return broker is not None and not broker.fenced
+
+    def endpoint_of(self, node_id: int) -> tuple[str, int, str | None] | None:
+        """(host, port, rack) clients should use for node_id; our own listener for ourselves."""
+        if node_id == self.node_id and self.listener:
+            return self.listener.host, self.listener.port, self.config.get("broker.rack") or None
+        broker = self.image.brokers.get(node_id)
+        if broker is None or broker.fenced or not broker.endpoints:
+            return None
+        endpoint = broker.endpoints[0]
+        return endpoint.host, endpoint.port, broker.rack
+
+    def live_broker_ids(self) -> list[int]:
+        ids = {b.node_id for b in self.image.brokers.values() if not b.fenced}
+        ids.add(self.node_id)
+        return sorted(ids)
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """Effective topic configs: broker defaults overlaid with the topic's own."""
+        configs = self.config.topic_defaults()
+        configs.update(self.image.topic_configs(topic))
+        return configs
+
+    # --- controller round trips for admin requests ---
+
+    async def call_controller(self, op: str, **args) -> dict:
+        reply = await self.metadata.call_controller(op, **args)
+        if "metadata_offset" in reply:
+            await self.metadata.wait_for_offset(reply["metadata_offset"])
+        return reply
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)

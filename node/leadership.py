@@ -1,0 +1,43 @@
+"""Checks shared by the partition APIs: is this node the leader, at the epoch the client knows?"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.image import PartitionInfo
+from cluster.log import PartitionLog
+from node.errors import ErrorCode
+
+
+@dataclass(slots=True)
+class LeaderCheck:
+    error: ErrorCode
+    info: PartitionInfo | None = None
+    log: PartitionLog | None = None
+
+
+def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> LeaderCheck:
+    info = broker.partition(topic, partition)
+    if info is None:
+        return LeaderCheck(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if current_leader_epoch >= 0:
+        if current_leader_epoch < info.leader_epoch:
+            return LeaderCheck(ErrorCode.FENCED_LEADER_EPOCH, info)
+        if current_leader_epoch > info.leader_epoch:
+            return LeaderCheck(ErrorCode.UNKNOWN_LEADER_EPOCH, info)
+    if info.leader != broker.node_id:
+        return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
+    partition_log = broker.replicas.get_log(topic, partition)
+    if partition_log is None:
+        # Led here by the image but not yet opened: the metadata is still being applied.
+        return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
+    return LeaderCheck(ErrorCode.NONE, info, partition_log)
+
+
+def leader_endpoints(broker, leader_ids) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of each known leader, for KIP-951 NodeEndpoints."""
+    found = []
+    for node_id in sorted(set(leader_ids)):
+        endpoint = broker.endpoint_of(node_id) if node_id >= 0 else None
+        if endpoint:
+            found.append((node_id, *endpoint))
+    return found

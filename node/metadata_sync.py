@@ -1,0 +1,164 @@
+"""Keeps this node's replica of `__cluster_metadata` and its metadata image up to date.
+
+The node registers with the controller, long-polls it for new record batches, appends them
+to its own copy of the metadata log (so a restart replays locally first) and applies them
+to the image. Waiters (admin requests that must see their own change) are woken through a
+condition, never by polling.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from cluster.control import ControlClient, ControlError
+from cluster.log import PartitionLog, topic_id_to_kafka_string
+from cluster.metadata_log import read_meta_properties, write_meta_properties
+
+log = logging.getLogger(__name__)
+
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+FETCH_MAX_WAIT_MS = 5000
+READ_CHUNK_BYTES = 8 << 20
+RECONNECT_DELAY_S = 0.2
+
+
+class ControllerUnavailable(Exception):
+    """No controller connection; admin requests fail with a retriable error."""
+
+
+class MetadataSync:
+    def __init__(self, broker):
+        self.broker = broker
+        self.image = broker.image
+        self.log: PartitionLog | None = None
+        self.client: ControlClient | None = None
+        self.broker_epoch = -1
+        self.fenced = True
+        self.applied = asyncio.Condition()
+        self._heartbeat_now = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._registered = asyncio.Event()
+
+    # --- local replica of the metadata log ---
+
+    def load_local_log(self) -> None:
+        directory = self.broker.log_dir / METADATA_PARTITION_DIR
+        self.log = PartitionLog(directory, topic_id=METADATA_TOPIC_ID)
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            chunk = self.log.read(offset, READ_CHUNK_BYTES, max_offset=self.log.log_end_offset)
+            if not chunk.records:
+                break
+            self.image.replay(chunk.records)
+            offset = self.image.offset + 1
+        props = read_meta_properties(self.broker.log_dir)
+        if props.get("cluster.id"):
+            self.image.cluster_id = props["cluster.id"]
+        log.info("replayed local metadata log up to offset %d", self.image.offset)
+
+    def _append_and_apply(self, data: bytes) -> None:
+        self.log.append_as_follower(data)
+        self.image.replay(data)
+        self.broker.replicas.reconcile()
+
+    # --- controller link ---
+
+    async def start(self) -> None:
+        address = self.broker.config.controller_address()
+        if address is None:
+            log.info("no controller configured: serving the local metadata log read-only")
+            self.fenced = False
+            return
+        self._tasks.append(asyncio.create_task(self._run(*address)))
+        await self._registered.wait()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self.client:
+            await self.client.close()
+        if self.log:
+            self.log.close()
+
+    async def _run(self, host: str, port: int) -> None:
+        while True:
+            try:
+                self.client = ControlClient(host, port)
+                await self.client.connect()
+                await self._register()
+                workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
+                closed = asyncio.create_task(self.client.closed.wait())
+                done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
+                for task in [*workers, closed]:
+                    task.cancel()
+                for task in done:
+                    if not task.cancelled() and task.exception():
+                        log.warning("controller link failed: %s", task.exception())
+            except (OSError, ControlError) as exc:
+                log.warning("cannot reach the controller at %s:%s: %s", host, port, exc)
+            if self.client:
+                await self.client.close()
+            await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def _register(self) -> None:
+        listener = self.broker.listener
+        reply = await self.client.call(
+            "register",
+            node_id=self.broker.node_id,
+            incarnation_id=topic_id_to_kafka_string(self.broker.incarnation_id),
+            host=listener.host,
+            port=listener.port,
+            rack=self.broker.config.get("broker.rack") or None,
+        )
+        self.broker_epoch = reply["broker_epoch"]
+        self._adopt_cluster_id(reply["cluster_id"])
+        self._registered.set()
+
+    def _adopt_cluster_id(self, cluster_id: str) -> None:
+        props = read_meta_properties(self.broker.log_dir)
+        known = props.get("cluster.id")
+        if known and known != cluster_id:
+            raise SystemExit(f"log dir belongs to cluster {known}, the controller runs cluster {cluster_id}")
+        if not known:
+            write_meta_properties(self.broker.log_dir, {
+                "cluster.id": cluster_id, "node.id": str(self.broker.node_id), "version": "1",
+            })
+        self.image.cluster_id = cluster_id
+
+    async def _fetch_loop(self) -> None:
+        while True:
+            reply = await self.client.call(
+                "fetch_metadata", offset=self.log.log_end_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
+                timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
+            )
+            if reply["data"]:
+                self._append_and_apply(reply["data"])
+                async with self.applied:
+                    self.applied.notify_all()
+                if self.fenced:
+                    self._heartbeat_now.set()
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
+        while True:
+            reply = await self.client.call(
+                "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
+                applied_offset=self.image.offset,
+            )
+            self.fenced = reply["fenced"]
+            self._heartbeat_now.clear()
+            try:
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def call_controller(self, op: str, **args) -> dict:
+        if self.client is None or not self.client.connected:
+            raise ControllerUnavailable("no connection to the controller")
+        return await self.client.call(op, timeout=30, **args)
+
+    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> None:
+        async with self.applied:
+            await asyncio.wait_for(self.applied.wait_for(lambda: self.image.offset >= offset), timeout)

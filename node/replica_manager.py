@@ -1,0 +1,110 @@
+"""The partitions this node hosts: their logs, created and deleted as the metadata image says."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from pathlib import Path
+
+from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name
+from node.metadata_sync import METADATA_PARTITION_DIR
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaManager:
+    def __init__(self, broker):
+        self.broker = broker
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        # Fetch requests parked until one of their partitions gets new data.
+        self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((topic, partition))
+
+    def reconcile(self) -> None:
+        """Open logs for every partition assigned here; remove logs of topics that are gone."""
+        image = self.broker.image
+        wanted: set[tuple[str, int]] = set()
+        for topic in image.topics.values():
+            for index, info in topic.partitions.items():
+                if self.broker.node_id in info.replicas:
+                    wanted.add((topic.name, index))
+                    self._ensure_log(topic, index, info)
+        for key in [k for k in self.logs if k not in wanted]:
+            self._remove_log(key)
+        self._remove_orphan_dirs(wanted)
+
+    def _ensure_log(self, topic, index: int, info) -> None:
+        key = (topic.name, index)
+        partition_log = self.logs.get(key)
+        if partition_log is not None and partition_log.topic_id not in (None, topic.topic_id):
+            # Same name, new topic (deleted and re-created): the old data must go.
+            self._remove_log(key)
+            partition_log = None
+        config = LogConfig.from_topic_configs(self.broker.topic_configs(topic.name))
+        if partition_log is None:
+            directory = self.broker.log_dir / f"{topic.name}-{index}"
+            partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
+            if partition_log.topic_id not in (None, topic.topic_id):
+                partition_log.delete()
+                partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
+            self.logs[key] = partition_log
+        else:
+            partition_log.config = config
+        if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
+            if partition_log.latest_epoch is None or partition_log.latest_epoch < info.leader_epoch:
+                partition_log.assign_epoch(info.leader_epoch, partition_log.log_end_offset)
+
+    def _remove_log(self, key: tuple[str, int]) -> None:
+        partition_log = self.logs.pop(key)
+        log.info("deleting partition %s-%d", *key)
+        partition_log.delete()
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _remove_orphan_dirs(self, wanted: set[tuple[str, int]]) -> None:
+        if self.broker.metadata.log is None or not self.broker.config.controller_address():
+            return  # without a controller the image may be partial: never delete data on a guess
+        for path in Path(self.broker.log_dir).iterdir():
+            parsed = parse_partition_dir_name(path.name)
+            if path.is_dir() and parsed and path.name != METADATA_PARTITION_DIR and parsed not in wanted:
+                log.info("removing %s: its topic no longer exists", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        for partition_log in self.logs.values():
+            partition_log.close()
+        self.logs.clear()
+
+    # --- waiting for new data ---
+
+    def new_waiter(self, keys: list[tuple[str, int]]) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(future)
+        return future
+
+    def drop_waiter(self, future: asyncio.Future, keys: list[tuple[str, int]]) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters:
+                waiters.discard(future)
+                if not waiters:
+                    del self._waiters[key]
+
+    def notify_append(self, key: tuple[str, int]) -> None:
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def run_retention(self, interval_ms: int) -> None:
+        """Delete expired segments every log.retention.check.interval.ms, as Kafka's log cleaner thread does."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            for key, partition_log in list(self.logs.items()):
+                try:
+                    partition_log.enforce_retention()
+                except OSError as exc:
+                    log.error("retention on %s-%d failed: %s", *key, exc)

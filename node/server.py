@@ -1,0 +1,180 @@
+"""The Kafka listener: framing, request headers, dispatch and in-order responses.
+
+A client may pipeline many requests on one connection; each is handled in its own task
+and the responses are written strictly in request order, as Kafka does. Anything we cannot
+parse closes that connection only: a bad client never takes the node down.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass
+
+from cluster.records import read_uvarint
+from node.apis import HANDLERS, ApiHandler
+from node.apis import api_versions
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhih")
+_CORRELATION = struct.Struct(">i")
+# Requests per connection that may be in flight before we stop reading from it.
+MAX_IN_FLIGHT = 1024
+
+
+class MalformedRequest(Exception):
+    """The request cannot be parsed; Kafka closes the connection."""
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
+    """Request header v1 (or v2 with tagged fields when flexible); returns (header, body start)."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise MalformedRequest("request shorter than its header")
+    api_key, api_version, correlation_id, client_len = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = _HEADER_FIXED.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise MalformedRequest("client id runs past the end of the request")
+        client_id = bytes(frame[pos:pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    if flexible:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    try:
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+    except Exception as exc:
+        raise MalformedRequest("bad tagged fields in request header") from exc
+    if pos > len(frame):
+        raise MalformedRequest("tagged fields run past the end of the request")
+    return pos
+
+
+def peek_api(frame: memoryview) -> tuple[int, int, int]:
+    if len(frame) < 8:
+        raise MalformedRequest("request shorter than its header")
+    return struct.unpack_from(">hhi", frame, 0)
+
+
+class KafkaServer:
+    def __init__(self, broker, max_request_bytes: int):
+        self.broker = broker
+        self.max_request_bytes = max_request_bytes
+        self.server: asyncio.AbstractServer | None = None
+        self.connections: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        self.server = await asyncio.start_server(self._serve_connection, host, port, limit=1 << 20)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self.server:
+            self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self.connections.add(task)
+        peer = writer.get_extra_info("peername")
+        responses: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
+        writer_task = asyncio.create_task(self._write_responses(responses, writer))
+        try:
+            while True:
+                frame = await self._read_frame(reader)
+                pending = self._start_request(frame, peer)
+                await responses.put(pending)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except MalformedRequest as exc:
+            log.info("closing connection from %s: %s", peer, exc)
+        finally:
+            await responses.put(None)
+            try:
+                await writer_task
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            writer.close()
+            self.connections.discard(task)
+
+    async def _read_frame(self, reader: asyncio.StreamReader) -> memoryview:
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        if size < 0 or size > self.max_request_bytes:
+            raise MalformedRequest(f"request size {size} outside 0..{self.max_request_bytes}")
+        return memoryview(await reader.readexactly(size))
+
+    def _start_request(self, frame: memoryview, peer) -> asyncio.Task:
+        api_key, api_version, correlation_id = peek_api(frame)
+        handler = HANDLERS.get(api_key)
+        if handler is None:
+            raise MalformedRequest(f"unknown api key {api_key}")
+        if not handler.min_version <= api_version <= handler.max_version:
+            if api_key == api_versions.API_KEY:
+                return asyncio.create_task(self._unsupported_api_versions(correlation_id))
+            raise MalformedRequest(f"unsupported version {api_version} of api {api_key}")
+        header, body_start = parse_header(frame, handler.request_is_flexible(api_version))
+        try:
+            request = handler.request.decode(frame[body_start:], version=api_version)
+        except Exception as exc:
+            raise MalformedRequest(f"cannot decode {handler.request.name} v{api_version}: {exc}") from exc
+        return asyncio.create_task(self._handle(handler, header, request, peer))
+
+    async def _handle(self, handler: ApiHandler, header: RequestHeader, request, peer) -> bytes | None:
+        response = await handler.handle(self.broker, header, request)
+        if response is None:
+            return None
+        body = response.encode(version=header.api_version)
+        return self._frame_response(header.correlation_id, body, handler.response_header_is_flexible(header.api_version))
+
+    async def _unsupported_api_versions(self, correlation_id: int) -> bytes:
+        body = api_versions.unsupported_version_response().encode(version=0)
+        return self._frame_response(correlation_id, body, flexible=False)
+
+    @staticmethod
+    def _frame_response(correlation_id: int, body: bytes, flexible: bool) -> bytes:
+        header = _CORRELATION.pack(correlation_id) + (b"\x00" if flexible else b"")
+        return _SIZE.pack(len(header) + len(body)) + header + body
+
+    async def _write_responses(self, responses: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        """Write each response in request order; a failed handler closes the connection."""
+        while True:
+            pending = await responses.get()
+            if pending is None:
+                return
+            try:
+                data = await pending
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("request handler failed; closing the connection")
+                writer.close()
+                self._drain_queue(responses)
+                return
+            if data is not None:
+                writer.write(data)
+                await writer.drain()
+
+    @staticmethod
+    def _drain_queue(responses: asyncio.Queue) -> None:
+        while not responses.empty():
+            pending = responses.get_nowait()
+            if pending is not None:
+                pending.cancel()
