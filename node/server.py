@@ -107,7 +107,8 @@ class KafkaServer:
         except MalformedRequest as exc:
             log.info("closing connection from %s: %s", peer, exc)
         finally:
-            await responses.put(None)
+            if not writer_task.done():
+                await responses.put(None)
             try:
                 await writer_task
             except (ConnectionError, asyncio.CancelledError):

@@ -1,0 +1,196 @@
+"""Malformed, truncated, unknown, corrupt and oversized requests: each gets Kafka's error
+code or a closed connection, and the node keeps serving everyone else."""
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from cluster.records import encode_batch
+
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+UNSUPPORTED_VERSION = 35
+UNKNOWN_TOPIC_ID = 100
+
+
+@pytest.fixture(scope="module")
+def single_node():
+    from cluster.launcher import Cluster
+
+    with Cluster(nodes=1, node_config={"socket.request.max.bytes": str(1 << 20)}) as cluster:
+        yield cluster
+
+
+def connect(cluster) -> socket.socket:
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def send_frame(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+def send_request(sock, request, version: int, correlation_id: int = 7) -> None:
+    request.with_header(correlation_id=correlation_id, client_id="bad-input-test")
+    send_frame(sock, bytes(request.encode(version=version, header=True)))
+
+
+def read_response(sock, response_class, version: int, flexible_header: bool = True):
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    body = recv_exactly(sock, size)
+    correlation_id = struct.unpack(">i", body[:4])[0]
+    header_size = 5 if flexible_header and response_class.flexible_version_q(version) else 4
+    return correlation_id, response_class.decode(body[header_size:], version=version)
+
+
+def recv_exactly(sock, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the node")
+        data += chunk
+    return data
+
+
+def assert_closed(sock) -> None:
+    sock.settimeout(10)
+    try:
+        assert sock.recv(1) == b""
+    except ConnectionResetError:
+        pass
+
+
+def assert_node_serves(cluster) -> None:
+    with connect(cluster) as sock:
+        send_request(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3)
+        _, response = read_response(sock, ApiVersionsResponse, 3, flexible_header=False)
+        assert response.error_code == 0
+        assert {k.api_key for k in response.api_keys} >= {0, 1, 2, 3, 18, 19, 20}
+
+
+def test_malformed_frame_closes_only_that_connection(single_node):
+    with connect(single_node) as sock:
+        send_frame(sock, b"\x00\x03")  # shorter than any request header
+        assert_closed(sock)
+    assert_node_serves(single_node)
+
+
+def test_truncated_request_closes_the_connection(single_node):
+    request = MetadataRequest[9](topics=[MetadataRequest[9].MetadataRequestTopic(name="some-topic")],
+                                 allow_auto_topic_creation=False)
+    request.with_header(correlation_id=1, client_id="bad-input-test")
+    encoded = bytes(request.encode(version=9, header=True))
+    with connect(single_node) as sock:
+        send_frame(sock, encoded[:-6])
+        assert_closed(sock)
+    assert_node_serves(single_node)
+
+
+def test_unknown_api_key_closes_the_connection(single_node):
+    with connect(single_node) as sock:
+        send_frame(sock, struct.pack(">hhih", 999, 0, 1, -1))
+        assert_closed(sock)
+    assert_node_serves(single_node)
+
+
+def test_unsupported_api_versions_version_answers_in_v0_layout(single_node):
+    with connect(single_node) as sock:
+        send_frame(sock, struct.pack(">hhih", 18, 99, 42, -1) + b"\x00")
+        correlation_id, response = read_response(sock, ApiVersionsResponse, 0)
+    assert correlation_id == 42
+    assert response.error_code == UNSUPPORTED_VERSION
+    versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert versions[18] == (0, 4)
+    assert versions[0] == (3, 13)
+
+
+def test_unsupported_version_of_another_api_closes_the_connection(single_node):
+    with connect(single_node) as sock:
+        send_frame(sock, struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 16)  # Produce v2 (message format v1)
+        assert_closed(sock)
+    assert_node_serves(single_node)
+
+
+def test_oversized_frame_closes_the_connection(single_node):
+    with connect(single_node) as sock:
+        sock.sendall(struct.pack(">i", (1 << 20) + 1) + struct.pack(">hhih", 3, 9, 1, -1))
+        assert_closed(sock)
+    with connect(single_node) as sock:
+        sock.sendall(struct.pack(">i", -5))
+        assert_closed(sock)
+    assert_node_serves(single_node)
+
+
+def produce_raw(sock, topic: str, batch: bytes, version: int = 9):
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest[version](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=0, records=batch)])])
+    send_request(sock, request, version)
+    _, response = read_response(sock, ProduceResponse, version)
+    return response.responses[0].partition_responses[0]
+
+
+def test_corrupt_crc_is_rejected_and_acknowledged_data_survives(single_node):
+    topic = f"crc-{uuid.uuid4().hex[:8]}"
+    single_node.create_topic(topic, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=single_node.bootstrap_servers, acks=1)
+    for i in range(3):
+        producer.send(topic, key=b"k", value=f"good-{i}".encode(), partition=0).get(10)
+    producer.close()
+
+    batch = bytearray(encode_batch([(b"k", b"evil")], timestamp=1_700_000_000_000))
+    batch[-1] ^= 0xFF  # flip a bit covered by the CRC
+    with connect(single_node) as sock:
+        bad = produce_raw(sock, topic, bytes(batch))
+        assert bad.error_code == CORRUPT_MESSAGE
+        truncated = produce_raw(sock, topic, bytes(encode_batch([(b"k", b"cut")], timestamp=1))[:-3])
+        assert truncated.error_code == CORRUPT_MESSAGE
+        good = produce_raw(sock, topic, encode_batch([(b"k", b"good-3")], timestamp=1_700_000_000_000))
+        assert (good.error_code, good.base_offset) == (0, 3)
+
+    consumer = KafkaConsumer(bootstrap_servers=single_node.bootstrap_servers, consumer_timeout_ms=5000)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    values = [(r.offset, r.value) for r in consumer]
+    consumer.close()
+    assert values == [(0, b"good-0"), (1, b"good-1"), (2, b"good-2"), (3, b"good-3")]
+
+
+def test_unknown_topics_get_the_codes_of_their_api_version(single_node):
+    with connect(single_node) as sock:
+        assert produce_raw(sock, "no-such-topic", encode_batch([(None, b"x")], timestamp=1)).error_code \
+            == UNKNOWN_TOPIC_OR_PARTITION
+
+        request = MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(name="no-such-topic")],
+                                      allow_auto_topic_creation=False)
+        send_request(sock, request, 12)
+        _, metadata = read_response(sock, MetadataResponse, 12)
+        assert [(t.name, t.error_code) for t in metadata.topics] == [("no-such-topic", UNKNOWN_TOPIC_OR_PARTITION)]
+
+        Topic = FetchRequest.FetchTopic
+        fetch = FetchRequest[13](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                                 session_id=0, session_epoch=-1, topics=[Topic(topic_id=uuid.uuid4(), partitions=[
+                                     Topic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
+                                 forgotten_topics_data=[], rack_id="")
+        send_request(sock, fetch, 13)
+        _, response = read_response(sock, FetchResponse, 13)
+        assert response.responses[0].partitions[0].error_code == UNKNOWN_TOPIC_ID
+        assert response.responses[0].partitions[0].records == b""
+
+
+def test_pipelined_requests_are_answered_in_order(single_node):
+    with connect(single_node) as sock:
+        for correlation_id in range(100, 150):
+            send_request(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3,
+                         correlation_id=correlation_id)
+        got = [read_response(sock, ApiVersionsResponse, 3, flexible_header=False)[0] for _ in range(50)]
+    assert got == list(range(100, 150))
