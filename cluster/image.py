@@ -5,6 +5,7 @@ can never disagree about what a record means.
 """
 from __future__ import annotations
 
+import copy
 import uuid
 from dataclasses import dataclass, field
 
@@ -71,3 +72,139 @@ class MetadataImage:
 
     def live_brokers(self) -> list[BrokerInfo]:
         return [b for b in sorted(self.brokers.values(), key=lambda b: b.node_id) if not b.fenced]
+
+    def apply(self, offset: int, name: str, fields: dict | None) -> None:
+        """Apply one record; types we do not track (NoOp, transactions, ...) only advance the offset."""
+        applier = _APPLIERS.get(name)
+        if applier is not None and fields is not None:
+            applier(self, fields)
+        self.offset = offset
+
+    def replay(self, data) -> None:
+        """Apply every record of a buffer of record batches, skipping control batches."""
+        from cluster.metadata_records import iter_metadata_records
+
+        for offset, name, fields in iter_metadata_records(data):
+            self.apply(offset, name, fields)
+
+    def copy(self) -> "MetadataImage":
+        return copy.deepcopy(self)
+
+
+# BrokerRegistrationChangeRecord's fencing field
+_FENCE, _UNFENCE = 1, -1
+# PartitionChangeRecord's leader field when the leader stays
+NO_LEADER_CHANGE = -2
+
+
+def _apply_register_broker(image: "MetadataImage", r: dict) -> None:
+    image.brokers[r["broker_id"]] = BrokerInfo(
+        node_id=r["broker_id"],
+        incarnation_id=r["incarnation_id"],
+        broker_epoch=r["broker_epoch"],
+        endpoints=[Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]) for e in r["end_points"]],
+        rack=r["rack"],
+        fenced=r["fenced"],
+        in_controlled_shutdown=r.get("in_controlled_shutdown", False),
+    )
+
+
+def _apply_unregister_broker(image: "MetadataImage", r: dict) -> None:
+    image.brokers.pop(r["broker_id"], None)
+
+
+def _set_fenced(image: "MetadataImage", broker_id: int, fenced: bool) -> None:
+    broker = image.brokers.get(broker_id)
+    if broker is not None:
+        broker.fenced = fenced
+        if not fenced:
+            broker.in_controlled_shutdown = False
+
+
+def _apply_broker_change(image: "MetadataImage", r: dict) -> None:
+    broker = image.brokers.get(r["broker_id"])
+    if broker is None:
+        return
+    if r.get("fenced") == _FENCE:
+        broker.fenced = True
+    elif r.get("fenced") == _UNFENCE:
+        broker.fenced = False
+    if r.get("in_controlled_shutdown") == 1:
+        broker.in_controlled_shutdown = True
+
+
+def _apply_topic(image: "MetadataImage", r: dict) -> None:
+    topic = TopicInfo(r["name"], r["topic_id"])
+    image.topics[topic.name] = topic
+    image.topics_by_id[topic.topic_id] = topic
+
+
+def _apply_partition(image: "MetadataImage", r: dict) -> None:
+    topic = image.topics_by_id.get(r["topic_id"])
+    if topic is None:
+        return
+    topic.partitions[r["partition_id"]] = PartitionInfo(
+        partition=r["partition_id"], replicas=list(r["replicas"]), isr=list(r["isr"]), leader=r["leader"],
+        leader_epoch=r["leader_epoch"], partition_epoch=r["partition_epoch"],
+        removing_replicas=list(r["removing_replicas"]), adding_replicas=list(r["adding_replicas"]),
+        leader_recovery_state=r.get("leader_recovery_state", 0),
+    )
+
+
+def _apply_partition_change(image: "MetadataImage", r: dict) -> None:
+    """Kafka's PartitionRegistration.merge: only the fields present change; epochs advance."""
+    topic = image.topics_by_id.get(r["topic_id"])
+    partition = topic.partitions.get(r["partition_id"]) if topic else None
+    if partition is None:
+        return
+    for name in ("replicas", "isr", "removing_replicas", "adding_replicas"):
+        if r.get(name) is not None:
+            setattr(partition, name, list(r[name]))
+    if r.get("leader", NO_LEADER_CHANGE) != NO_LEADER_CHANGE:
+        partition.leader = r["leader"]
+        partition.leader_epoch += 1
+    if r.get("leader_recovery_state", -1) != -1:
+        partition.leader_recovery_state = r["leader_recovery_state"]
+    partition.partition_epoch += 1
+
+
+def _apply_remove_topic(image: "MetadataImage", r: dict) -> None:
+    topic = image.topics_by_id.pop(r["topic_id"], None)
+    if topic is not None:
+        image.topics.pop(topic.name, None)
+        image.configs.pop((CONFIG_RESOURCE_TOPIC, topic.name), None)
+
+
+def _apply_config(image: "MetadataImage", r: dict) -> None:
+    key = (r["resource_type"], r["resource_name"])
+    if r["value"] is None:
+        configs = image.configs.get(key, {})
+        configs.pop(r["name"], None)
+        if not configs:
+            image.configs.pop(key, None)
+    else:
+        image.configs.setdefault(key, {})[r["name"]] = r["value"]
+
+
+def _apply_feature_level(image: "MetadataImage", r: dict) -> None:
+    image.features[r["name"]] = r["feature_level"]
+
+
+def _apply_producer_ids(image: "MetadataImage", r: dict) -> None:
+    image.next_producer_id = r["next_producer_id"]
+
+
+_APPLIERS = {
+    "RegisterBrokerRecord": _apply_register_broker,
+    "UnregisterBrokerRecord": _apply_unregister_broker,
+    "FenceBrokerRecord": lambda image, r: _set_fenced(image, r["id"], True),
+    "UnfenceBrokerRecord": lambda image, r: _set_fenced(image, r["id"], False),
+    "BrokerRegistrationChangeRecord": _apply_broker_change,
+    "TopicRecord": _apply_topic,
+    "PartitionRecord": _apply_partition,
+    "PartitionChangeRecord": _apply_partition_change,
+    "RemoveTopicRecord": _apply_remove_topic,
+    "ConfigRecord": _apply_config,
+    "FeatureLevelRecord": _apply_feature_level,
+    "ProducerIdsRecord": _apply_producer_ids,
+}
