@@ -289,9 +289,10 @@ class PartitionLog:
 
     # --- appends ---
 
-    def append(self, data, *, leader_epoch: int, now_ms: int | None = None) -> AppendInfo:
-        """Leader append: validate, assign offsets in place, write once, index."""
-        found = validate_batches(data)
+    def append(self, data, *, leader_epoch: int, now_ms: int | None = None, batches=None) -> AppendInfo:
+        """Leader append: validate (unless the caller passes validate_batches' result), assign
+        offsets in place, write once, index."""
+        found = validate_batches(data) if batches is None else batches
         buffer = bytearray(data)
         append_time = -1
         if self.config.log_append_time:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from cluster.config import BrokerConfig
 from cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from node.metadata_sync import MetadataSync
+from node.producer_state import ProducerIdAllocator
 from node.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class Broker:
         self.image = MetadataImage()
         self.replicas = ReplicaManager(self)
         self.metadata = MetadataSync(self)
+        self.producer_ids = ProducerIdAllocator(self)
         self.listener: Listener | None = None
         self.started_ms = int(time.time() * 1000)
 

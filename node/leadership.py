@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from cluster.image import PartitionInfo
 from cluster.log import PartitionLog
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 
 
 @dataclass(slots=True)

@@ -137,8 +137,9 @@ class MetadataSync:
                 self._append_and_apply(reply["data"])
                 async with self.applied:
                     self.applied.notify_all()
-                if self.fenced:
-                    self._heartbeat_now.set()
+                # Report progress at once: the controller unfences us and declares the
+                # cluster ready only once it knows what we have applied.
+                self._heartbeat_now.set()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name
 from node.metadata_sync import METADATA_PARTITION_DIR
+from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +17,7 @@ class ReplicaManager:
     def __init__(self, broker):
         self.broker = broker
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.producers: dict[tuple[str, int], PartitionProducers] = {}
         # Fetch requests parked until one of their partitions gets new data.
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
 
@@ -56,8 +58,15 @@ class ReplicaManager:
             if partition_log.latest_epoch is None or partition_log.latest_epoch < info.leader_epoch:
                 partition_log.assign_epoch(info.leader_epoch, partition_log.log_end_offset)
 
+    def producers_of(self, key: tuple[str, int]) -> PartitionProducers:
+        producers = self.producers.get(key)
+        if producers is None:
+            producers = self.producers[key] = PartitionProducers()
+        return producers
+
     def _remove_log(self, key: tuple[str, int]) -> None:
         partition_log = self.logs.pop(key)
+        self.producers.pop(key, None)
         log.info("deleting partition %s-%d", *key)
         partition_log.delete()
         for waiter in self._waiters.pop(key, ()):

@@ -41,6 +41,7 @@ API_MODULES = (
     "incremental_alter_configs",
     "describe_cluster",
     "describe_topic_partitions",
+    "init_producer_id",
 )
 
 

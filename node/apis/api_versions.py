@@ -1,7 +1,7 @@
 """ApiVersions: advertise exactly the version range each handler implements (KIP-511 aware)."""
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 
 REQUEST = ApiVersionsRequest
 RESPONSE = ApiVersionsResponse

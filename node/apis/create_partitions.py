@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 
 REQUEST = CreatePartitionsRequest
 RESPONSE = CreatePartitionsResponse

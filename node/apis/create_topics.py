@@ -4,7 +4,7 @@ from __future__ import annotations
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 from cluster.log import topic_id_from_kafka_string
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 from node.topic_configs import topic_config_entries
 
 REQUEST = CreateTopicsRequest

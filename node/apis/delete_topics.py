@@ -4,7 +4,7 @@ from __future__ import annotations
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 
 REQUEST = DeleteTopicsRequest
 RESPONSE = DeleteTopicsResponse

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 
 REQUEST = DescribeClusterRequest
 RESPONSE = DescribeClusterResponse
 VERSIONS = (0, 2)
 BROKER_ENDPOINT_TYPE = 1
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+AUTHORIZED_OPERATIONS_OMITTED = None  # encoded as Kafka's "not requested" value, -2147483648
 
 
 async def handle(broker, header, request):

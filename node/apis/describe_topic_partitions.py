@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 
-from node.errors import ErrorCode
-from node.topic_names import INTERNAL_TOPICS, topic_name_error
+from cluster.errors import ErrorCode
+from cluster.topic_names import INTERNAL_TOPICS, topic_name_error
 
 REQUEST = DescribeTopicPartitionsRequest
 RESPONSE = DescribeTopicPartitionsResponse

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.log import OffsetOutOfRangeError
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 
 REQUEST = FetchRequest

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 
 REQUEST = IncrementalAlterConfigsRequest
 RESPONSE = IncrementalAlterConfigsResponse

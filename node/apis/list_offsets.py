@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from node.errors import ErrorCode
+from cluster.errors import ErrorCode
 from node.leadership import check_leader
 
 REQUEST = ListOffsetsRequest

@@ -5,13 +5,13 @@ import logging
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from node.errors import ErrorCode
-from node.topic_names import INTERNAL_TOPICS, topic_name_error
+from cluster.errors import ErrorCode
+from cluster.topic_names import INTERNAL_TOPICS, topic_name_error
 
 REQUEST = MetadataRequest
 RESPONSE = MetadataResponse
 VERSIONS = (0, 13)
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+AUTHORIZED_OPERATIONS_OMITTED = None  # encoded as Kafka's "not requested" value, -2147483648
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,10 @@ import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from cluster.records import CorruptRecordError, UnsupportedMagicError
-from node.errors import ErrorCode
+from cluster.records import CorruptRecordError, UnsupportedMagicError, validate_batches
+from cluster.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
+from node.producer_state import SequenceError
 
 REQUEST = ProduceRequest
 RESPONSE = ProduceResponse
@@ -68,13 +69,25 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
     records = data.records
     if records is None or len(records) == 0:
         return _error(index, ErrorCode.CORRUPT_MESSAGE, "empty record set")
-    max_bytes = int(broker.topic_configs(topic).get("max.message.bytes", "1048588"))
+    configs = broker.topic_configs(topic)
+    max_bytes = int(configs["max.message.bytes"])
     if len(records) > max_bytes:
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, f"record batch exceeds max.message.bytes {max_bytes}")
-    if acks == -1 and len(check.info.isr) < int(broker.topic_configs(topic).get("min.insync.replicas", "1")):
+    if acks == -1 and len(check.info.isr) < int(configs["min.insync.replicas"]):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS)
     try:
-        appended = check.log.append(records, leader_epoch=check.info.leader_epoch, now_ms=broker.now_ms())
+        batches = validate_batches(records)
+        producers = broker.replicas.producers_of((topic, index))
+        duplicate = _duplicate_of(producers, batches)
+        if duplicate is not None:
+            return _success(index, duplicate, check.log)
+        for _, header in batches:
+            if header.producer_id >= 0:
+                producers.check(header)
+        appended = check.log.append(records, leader_epoch=check.info.leader_epoch, now_ms=broker.now_ms(),
+                                    batches=batches)
+    except SequenceError as exc:
+        return _error(index, exc.code, str(exc))
     except UnsupportedMagicError as exc:
         return _error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc))
     except CorruptRecordError as exc:
@@ -82,12 +95,35 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
     except OSError as exc:
         log.error("cannot append to %s-%d: %s", topic, index, exc)
         return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+    _remember_sequences(producers, batches, appended.first_offset)
     broker.replicas.notify_append((topic, index))
     return PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=appended.first_offset,
         log_append_time_ms=appended.log_append_time, log_start_offset=appended.log_start_offset,
         record_errors=[], error_message=None,
     )
+
+
+def _duplicate_of(producers, batches) -> int | None:
+    """First offset of an idempotent batch that was already written (a client retry)."""
+    if len(batches) != 1 or batches[0][1].producer_id < 0:
+        return None
+    found = producers.find_duplicate(batches[0][1])
+    return found[0] if found else None
+
+
+def _remember_sequences(producers, batches, first_offset: int) -> None:
+    offset = first_offset
+    for _, header in batches:
+        if header.producer_id >= 0:
+            producers.record(header, offset)
+        offset += header.last_offset_delta + 1
+
+
+def _success(index: int, base_offset: int, partition_log):
+    return PartitionResponse(index=index, error_code=ErrorCode.NONE, base_offset=base_offset,
+                             log_append_time_ms=-1, log_start_offset=partition_log.log_start_offset,
+                             record_errors=[], error_message=None)
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None, leader: tuple[int, int] | None = None):

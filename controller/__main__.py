@@ -1,0 +1,88 @@
+"""Run the controller: `python -m controller --data-dir DIR [--port 0]`.
+
+Prints one JSON line `{"ready": true, "port": ..., "pid": ...}` once it serves.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+from cluster.control import ControlServer
+from cluster.metadata_log import read_meta_properties, write_meta_properties
+from controller.metadata_writer import MetadataWriter
+from controller.server import Controller
+
+log = logging.getLogger("controller")
+# Kafka 3.7-IV4: the metadata.version whose record versions we write.
+METADATA_VERSION_LEVEL = 19
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m controller", description="Run the kraftwerk controller.")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--cluster-id")
+    parser.add_argument("--heartbeat-timeout-ms", type=int, default=2000)
+    parser.add_argument("--num-partitions", type=int, default=1)
+    parser.add_argument("--default-replication-factor", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def load_cluster_id(data_dir: Path, requested: str | None) -> str:
+    props = read_meta_properties(data_dir)
+    if props.get("cluster.id"):
+        if requested and requested != props["cluster.id"]:
+            raise SystemExit(f"{data_dir} belongs to cluster {props['cluster.id']}, not {requested}")
+        return props["cluster.id"]
+    cluster_id = requested or new_cluster_id()
+    write_meta_properties(data_dir, {"cluster.id": cluster_id, "node.id": "0", "process.roles": "controller",
+                                     "version": "1"})
+    return cluster_id
+
+
+async def run(args) -> None:
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id))
+    if "metadata.version" not in writer.image.features:
+        await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
+                                                     "feature_level": METADATA_VERSION_LEVEL})])
+    controller = Controller(writer, {"num.partitions": args.num_partitions,
+                                     "default.replication.factor": args.default_replication_factor},
+                            args.heartbeat_timeout_ms)
+    server = ControlServer(controller.handlers())
+    port = await server.start(args.host, args.port)
+    fencing = asyncio.create_task(controller.fence_silent_brokers())
+    print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)
+    log.info("controller of cluster %s serving on %s:%d", writer.image.cluster_id, args.host, port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    fencing.cancel()
+    await server.close()
+    writer.close()
+    log.info("controller stopped")
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=os.environ.get("KRAFTWERK_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(run(parse_args(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Broker registration, heartbeats, fencing and unfencing."""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from cluster.image import MetadataImage
+from cluster.log import topic_id_from_kafka_string
+
+
+@dataclass
+class Session:
+    """What the controller knows about a live broker beyond the metadata log."""
+
+    node_id: int
+    broker_epoch: int
+    registered_at_offset: int
+    applied_offset: int = -1
+    last_heartbeat: float = 0.0
+
+    def heartbeat_age_ms(self) -> int:
+        return int((time.monotonic() - self.last_heartbeat) * 1000)
+
+
+def register_broker_record(args: dict, broker_epoch: int) -> tuple[str, dict]:
+    return ("RegisterBrokerRecord", {
+        "broker_id": args["node_id"],
+        "incarnation_id": topic_id_from_kafka_string(args["incarnation_id"]),
+        "broker_epoch": broker_epoch,
+        "end_points": [{"name": "PLAINTEXT", "host": args["host"], "port": args["port"], "security_protocol": 0}],
+        "features": [{"name": "metadata.version", "min_supported_version": 1, "max_supported_version": 19}],
+        "rack": args.get("rack"),
+        "fenced": True,
+        "in_controlled_shutdown": False,
+        "log_dirs": [uuid.UUID(int=0)],
+    })
+
+
+def leaderless_partition_changes(image: MetadataImage, node_id: int) -> list[tuple[str, dict]]:
+    """When a broker comes back, it leads partitions that had no leader and keep it in their ISR.
+
+    This is what a restarted single-broker Kafka does after a controlled shutdown left
+    its partitions leaderless; electing among several live replicas is failover work.
+    """
+    changes = []
+    for topic in image.topics.values():
+        for index, partition in topic.partitions.items():
+            if partition.leader == -1 and node_id in partition.isr:
+                changes.append(("PartitionChangeRecord", {"partition_id": index, "topic_id": topic.topic_id,
+                                                          "leader": node_id}))
+    return changes

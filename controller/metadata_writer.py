@@ -1,0 +1,83 @@
+"""The controller's metadata log: the only writer of `__cluster_metadata`.
+
+Every change is one record batch appended at the log end, fsynced before the caller is
+answered, then applied to the in-memory image; long-polling node fetches and other
+waiters are woken through a condition.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+
+from cluster.image import MetadataImage
+from cluster.log import PartitionLog
+from cluster.metadata_log import METADATA_PARTITION_DIR
+from cluster.metadata_records import encode_metadata_batch
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+CONTROLLER_EPOCH = 1
+READ_CHUNK_BYTES = 8 << 20
+
+
+class MetadataWriter:
+    def __init__(self, data_dir: Path, cluster_id: str):
+        self.log = PartitionLog(Path(data_dir) / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
+        self.image = MetadataImage(cluster_id=cluster_id)
+        self.changed = asyncio.Condition()
+        self._replay()
+
+    def _replay(self) -> None:
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            chunk = self.log.read(offset, READ_CHUNK_BYTES, max_offset=self.log.log_end_offset)
+            if not chunk.records:
+                break
+            self.image.replay(chunk.records)
+            offset = self.image.offset + 1
+        log.info("replayed the metadata log up to offset %d", self.image.offset)
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.log.log_end_offset - 1
+
+    async def append(self, records: list[tuple[str, dict]]) -> int:
+        """Write records as one batch, durably; returns the offset of the last one."""
+        if not records:
+            return self.last_offset
+        batch = encode_metadata_batch(records, base_offset=self.log.log_end_offset, leader_epoch=CONTROLLER_EPOCH,
+                                      timestamp=int(time.time() * 1000))
+        self.log.append_as_follower(batch)
+        self.log.flush()
+        self.image.replay(batch)
+        async with self.changed:
+            self.changed.notify_all()
+        return self.last_offset
+
+    async def notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def wait_for(self, predicate, timeout_s: float) -> bool:
+        """Wait until predicate() holds, re-checked on every change; False on timeout."""
+        async with self.changed:
+            try:
+                await asyncio.wait_for(self.changed.wait_for(predicate), timeout_s)
+                return True
+            except asyncio.TimeoutError:
+                return False
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        return self.log.read(offset, max_bytes, max_offset=self.log.log_end_offset).records
+
+    def close(self) -> None:
+        self.log.flush()
+        self.log.close()

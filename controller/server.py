@@ -1,0 +1,155 @@
+"""The controller's control-plane operations."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from cluster.control import ControlConnection
+from cluster.log import topic_id_to_kafka_string
+from controller import topics
+from controller.brokers import Session, leaderless_partition_changes, register_broker_record
+from controller.metadata_writer import MetadataWriter
+
+log = logging.getLogger(__name__)
+
+FETCH_MAX_BYTES = 1 << 20
+PRODUCER_ID_BLOCK = 1000
+
+
+class Controller:
+    def __init__(self, writer: MetadataWriter, defaults: dict, heartbeat_timeout_ms: int):
+        self.writer = writer
+        self.image = writer.image
+        self.defaults = defaults
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.sessions: dict[int, Session] = {}
+
+    def handlers(self) -> dict:
+        return {
+            "register": self.register,
+            "heartbeat": self.heartbeat,
+            "fetch_metadata": self.fetch_metadata,
+            "create_topics": self.create_topics,
+            "delete_topics": self.delete_topics,
+            "create_partitions": self.create_partitions,
+            "alter_configs": self.alter_configs,
+            "allocate_producer_ids": self.allocate_producer_ids,
+            "status": self.status,
+            "wait_ready": self.wait_ready,
+        }
+
+    def unfenced_brokers(self) -> list[int]:
+        return sorted(b.node_id for b in self.image.brokers.values() if not b.fenced)
+
+    # --- brokers ---
+
+    async def register(self, args: dict, conn: ControlConnection) -> dict:
+        broker_epoch = self.writer.end_offset  # Kafka uses the offset of the registration record
+        await self.writer.append([register_broker_record(args, broker_epoch)])
+        self.sessions[args["node_id"]] = Session(args["node_id"], broker_epoch, self.writer.last_offset,
+                                                 last_heartbeat=time.monotonic())
+        log.info("node %d registered with broker epoch %d", args["node_id"], broker_epoch)
+        return {"broker_epoch": broker_epoch, "cluster_id": self.image.cluster_id}
+
+    async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
+        session = self.sessions.get(args["node_id"])
+        if session is None or session.broker_epoch != args["broker_epoch"]:
+            raise ValueError(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
+        session.last_heartbeat = time.monotonic()
+        session.applied_offset = args["applied_offset"]
+        broker = self.image.brokers.get(session.node_id)
+        if broker is not None and broker.fenced and session.applied_offset >= session.registered_at_offset:
+            records = [("UnfenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
+            await self.writer.append(records + leaderless_partition_changes(self.image, session.node_id))
+            log.info("node %d unfenced", session.node_id)
+        else:
+            await self.writer.notify()
+        return {"fenced": self.image.brokers[session.node_id].fenced}
+
+    async def fence_silent_brokers(self) -> None:
+        """Fence brokers whose heartbeats stopped, as Kafka's controller does after its session timeout."""
+        interval = self.heartbeat_timeout_ms / 4000
+        while True:
+            await asyncio.sleep(interval)
+            for session in list(self.sessions.values()):
+                broker = self.image.brokers.get(session.node_id)
+                if broker and not broker.fenced and session.heartbeat_age_ms() > self.heartbeat_timeout_ms:
+                    log.warning("node %d missed heartbeats for %d ms: fencing it", session.node_id,
+                                session.heartbeat_age_ms())
+                    await self.writer.append([("FenceBrokerRecord", {"id": session.node_id,
+                                                                     "epoch": session.broker_epoch})])
+
+    async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
+        offset = args["offset"]
+        if offset >= self.writer.end_offset:
+            await self.writer.wait_for(lambda: self.writer.end_offset > offset, args.get("max_wait_ms", 0) / 1000)
+        data = self.writer.read(offset, FETCH_MAX_BYTES) if offset < self.writer.end_offset else b""
+        return {"data": data, "high_watermark": self.writer.end_offset}
+
+    # --- admin ---
+
+    async def _apply(self, outcome: topics.Outcome, validate_only: bool = False) -> dict:
+        offset = self.writer.last_offset
+        if outcome.records and not validate_only:
+            offset = await self.writer.append(outcome.records)
+        return {"results": outcome.results, "metadata_offset": offset}
+
+    async def create_topics(self, args: dict, conn) -> dict:
+        outcome = topics.create_topics(self.image, self.unfenced_brokers(), args["topics"], self.defaults)
+        return await self._apply(outcome, args.get("validate_only", False))
+
+    async def delete_topics(self, args: dict, conn) -> dict:
+        return await self._apply(topics.delete_topics(self.image, args["topics"]))
+
+    async def create_partitions(self, args: dict, conn) -> dict:
+        outcome = topics.create_partitions(self.image, self.unfenced_brokers(), args["topics"])
+        return await self._apply(outcome, args.get("validate_only", False))
+
+    async def alter_configs(self, args: dict, conn) -> dict:
+        return await self._apply(topics.alter_configs(self.image, args["resources"]), args.get("validate_only", False))
+
+    async def allocate_producer_ids(self, args: dict, conn) -> dict:
+        first = self.image.next_producer_id
+        await self.writer.append([("ProducerIdsRecord", {"broker_id": args["node_id"],
+                                                         "broker_epoch": args.get("broker_epoch", -1),
+                                                         "next_producer_id": first + PRODUCER_ID_BLOCK})])
+        return {"first_producer_id": first, "count": PRODUCER_ID_BLOCK}
+
+    # --- launcher ---
+
+    async def status(self, args: dict, conn) -> dict:
+        brokers = []
+        for node_id, broker in sorted(self.image.brokers.items()):
+            session = self.sessions.get(node_id)
+            endpoint = broker.endpoints[0] if broker.endpoints else None
+            brokers.append({
+                "node_id": node_id, "host": endpoint.host if endpoint else None,
+                "port": endpoint.port if endpoint else None, "fenced": broker.fenced,
+                "incarnation_id": topic_id_to_kafka_string(broker.incarnation_id),
+                "broker_epoch": broker.broker_epoch,
+                "applied_offset": session.applied_offset if session else -1,
+                "last_heartbeat_ms_ago": session.heartbeat_age_ms() if session else None,
+            })
+        return {
+            "cluster_id": self.image.cluster_id,
+            "metadata_offset": self.writer.last_offset,
+            "brokers": brokers,
+            "topics": [{
+                "name": t.name, "topic_id": topic_id_to_kafka_string(t.topic_id),
+                "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas,
+                                "isr": p.isr, "leader_epoch": p.leader_epoch}
+                               for _, p in sorted(t.partitions.items())],
+            } for _, t in sorted(self.image.topics.items())],
+        }
+
+    def _ready(self, nodes: int) -> bool:
+        caught_up = [s for s in self.sessions.values()
+                     if s.node_id in self.image.brokers and not self.image.brokers[s.node_id].fenced
+                     and s.applied_offset >= self.writer.last_offset]
+        return len(caught_up) >= nodes
+
+    async def wait_ready(self, args: dict, conn) -> dict:
+        if not await self.writer.wait_for(lambda: self._ready(args["nodes"]), args.get("timeout_ms", 30000) / 1000):
+            raise TimeoutError(f"{args['nodes']} nodes did not register and catch up in time")
+        return await self.status(args, conn)
