@@ -1,0 +1,300 @@
+"""Start, find and stop a kraftwerk cluster: one controller and N node processes.
+
+All processes of a cluster share one process group, led by the controller, so that
+stopping the cluster (or a test fixture failing half way) can always kill every one of
+them. `cluster.json` in the data dir records what runs where, so that other commands
+and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cluster.control import ControlError, call_sync
+
+READY_TIMEOUT_S = 30
+STOP_GRACE_S = 10
+
+
+class ClusterError(Exception):
+    """The cluster could not be started, found or controlled."""
+
+
+@dataclass
+class NodeProcess:
+    node_id: int
+    pid: int
+    port: int
+    data_dir: Path
+    log_path: Path
+    fixed_port: bool = False
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as dead
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def read_ready_line(process: subprocess.Popen, log_path: Path, timeout: float) -> dict:
+    """The one JSON line a process prints once it serves; waits on the pipe, never polls."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    line = process.stdout.readline() if ready else b""
+    process.stdout.close()
+    if not line:
+        tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+        raise ClusterError(f"{log_path.stem} did not start within {timeout:.0f}s:\n{tail}")
+    return json.loads(line)
+
+
+class Cluster:
+    """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`."""
+
+    def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
+                 node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S):
+        self.node_count = nodes
+        self._temporary = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="kraftwerk-"))
+        self.base_port = port
+        self.host = host
+        self.node_config = dict(node_config or {})
+        self.startup_timeout = startup_timeout
+        self.nodes: dict[int, NodeProcess] = {}
+        self.controller_pid: int | None = None
+        self.controller_port: int | None = None
+        self._processes: dict[str, subprocess.Popen] = {}
+
+    # --- starting ---
+
+    def start(self) -> "Cluster":
+        self._refuse_if_running()
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            self._start_controller()
+            pending = {node_id: self._spawn_node(node_id) for node_id in range(1, self.node_count + 1)}
+            for node_id, (process, log_path) in pending.items():
+                self._adopt_node(node_id, process, log_path)
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        self._write_state()
+        return self
+
+    def _refuse_if_running(self) -> None:
+        state = self.data_dir / "cluster.json"
+        if state.exists():
+            pids = json.loads(state.read_text()).get("pids", [])
+            if any(pid_alive(pid) for pid in pids):
+                raise ClusterError(f"a cluster is already running in {self.data_dir} (kraftwerk down stops it)")
+
+    def _start_controller(self) -> None:
+        log_path = self.data_dir / "logs" / "controller.log"
+        command = [sys.executable, "-m", "controller", "--data-dir", str(self.data_dir / "controller"),
+                   "--host", self.host, "--port", "0",
+                   "--num-partitions", self.node_config.get("num.partitions", "1"),
+                   "--default-replication-factor", self.node_config.get("default.replication.factor", "1")]
+        # Its own process group, which every node joins: one killpg stops them all.
+        process = self._popen("controller", command, log_path, process_group=0)
+        ready = read_ready_line(process, log_path, self.startup_timeout)
+        self.controller_pid = process.pid
+        self.controller_port = ready["port"]
+
+    def _spawn_node(self, node_id: int) -> tuple[subprocess.Popen, Path]:
+        log_path = self.data_dir / "logs" / f"node-{node_id}.log"
+        port = self.base_port + node_id - 1 if self.base_port else 0
+        command = [sys.executable, "-m", "node", "--node-id", str(node_id),
+                   "--data-dir", str(self.data_dir / f"node-{node_id}"), "--host", self.host, "--port", str(port),
+                   "--controller", f"{self.host}:{self.controller_port}"]
+        for key, value in self.node_config.items():
+            command += ["--set", f"{key}={value}"]
+        return self._popen(f"node-{node_id}", command, log_path, process_group=self.controller_pid), log_path
+
+    def _adopt_node(self, node_id: int, process: subprocess.Popen, log_path: Path) -> None:
+        ready = read_ready_line(process, log_path, self.startup_timeout)
+        self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
+                                          log_path, fixed_port=bool(self.base_port))
+
+    def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, **group)
+        self._processes[name] = process
+        return process
+
+    def wait_ready(self, nodes: int | None = None) -> dict:
+        try:
+            return self._control("wait_ready", nodes=nodes or len(self.nodes),
+                                 timeout_ms=int(self.startup_timeout * 1000), timeout=self.startup_timeout + 5)
+        except ControlError as exc:
+            raise ClusterError(f"the cluster did not become ready: {exc}") from exc
+
+    # --- state file ---
+
+    def _write_state(self) -> None:
+        state = {
+            "host": self.host,
+            "base_port": self.base_port,
+            "node_config": self.node_config,
+            "controller": {"pid": self.controller_pid, "port": self.controller_port},
+            "process_group": self.controller_pid,
+            "nodes": {str(n.node_id): {**asdict(n), "data_dir": str(n.data_dir), "log_path": str(n.log_path)}
+                      for n in self.nodes.values()},
+            "bootstrap_servers": self.bootstrap_servers,
+            "pids": [self.controller_pid, *(n.pid for n in self.nodes.values())],
+        }
+        temp = self.data_dir / "cluster.json.tmp"
+        temp.write_text(json.dumps(state, indent=2))
+        os.replace(temp, self.data_dir / "cluster.json")
+
+    @classmethod
+    def attach(cls, data_dir) -> "Cluster":
+        """The cluster described by <data_dir>/cluster.json (started by `kraftwerk up`)."""
+        path = Path(data_dir) / "cluster.json"
+        if not path.exists():
+            raise ClusterError(f"no cluster in {data_dir} (start one with kraftwerk up)")
+        state = json.loads(path.read_text())
+        cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, port=state["base_port"], host=state["host"],
+                      node_config=state["node_config"])
+        cluster._temporary = False
+        cluster.controller_pid = state["controller"]["pid"]
+        cluster.controller_port = state["controller"]["port"]
+        for node_id, node in state["nodes"].items():
+            cluster.nodes[int(node_id)] = NodeProcess(int(node_id), node["pid"], node["port"], Path(node["data_dir"]),
+                                                      Path(node["log_path"]), node.get("fixed_port", False))
+        return cluster
+
+    # --- queries ---
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{self.host}:{n.port}" for _, n in sorted(self.nodes.items()))
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.host}:{self.controller_port}"
+
+    def _control(self, op: str, timeout: float = 30, **args) -> dict:
+        return call_sync(self.host, self.controller_port, op, timeout=timeout, **args)
+
+    def status(self) -> dict:
+        return self._control("status")
+
+    def running(self) -> bool:
+        return self.controller_pid is not None and pid_alive(self.controller_pid)
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     config: dict[str, str] | None = None) -> None:
+        """Create a topic through a real Kafka admin client, as users do."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        try:
+            admin.create_topics([NewTopic(name, partitions, replication_factor, topic_configs=config or {})])
+        finally:
+            admin.close()
+
+    # --- faults ---
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node, as a crash would; returns once the process is gone."""
+        node = self.nodes[node_id]
+        _signal(node.pid, signal.SIGKILL)
+        self._reap(node.pid, STOP_GRACE_S)
+
+    def restart_node(self, node_id: int) -> None:
+        """Start a node again with the same id, data dir and (when fixed) port, after it died or was killed."""
+        node = self.nodes[node_id]
+        if node.alive():
+            _signal(node.pid, signal.SIGTERM)
+            self._reap(node.pid, STOP_GRACE_S)
+        process, log_path = self._spawn_node(node_id)
+        self._adopt_node(node_id, process, log_path)
+        self.wait_ready()
+        self._write_state()
+
+    # --- stopping ---
+
+    def stop(self) -> None:
+        """Graceful stop of every node then the controller; anything left in the group is killed."""
+        for node in self.nodes.values():
+            _signal(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for node in self.nodes.values():
+            self._reap(node.pid, deadline - time.monotonic())
+        if self.controller_pid:
+            _signal(self.controller_pid, signal.SIGTERM)
+            self._reap(self.controller_pid, deadline - time.monotonic())
+            try:
+                os.killpg(self.controller_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for process in self._processes.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        if self._temporary:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _reap(self, pid: int, timeout: float) -> None:
+        process = next((p for p in self._processes.values() if p.pid == pid), None)
+        if process is not None:
+            try:
+                process.wait(max(timeout, 0.1))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            return
+        # Not our child (a cluster started by another `kraftwerk up`): wait on a pidfd.
+        if not _wait_exit(pid, max(timeout, 0.1)):
+            _signal(pid, signal.SIGKILL)
+            _wait_exit(pid, STOP_GRACE_S)
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    """True once pid has exited; a pidfd becomes readable at exit, so nothing polls."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

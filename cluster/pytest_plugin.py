@@ -1,0 +1,31 @@
+"""pytest plugin: a running kraftwerk cluster for any test suite, with one fixture argument.
+
+    def test_orders(kraftwerk_cluster):
+        producer = KafkaProducer(bootstrap_servers=kraftwerk_cluster.bootstrap_servers)
+
+    @pytest.mark.kraftwerk(nodes=1, config={"auto.create.topics.enable": "false"})
+    def test_small(kraftwerk_cluster): ...
+
+The import stays light (the launcher loads on first use) because pytest loads this plugin
+in every run of every project where kraftwerk is installed.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "kraftwerk(nodes=3, config=None): size and broker config of the kraftwerk_cluster fixture")
+
+
+@pytest.fixture
+def kraftwerk_cluster(request, tmp_path):
+    """A cluster on free ports, started for this test and stopped (every process killed) after it."""
+    from cluster.launcher import Cluster
+
+    marker = request.node.get_closest_marker("kraftwerk")
+    options = marker.kwargs if marker else {}
+    with Cluster(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
+                 node_config=options.get("config")) as cluster:
+        yield cluster
