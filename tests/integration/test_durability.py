@@ -25,7 +25,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int
 def topic_ids(bootstrap: str) -> dict[str, str]:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        return {t["topic"]: t.get("topic_id") for t in admin.describe_topics()}
+        return {t["name"]: t["topic_id"] for t in admin.describe_topics()}
     finally:
         admin.close()
 

@@ -16,29 +16,44 @@ from kafka import KafkaConsumer, TopicPartition
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-3.7-kraft-logdir"
 
 
+def start_process(command: list[str], log_path: Path) -> tuple[subprocess.Popen, dict]:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=open(log_path, "wb"), start_new_session=True)
+    ready, _, _ = select.select([process.stdout], [], [], 30)
+    line = process.stdout.readline() if ready else b""
+    assert line, log_path.read_text()
+    return process, json.loads(line)
+
+
+def copy_fixture(target: Path) -> Path:
+    shutil.copytree(FIXTURE, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
+
+
 @pytest.fixture
 def fixture_node(tmp_path):
+    """Our controller on one copy of Kafka's log dir (it replays Kafka's metadata log) and a
+    node on another, configured through a server.properties with Kafka's property names."""
     if not FIXTURE.is_dir():
         pytest.skip(f"the Kafka 3.7 fixture log dir is not beside this checkout ({FIXTURE})")
-    log_dir = tmp_path / "logs"
-    shutil.copytree(FIXTURE, log_dir)
-    for path in log_dir.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    properties = tmp_path / "server.properties"
-    # Kafka's own property names; no controller: the node serves its local metadata log.
-    properties.write_text(f"node.id=1\nlisteners=PLAINTEXT://127.0.0.1:0\nlog.dirs={log_dir}\n"
-                          "auto.create.topics.enable=false\n")
-    process = subprocess.Popen([sys.executable, "-m", "node", str(properties)], stdout=subprocess.PIPE,
-                               stderr=open(tmp_path / "node.log", "wb"), start_new_session=True)
+    processes = []
     try:
-        ready, _, _ = select.select([process.stdout], [], [], 30)
-        assert ready, (tmp_path / "node.log").read_text()
-        line = process.stdout.readline()
-        assert line, (tmp_path / "node.log").read_text()
-        yield f"127.0.0.1:{json.loads(line)['port']}"
+        controller, ready = start_process(
+            [sys.executable, "-m", "controller", "--data-dir", str(copy_fixture(tmp_path / "controller")), "--port", "0"],
+            tmp_path / "controller.log")
+        processes.append(controller)
+        properties = tmp_path / "server.properties"
+        properties.write_text(
+            f"node.id=1\nlisteners=PLAINTEXT://127.0.0.1:0\nlog.dirs={copy_fixture(tmp_path / 'node')}\n"
+            f"controller.quorum.bootstrap.servers=127.0.0.1:{ready['port']}\nauto.create.topics.enable=false\n")
+        node, ready = start_process([sys.executable, "-m", "node", str(properties)], tmp_path / "node.log")
+        processes.append(node)
+        yield f"127.0.0.1:{ready['port']}"
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        for process in processes:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def test_node_lists_kafka_topics_and_serves_their_records(fixture_node):
