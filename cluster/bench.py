@@ -1,0 +1,153 @@
+"""`kraftwerk bench`: start-up time, produce and fetch throughput, and node memory, printed.
+
+Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
+cluster, not the client; kafka-python otherwise.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from cluster.launcher import Cluster
+
+
+@dataclass
+class Figure:
+    what: str
+    messages: int
+    seconds: float
+    value_size: int
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def megabytes_per_second(self) -> float:
+        return self.rate * self.value_size / 1e6
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: int, value: bytes, acks: str) -> float:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+    started = time.perf_counter()
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=str(i).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if remaining:
+        raise RuntimeError(f"{remaining} messages were not acknowledged")
+    return elapsed
+
+
+def _consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: int, messages: int) -> float:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench",
+                                         "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in range(partitions)])
+    started = time.perf_counter()
+    seen = 0
+    while seen < messages:
+        batch = consumer.consume(num_messages=10_000, timeout=5)
+        if not batch:
+            raise RuntimeError(f"read {seen} of {messages} messages before the stream went quiet")
+        seen += len(batch)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: bytes, acks: str) -> float:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks), linger_ms=5,
+                             batch_size=256 * 1024)
+    started = time.perf_counter()
+    for i in range(messages):
+        producer.send(topic, value=value, key=str(i).encode())
+    producer.flush()
+    elapsed = time.perf_counter() - started
+    producer.close()
+    return elapsed
+
+
+def _consume_kafka_python(bootstrap: str, topic: str, partitions: int, messages: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10_000,
+                             fetch_max_bytes=52428800)
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    started = time.perf_counter()
+    seen = 0
+    for _ in consumer:
+        seen += 1
+        if seen >= messages:
+            break
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, console: Console | None = None):
+    console = console or Console()
+    try:
+        import confluent_kafka
+    except ImportError:
+        confluent_kafka = None
+    client = f"confluent-kafka {confluent_kafka.version()[0]}" if confluent_kafka else "kafka-python"
+    value = os.urandom(value_size)
+    figures: list[Figure] = []
+    with Cluster(nodes=nodes) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        rss_idle = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
+        for acks in ("1", "all"):
+            topic = f"bench-acks-{acks}"
+            cluster.create_topic(topic, partitions=partitions)
+            if confluent_kafka:
+                seconds = _produce_confluent(confluent_kafka, bootstrap, topic, messages, value, acks)
+            else:
+                seconds = _produce_kafka_python(bootstrap, topic, messages, value, acks)
+            figures.append(Figure(f"produce acks={'-1' if acks == 'all' else acks}", messages, seconds, value_size))
+        if confluent_kafka:
+            seconds = _consume_confluent(confluent_kafka, bootstrap, "bench-acks-1", partitions, messages)
+        else:
+            seconds = _consume_kafka_python(bootstrap, "bench-acks-1", partitions, messages)
+        figures.append(Figure("fetch (consume all)", messages, seconds, value_size))
+        rss_loaded = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
+        startup = cluster.startup_seconds
+
+    table = Table(title=f"kraftwerk bench: {nodes} nodes, {partitions} partitions, {messages:,} x {value_size} B "
+                        f"values, client {client}")
+    for column in ("measure", "seconds", "messages/s", "MB/s"):
+        table.add_column(column, justify="right")
+    table.add_row("cluster start-up", f"{startup:.2f}", "", "")
+    for figure in figures:
+        table.add_row(figure.what, f"{figure.seconds:.2f}", f"{figure.rate:,.0f}", f"{figure.megabytes_per_second:.1f}")
+    console.print(table)
+    memory = Table(title="node memory (RSS)")
+    for column in ("node", "idle MB", "after load MB"):
+        memory.add_column(column, justify="right")
+    for node_id in sorted(rss_idle):
+        memory.add_row(str(node_id), f"{rss_idle[node_id]:.1f}", f"{rss_loaded[node_id]:.1f}")
+    console.print(memory)
+    return figures

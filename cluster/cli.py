@@ -1,0 +1,308 @@
+"""The `kraftwerk` command line: launch, inspect and use a cluster from a shell."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from cluster.launcher import Cluster, ClusterError
+
+DEFAULT_DATA_DIR = "./.kraftwerk"
+console = Console()
+
+data_dir_option = click.option("--data-dir", default=DEFAULT_DATA_DIR, show_default=True, type=click.Path(),
+                               help="where the cluster keeps its data, logs and cluster.json")
+bootstrap_option = click.option("--bootstrap-server", default=None,
+                                help="host:port of a node (default: the cluster in --data-dir)")
+
+
+def parse_pairs(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint=what)
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def attached(data_dir: str) -> Cluster:
+    try:
+        cluster = Cluster.attach(data_dir)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not cluster.running():
+        raise click.ClickException(f"the cluster in {data_dir} is not running (kraftwerk up starts it)")
+    return cluster
+
+
+def bootstrap_servers(data_dir: str, bootstrap: str | None) -> str:
+    return bootstrap or attached(data_dir).bootstrap_servers
+
+
+@click.group()
+@click.version_option(package_name="kraftwerk")
+def main():
+    """kraftwerk: a Kafka-compatible cluster on one machine."""
+
+
+@main.command()
+@click.option("--nodes", type=int, default=None, help="number of broker nodes [default: 3, or as before in DATA_DIR]")
+@click.option("--port", type=int, default=None, help="first node's port, the next nodes count up; 0 picks free ports "
+                                                    "[default: 9092]")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address every listener binds to")
+@data_dir_option
+@click.option("--detach", is_flag=True, help="return once the cluster is ready and leave it running")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="broker config by Kafka's name, e.g. num.partitions=3 (repeatable)")
+def up(nodes, port, host, data_dir, detach, settings):
+    """Start a controller and NODES broker nodes; print the bootstrap servers."""
+    previous = _previous_layout(data_dir)
+    cluster = Cluster(nodes=nodes or previous.get("nodes", 3),
+                      port=previous.get("base_port", 9092) if port is None else port,
+                      host=host, data_dir=data_dir,
+                      node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")})
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(f"[green]kraftwerk cluster ready[/] in {cluster.startup_seconds:.2f}s "
+                  f"({cluster.node_count} nodes, data in {Path(data_dir).resolve()})")
+    click.echo(f"bootstrap servers: {cluster.bootstrap_servers}")
+    if detach:
+        return
+    _stay_in_foreground(cluster)
+
+
+def _previous_layout(data_dir: str) -> dict:
+    try:
+        previous = Cluster.attach(data_dir)
+    except ClusterError:
+        return {}
+    return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config}
+
+
+def _stay_in_foreground(cluster: Cluster) -> None:
+    from rich.live import Live
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    console.print("Ctrl-C stops the cluster.")
+    try:
+        with Live(status_tables(cluster.status(), cluster), console=console, refresh_per_second=1) as live:
+            while not stop.wait(1.0):  # the refresh rate of the view, not a wait for an event
+                live.update(status_tables(cluster.status(), cluster))
+    finally:
+        cluster.stop()
+        console.print("cluster stopped; data kept in", str(cluster.data_dir))
+
+
+@main.command()
+@data_dir_option
+def down(data_dir):
+    """Stop the cluster in DATA_DIR; every process ends, the data stays."""
+    try:
+        cluster = Cluster.attach(data_dir)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    cluster.stop()
+    click.echo(f"cluster in {data_dir} stopped")
+
+
+@main.command()
+@data_dir_option
+def status(data_dir):
+    """Nodes, their processes and ports, and who leads what."""
+    cluster = attached(data_dir)
+    console.print(status_tables(cluster.status(), cluster))
+
+
+def status_tables(state: dict, cluster: Cluster):
+    from rich.console import Group
+
+    led = {}
+    for topic in state["topics"]:
+        for partition in topic["partitions"]:
+            led[partition["leader"]] = led.get(partition["leader"], 0) + 1
+    nodes = Table(title=f"cluster {state['cluster_id']}")
+    for column in ("node", "pid", "address", "process", "state", "partitions led"):
+        nodes.add_column(column)
+    brokers = {b["node_id"]: b for b in state["brokers"]}
+    for node_id, node in sorted(cluster.nodes.items()):
+        broker = brokers.get(node_id, {})
+        nodes.add_row(str(node_id), str(node.pid), f"{cluster.host}:{node.port}",
+                      "[green]running[/]" if node.alive() else "[red]dead[/]",
+                      "fenced" if broker.get("fenced", True) else "unfenced", str(led.get(node_id, 0)))
+    topics = Table(title="topics")
+    for column in ("topic", "topic id", "partitions", "leaders"):
+        topics.add_column(column)
+    for topic in state["topics"]:
+        leaders = " ".join(f"{p['partition']}:{p['leader']}" for p in topic["partitions"])
+        topics.add_row(topic["name"], topic["topic_id"], str(len(topic["partitions"])), leaders)
+    return Group(nodes, topics)
+
+
+@main.group()
+def topic():
+    """Create, list, describe and delete topics."""
+
+
+def admin_client(bootstrap: str):
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kraftwerk-cli")
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", type=int, default=1, show_default=True)
+@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="topic config (repeatable)")
+@data_dir_option
+@bootstrap_option
+def topic_create(name, partitions, replication_factor, configs, data_dir, bootstrap_server):
+    """Create topic NAME."""
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+
+    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
+    try:
+        admin.create_topics([NewTopic(name, partitions, replication_factor,
+                                      topic_configs=parse_pairs(configs, "--config"))])
+    except KafkaError as exc:
+        raise click.ClickException(f"cannot create {name}: {exc}") from exc
+    finally:
+        admin.close()
+    click.echo(f"created topic {name} with {partitions} partitions")
+
+
+@topic.command("list")
+@data_dir_option
+@bootstrap_option
+def topic_list(data_dir, bootstrap_server):
+    """Names of all topics."""
+    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
+    try:
+        for name in sorted(admin.list_topics()):
+            click.echo(name)
+    finally:
+        admin.close()
+
+
+@topic.command("describe")
+@click.argument("name")
+@data_dir_option
+@bootstrap_option
+def topic_describe(name, data_dir, bootstrap_server):
+    """Partitions of topic NAME with leaders, replicas and ISR."""
+    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
+    try:
+        described = admin.describe_topics([name])[0]
+    finally:
+        admin.close()
+    if described["error_code"]:
+        raise click.ClickException(f"cannot describe {name}: error {described['error_code']}")
+    table = Table(title=f"{name} ({described['topic_id']})")
+    for column in ("partition", "leader", "replicas", "isr"):
+        table.add_column(column)
+    for partition in sorted(described["partitions"], key=lambda p: p["partition_index"]):
+        table.add_row(str(partition["partition_index"]), str(partition["leader_id"]),
+                      ",".join(map(str, partition["replica_nodes"])), ",".join(map(str, partition["isr_nodes"])))
+    console.print(table)
+
+
+@topic.command("delete")
+@click.argument("name")
+@data_dir_option
+@bootstrap_option
+def topic_delete(name, data_dir, bootstrap_server):
+    """Delete topic NAME and its data."""
+    from kafka.errors import KafkaError
+
+    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
+    try:
+        admin.delete_topics([name])
+    except KafkaError as exc:
+        raise click.ClickException(f"cannot delete {name}: {exc}") from exc
+    finally:
+        admin.close()
+    click.echo(f"deleted topic {name}")
+
+
+@main.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.argument("values", nargs=-1)
+@click.option("--key", default=None, help="key of every message")
+@click.option("--partition", type=int, default=None, help="partition (default: by key, as the client chooses)")
+@click.option("--header", "headers", multiple=True, metavar="KEY=VALUE", help="header (repeatable)")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@data_dir_option
+@bootstrap_option
+def produce(topic_name, values, key, partition, headers, acks, data_dir, bootstrap_server):
+    """Send VALUES (or, without any, each line of standard input) to TOPIC."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers(data_dir, bootstrap_server),
+                             acks=acks if acks == "all" else int(acks), client_id="kraftwerk-cli")
+    header_list = [(k, v.encode()) for k, v in parse_pairs(headers, "--header").items()]
+    lines = values or (line.rstrip("\n") for line in sys.stdin)
+    futures = [producer.send(topic_name, value=value.encode(), key=key.encode() if key is not None else None,
+                             partition=partition, headers=header_list) for value in lines]
+    producer.flush()
+    producer.close()
+    for future in futures:
+        metadata = future.get()
+        click.echo(f"{metadata.topic}-{metadata.partition}@{metadata.offset}", err=True)
+
+
+@main.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--from-beginning", is_flag=True, help="start at the earliest offset instead of the end")
+@click.option("--partition", "partitions", type=int, multiple=True, help="only this partition (repeatable)")
+@click.option("--max-messages", type=int, default=None, help="stop after this many messages")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
+@click.option("--print-key", is_flag=True, help="print key<TAB>value")
+@data_dir_option
+@bootstrap_option
+def consume(topic_name, from_beginning, partitions, max_messages, timeout, print_key, data_dir, bootstrap_server):
+    """Print the values of TOPIC's messages, one per line."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers(data_dir, bootstrap_server), client_id="kraftwerk-cli",
+                             enable_auto_commit=False, consumer_timeout_ms=int(timeout * 1000))
+    try:
+        chosen = partitions or sorted(consumer.partitions_for_topic(topic_name) or ())
+        if not chosen:
+            raise click.ClickException(f"topic {topic_name} does not exist")
+        consumer.assign([TopicPartition(topic_name, p) for p in chosen])
+        if from_beginning:
+            consumer.seek_to_beginning()
+        for count, record in enumerate(consumer, start=1):
+            value = (record.value or b"").decode(errors="replace")
+            click.echo(f"{(record.key or b'').decode(errors='replace')}\t{value}" if print_key else value)
+            if max_messages is not None and count >= max_messages:
+                break
+    finally:
+        consumer.close()
+
+
+@main.command()
+@click.option("--nodes", type=int, default=3, show_default=True)
+@click.option("--messages", type=int, default=200_000, show_default=True)
+@click.option("--value-size", type=int, default=100, show_default=True)
+@click.option("--partitions", type=int, default=6, show_default=True)
+def bench(nodes, messages, value_size, partitions):
+    """Start a fresh cluster on free ports and print start-up, produce and fetch figures."""
+    from cluster.bench import run_benchmark
+
+    run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console)
+
+
+if __name__ == "__main__":
+    main()
