@@ -1,0 +1,65 @@
+"""The kraftwerk command line, as a user runs it from a shell."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cluster.launcher import pid_alive
+
+
+def kraftwerk(*args: str, data_dir, input: str | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--data-dir", str(data_dir)],
+                            input=input, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    directory = tmp_path / "cluster"
+    yield directory
+    state = directory / "cluster.json"
+    if state.exists():  # whatever a failed test left running goes, with its whole process group
+        try:
+            os.killpg(json.loads(state.read_text())["process_group"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_up_use_down_up_again(data_dir):
+    started = kraftwerk("up", "--nodes", "3", "--port", "0", "--detach", data_dir=data_dir)
+    assert "bootstrap servers: 127.0.0.1:" in started.stdout
+
+    status = kraftwerk("status", data_dir=data_dir).stdout
+    assert status.count("running") == 3 and status.count("unfenced") == 3
+
+    kraftwerk("topic", "create", "greetings", "--partitions", "3", data_dir=data_dir)
+    assert kraftwerk("topic", "list", data_dir=data_dir).stdout.split() == ["greetings"]
+    kraftwerk("produce", "greetings", "--partition", "1", "hello", "world", data_dir=data_dir)
+    kraftwerk("produce", "greetings", "--partition", "2", "--key", "k", data_dir=data_dir, input="from\nstdin\n")
+    described = kraftwerk("topic", "describe", "greetings", data_dir=data_dir).stdout
+    topic_id = described.split("(")[1].split(")")[0]
+
+    def consume(partition: str) -> list[str]:
+        return kraftwerk("consume", "greetings", "--from-beginning", "--partition", partition, "--timeout", "3",
+                         data_dir=data_dir).stdout.split()
+
+    assert consume("1") == ["hello", "world"]
+    assert consume("2") == ["from", "stdin"]
+
+    pids = json.loads((data_dir / "cluster.json").read_text())["pids"]
+    kraftwerk("down", data_dir=data_dir)
+    assert not any(pid_alive(pid) for pid in pids)
+
+    kraftwerk("up", "--port", "0", "--detach", data_dir=data_dir)
+    assert topic_id in kraftwerk("topic", "describe", "greetings", data_dir=data_dir).stdout
+    assert consume("1") == ["hello", "world"]
+    assert consume("2") == ["from", "stdin"]
+    kraftwerk("topic", "delete", "greetings", data_dir=data_dir)
+    assert kraftwerk("topic", "list", data_dir=data_dir).stdout.split() == []
+    kraftwerk("down", data_dir=data_dir)
