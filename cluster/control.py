@@ -138,7 +138,7 @@ class ControlClient:
     def connected(self) -> bool:
         return self._writer is not None and not self._writer.is_closing()
 
-    async def call(self, op: str, timeout: float | None = None, **args: Any) -> dict:
+    async def call(self, op: str, /, timeout: float | None = None, **args: Any) -> dict:
         if not self.connected:
             raise ControlError("control connection is not open")
         request_id = next(self._ids)
@@ -176,7 +176,7 @@ class ControlClient:
             self.closed.set()
 
 
-def call_sync(host: str, port: int, op: str, timeout: float = 30.0, **args: Any) -> dict:
+def call_sync(host: str, port: int, op: str, /, timeout: float = 30.0, **args: Any) -> dict:
     """One blocking request, for the CLI and the launcher."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(encode_frame({"v": PROTOCOL_VERSION, "id": 1, "op": op, **args}))

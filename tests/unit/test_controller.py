@@ -1,0 +1,118 @@
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+import pytest
+
+from cluster.control import ControlError, call_sync
+from cluster.errors import ErrorCode
+from cluster.image import MetadataImage
+from cluster.log import topic_id_to_kafka_string
+from controller import topics
+from controller.placement import assign_replicas
+
+DEFAULTS = {"num.partitions": 1, "default.replication.factor": 1}
+
+
+def test_six_partitions_on_three_nodes_give_two_leaders_each():
+    for start in range(3):
+        assignment = assign_replicas([1, 2, 3], 6, 3, start_index=start)
+        assert Counter(r[0] for r in assignment) == {1: 2, 2: 2, 3: 2}
+        assert all(len(set(r)) == 3 for r in assignment)
+        assert len({tuple(r) for r in assignment}) == 6  # followers shift too
+
+
+def test_replication_factor_above_broker_count_is_refused():
+    with pytest.raises(ValueError):
+        assign_replicas([1, 2], 1, 3)
+
+
+@pytest.mark.parametrize("request_fields, code", [
+    ({"name": "bad name!"}, ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ({"name": "." * 1}, ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ({"name": "x" * 250}, ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ({"name": "t", "num_partitions": 0}, ErrorCode.INVALID_PARTITIONS),
+    ({"name": "t", "replication_factor": 4}, ErrorCode.INVALID_REPLICATION_FACTOR),
+    ({"name": "t", "configs": {"no.such.config": "1"}}, ErrorCode.INVALID_CONFIG),
+    ({"name": "t", "configs": {"retention.ms": "soon"}}, ErrorCode.INVALID_CONFIG),
+    ({"name": "t", "assignments": {0: [1, 1]}}, ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+    ({"name": "t", "assignments": {0: [9]}}, ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+])
+def test_create_topic_validation(request_fields, code):
+    request = {"num_partitions": -1, "replication_factor": -1, "assignments": None, "configs": {}, **request_fields}
+    outcome = topics.create_topics(MetadataImage(), [1, 2, 3], [request], DEFAULTS)
+    assert [r["error_code"] for r in outcome.results] == [code]
+    assert outcome.records == []
+
+
+def test_create_topic_records():
+    outcome = topics.create_topics(MetadataImage(), [1, 2, 3], [{
+        "name": "orders", "num_partitions": 6, "replication_factor": 2, "assignments": None,
+        "configs": {"retention.ms": "1000"}}], DEFAULTS)
+    names = [name for name, _ in outcome.records]
+    assert names == ["TopicRecord"] + ["PartitionRecord"] * 6 + ["ConfigRecord"]
+    assert outcome.results[0]["num_partitions"] == 6 and outcome.results[0]["replication_factor"] == 2
+
+
+def start_controller(data_dir) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen([sys.executable, "-m", "controller", "--data-dir", str(data_dir), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    ready, _, _ = select.select([process.stdout], [], [], 30)
+    assert ready
+    return process, json.loads(process.stdout.readline())["port"]
+
+
+def stop(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def register(port: int, node_id: int) -> int:
+    reply = call_sync("127.0.0.1", port, "register", node_id=node_id,
+                      incarnation_id=topic_id_to_kafka_string(uuid.uuid4()), host="127.0.0.1", port=9000 + node_id,
+                      rack=None)
+    return reply["broker_epoch"]
+
+
+def test_controller_process_registers_creates_and_keeps_metadata(tmp_path):
+    process, port = start_controller(tmp_path)
+    try:
+        epochs = {n: register(port, n) for n in (1, 2)}
+        with pytest.raises(ControlError):
+            call_sync("127.0.0.1", port, "heartbeat", node_id=1, broker_epoch=12345, applied_offset=100)
+        for node_id, epoch in epochs.items():
+            reply = call_sync("127.0.0.1", port, "heartbeat", node_id=node_id, broker_epoch=epoch, applied_offset=100)
+            assert reply["fenced"] is False
+        created = call_sync("127.0.0.1", port, "create_topics", validate_only=False, topics=[
+            {"name": "orders", "num_partitions": 4, "replication_factor": 1, "assignments": None, "configs": {}}])
+        result, = created["results"]
+        assert result["error_code"] == 0
+        again = call_sync("127.0.0.1", port, "create_topics", validate_only=False, topics=[
+            {"name": "orders", "num_partitions": 1, "replication_factor": 1, "assignments": None, "configs": {}}])
+        assert again["results"][0]["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS
+
+        fetched = call_sync("127.0.0.1", port, "fetch_metadata", offset=0, max_wait_ms=0)
+        image = MetadataImage()
+        image.replay(fetched["data"])
+        assert image.offset == created["metadata_offset"] == fetched["high_watermark"] - 1
+        orders = image.topics["orders"]
+        assert topic_id_to_kafka_string(orders.topic_id) == result["topic_id"]
+        assert sorted(p.leader for p in orders.partitions.values()) == [1, 1, 2, 2]
+        cluster_id = call_sync("127.0.0.1", port, "status")["cluster_id"]
+        with pytest.raises(ControlError):
+            call_sync("127.0.0.1", port, "no-such-op")
+    finally:
+        stop(process)
+
+    process, port = start_controller(tmp_path)
+    try:
+        status = call_sync("127.0.0.1", port, "status")
+        assert status["cluster_id"] == cluster_id
+        assert [t["topic_id"] for t in status["topics"] if t["name"] == "orders"] == [result["topic_id"]]
+    finally:
+        stop(process)

@@ -1,0 +1,177 @@
+import os
+import shutil
+import struct
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cluster.log import (
+    LogConfig, OffsetOutOfRangeError, PartitionLog, parse_partition_dir_name, topic_id_from_kafka_string,
+    topic_id_to_kafka_string,
+)
+from cluster.records import iter_batch_headers, iter_records, validate_batches
+
+FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-3.7-kraft-logdir"
+
+
+def batch(values, timestamp=1_000):
+    from cluster.records import encode_batch
+
+    return encode_batch([(None, v) for v in values], timestamp=timestamp)
+
+
+def offsets_of(data: bytes) -> list[tuple[int, int]]:
+    return [(h.base_offset, h.last_offset) for _, h in iter_batch_headers(data)]
+
+
+def fill(log: PartitionLog, batches: int, per_batch: int = 2) -> None:
+    for i in range(batches):
+        log.append(batch([b"value-%d-%d" % (i, j) for j in range(per_batch)], timestamp=1_000 + i), leader_epoch=0)
+
+
+def test_offsets_are_assigned_and_every_offset_reads_its_batch(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 50)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 100, 100)
+    for offset in range(100):
+        first = offsets_of(log.read(offset, 1).records)
+        assert first == [(offset - offset % 2, offset - offset % 2 + 1)]
+    assert log.read(100, 1000).records == b""
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(101, 1000)
+
+
+def test_reads_respect_max_bytes_and_max_offset(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 10)
+    one = len(log.read(0, 1).records)
+    assert offsets_of(log.read(0, one * 3).records) == [(0, 1), (2, 3), (4, 5)]
+    assert offsets_of(log.read(0, 10_000, max_offset=4).records) == [(0, 1), (2, 3)]
+
+
+def test_segments_roll_by_size_and_reads_cross_them(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, index_interval_bytes=100))
+    fill(log, 30)
+    names = sorted(p.name for p in (tmp_path / "t-0").glob("*.log"))
+    assert len(names) > 3 and names[0] == "00000000000000000000.log"
+    assert all(len(n) == len("00000000000000000000.log") for n in names)
+    data = log.read(0, 1 << 20).records
+    assert [o for o, _ in offsets_of(data)] == list(range(0, 60, 2))
+    assert (tmp_path / "t-0" / names[1].replace(".log", ".index")).stat().st_size > 0
+
+
+def test_reopen_gives_the_same_state_and_torn_tails_are_truncated(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", topic_id=uuid.UUID(int=7), config=LogConfig(segment_bytes=400))
+    fill(log, 20)
+    before = log.read(0, 1 << 20).records
+    log.close()
+    active = sorted((tmp_path / "t-0").glob("*.log"))[-1]
+    intact_size = active.stat().st_size
+    with open(active, "ab") as handle:  # a batch cut off in the middle of its write
+        handle.write(batch([b"torn"])[:30])
+    reopened = PartitionLog(tmp_path / "t-0")
+    assert reopened.topic_id == uuid.UUID(int=7)
+    assert reopened.log_end_offset == 40
+    assert reopened.read(0, 1 << 20).records == before
+    assert active.stat().st_size == intact_size
+    assert reopened.append(batch([b"next"]), leader_epoch=0).first_offset == 40
+
+
+def test_corrupt_tail_batch_is_truncated(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 3)
+    log.close()
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    assert PartitionLog(tmp_path / "t-0").log_end_offset == 4
+
+
+def test_missing_indexes_are_rebuilt(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, index_interval_bytes=100))
+    fill(log, 30)
+    log.close()
+    for index in (tmp_path / "t-0").glob("*index"):
+        index.unlink()
+    reopened = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, index_interval_bytes=100))
+    assert reopened.log_end_offset == 60
+    assert offsets_of(reopened.read(37, 1).records) == [(36, 37)]
+    assert all((tmp_path / "t-0" / f"{p.stem}.index").exists() for p in (tmp_path / "t-0").glob("*.log"))
+
+
+def test_retention_deletes_old_segments(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, retention_ms=1_000))
+    for i in range(20):
+        log.append(batch([b"x" * 50], timestamp=1_000 + i), leader_epoch=0)
+    segments = len(log.segments)
+    deleted = log.enforce_retention(now_ms=10_000)
+    assert deleted == segments - 1
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+
+
+def test_leader_epoch_checkpoint(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 2)
+    log.append(batch([b"a"]), leader_epoch=3)
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 4\n"
+    assert log.end_offset_for_epoch(0) == (0, 4)
+    assert log.end_offset_for_epoch(2) == (0, 4)
+    assert log.end_offset_for_epoch(3) == (3, 5)
+    assert PartitionLog(tmp_path / "t-0").epochs == [(0, 0), (3, 4)]
+
+
+def test_log_append_time_rewrites_timestamps_and_the_crc(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(message_timestamp_type="LogAppendTime"))
+    info = log.append(batch([b"a", b"b"], timestamp=5), leader_epoch=0, now_ms=1_234_567)
+    assert info.log_append_time == 1_234_567
+    data = log.read(0, 1000).records
+    (_, header), = validate_batches(data)
+    assert header.uses_log_append_time and header.max_timestamp == 1_234_567
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path):
+    from cluster.records import encode_batch
+
+    log = PartitionLog(tmp_path / "t-0")
+    for i in range(5):
+        log.append(encode_batch([(None, b"v")], timestamp=100 * i), leader_epoch=0)
+    assert log.offset_for_timestamp(150) == (2, 200)
+    assert log.offset_for_timestamp(0) == (0, 0)
+    assert log.offset_for_timestamp(401) is None
+    assert log.max_timestamp_and_offset() == (400, 4)
+
+
+def test_truncate_to(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400))
+    fill(log, 20)
+    log.truncate_to(10)
+    assert log.log_end_offset == 10
+    assert offsets_of(log.read(0, 1 << 20).records)[-1] == (8, 9)
+    assert log.append(batch([b"after"]), leader_epoch=0).first_offset == 10
+
+
+def test_names_and_topic_ids():
+    assert parse_partition_dir_name("my-topic-3") == ("my-topic", 3)
+    assert parse_partition_dir_name("__cluster_metadata-0") == ("__cluster_metadata", 0)
+    assert parse_partition_dir_name("meta.properties") is None
+    topic_id = uuid.uuid4()
+    assert topic_id_from_kafka_string(topic_id_to_kafka_string(topic_id)) == topic_id
+    assert topic_id_to_kafka_string(uuid.UUID(int=1)) == "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+def test_reads_a_partition_written_by_kafka(tmp_path):
+    source = FIXTURE / "TestTopicPatient-0"
+    if not source.is_dir():
+        pytest.skip(f"Kafka 3.7 fixture not beside this checkout ({FIXTURE})")
+    shutil.copytree(source, tmp_path / "TestTopicPatient-0")
+    for path in (tmp_path / "TestTopicPatient-0").iterdir():
+        path.chmod(0o644)
+    log = PartitionLog(tmp_path / "TestTopicPatient-0")
+    assert log.log_end_offset == 3
+    assert topic_id_to_kafka_string(log.topic_id) == "B3_HiNPgSQ6oxG9ZZ6ED5A"
+    assert log.read(0, 1 << 20).records == (source / "00000000000000000000.log").read_bytes()
+    assert [r.offset for r in iter_records(log.read(2, 1).records)] == [2]
