@@ -1,0 +1,181 @@
+"""Every API at every version ApiVersions advertises: a request encoded by kafka-python's
+codec at that version gets a response that decodes at that version, without errors."""
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+
+import pytest
+from kafka import KafkaProducer
+from kafka.protocol import admin as admin_api
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from cluster.records import encode_batch
+
+TOPIC = "versions"
+
+
+@pytest.fixture(scope="module")
+def node():
+    from cluster.launcher import Cluster
+
+    with Cluster(nodes=1) as cluster:
+        cluster.create_topic(TOPIC, partitions=1)
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+        producer.send(TOPIC, b"already there", partition=0).get(10)
+        producer.close()
+        host, port = cluster.bootstrap_servers.rsplit(":", 1)
+        topic_id = None
+        with socket.create_connection((host, int(port))) as sock:
+            metadata = exchange(sock, MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(name=TOPIC)],
+                                                          allow_auto_topic_creation=False), MetadataResponse, 12)
+            topic_id = metadata.topics[0].topic_id
+        yield host, int(port), topic_id
+
+
+def exchange(sock, request, response_class, version: int):
+    request.with_header(correlation_id=version + 1000, client_id="versions")
+    payload = bytes(request.encode(version=version, header=True))
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+    size = struct.unpack(">i", recv(sock, 4))[0]
+    body = recv(sock, size)
+    assert struct.unpack(">i", body[:4])[0] == version + 1000
+    flexible_header = response_class.flexible_version_q(version) and response_class is not ApiVersionsResponse
+    return response_class.decode(body[5 if flexible_header else 4:], version=version)
+
+
+def recv(sock, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the node closed the connection"
+        data += chunk
+    return data
+
+
+def advertised(host: str, port: int) -> dict[int, tuple[int, int]]:
+    with socket.create_connection((host, port)) as sock:
+        response = exchange(sock, ApiVersionsRequest[0](), ApiVersionsResponse, 0)
+    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+
+def requests_for(version_of, topic_id):
+    """(request, response class) builders keyed by API key; each takes the version."""
+    def produce(v):
+        T = ProduceRequest.TopicProduceData
+        topic = T(name=TOPIC, partition_data=[]) if v < 13 else T(topic_id=topic_id, partition_data=[])
+        topic.partition_data = [T.PartitionProduceData(index=0, records=encode_batch([(None, b"v%d" % v)], timestamp=1))]
+        return ProduceRequest[v](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[topic])
+
+    def fetch(v):
+        T = FetchRequest.FetchTopic
+        part = T.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1,
+                                log_start_offset=-1, last_fetched_epoch=-1)
+        topic = T(topic=TOPIC, partitions=[part]) if v < 13 else T(topic_id=topic_id, partitions=[part])
+        return FetchRequest[v](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                               session_id=0, session_epoch=-1, topics=[topic], forgotten_topics_data=[], rack_id="")
+
+    def list_offsets(v):
+        T = ListOffsetsRequest.ListOffsetsTopic
+        return ListOffsetsRequest[v](replica_id=-1, isolation_level=0, timeout_ms=1000, topics=[
+            T(name=TOPIC, partitions=[T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-2,
+                                                              max_num_offsets=1)])])
+
+    def metadata(v):
+        topics = [MetadataRequest.MetadataRequestTopic(name=TOPIC)]
+        return MetadataRequest[v](topics=topics, allow_auto_topic_creation=False,
+                                  include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+
+    def create_topics(v):
+        T = admin_api.CreateTopicsRequest.CreatableTopic
+        return admin_api.CreateTopicsRequest[v](topics=[T(name=f"created-v{v}", num_partitions=1, replication_factor=1,
+                                                          assignments=[], configs=[])], timeout_ms=5000,
+                                                validate_only=False)
+
+    def delete_topics(v):
+        if v >= 6:
+            T = admin_api.DeleteTopicsRequest.DeleteTopicState
+            return admin_api.DeleteTopicsRequest[v](topics=[T(name=f"created-v{v + 1}")], timeout_ms=5000)
+        return admin_api.DeleteTopicsRequest[v](topic_names=[f"created-v{v + 1}"], timeout_ms=5000)
+
+    def create_partitions(v):
+        T = admin_api.CreatePartitionsRequest.CreatePartitionsTopic
+        return admin_api.CreatePartitionsRequest[v](topics=[T(name=TOPIC, count=2, assignments=None)], timeout_ms=5000,
+                                                    validate_only=True)
+
+    def describe_configs(v):
+        R = admin_api.DescribeConfigsRequest.DescribeConfigsResource
+        return admin_api.DescribeConfigsRequest[v](resources=[R(resource_type=2, resource_name=TOPIC,
+                                                                configuration_keys=None)],
+                                                   include_synonyms=True, include_documentation=False)
+
+    def alter_configs(v):
+        R = admin_api.IncrementalAlterConfigsRequest.AlterConfigsResource
+        return admin_api.IncrementalAlterConfigsRequest[v](resources=[R(resource_type=2, resource_name=TOPIC, configs=[
+            R.AlterableConfig(name="retention.ms", config_operation=0, value="86400000")])], validate_only=True)
+
+    def describe_cluster(v):
+        return admin_api.DescribeClusterRequest[v](include_cluster_authorized_operations=False, endpoint_type=1,
+                                                   include_fenced_brokers=False)
+
+    def describe_topic_partitions(v):
+        T = admin_api.DescribeTopicPartitionsRequest.TopicRequest
+        return admin_api.DescribeTopicPartitionsRequest[v](topics=[T(name=TOPIC)], response_partition_limit=10,
+                                                           cursor=None)
+
+    def init_producer_id(v):
+        return InitProducerIdRequest[v](transactional_id=None, transaction_timeout_ms=60000, producer_id=-1,
+                                        producer_epoch=-1)
+
+    def api_versions(v):
+        return ApiVersionsRequest[v](client_software_name="versions", client_software_version="1")
+
+    return {
+        0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
+        3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
+        19: (create_topics, admin_api.CreateTopicsResponse), 20: (delete_topics, admin_api.DeleteTopicsResponse),
+        37: (create_partitions, admin_api.CreatePartitionsResponse),
+        32: (describe_configs, admin_api.DescribeConfigsResponse),
+        44: (alter_configs, admin_api.IncrementalAlterConfigsResponse),
+        60: (describe_cluster, admin_api.DescribeClusterResponse),
+        75: (describe_topic_partitions, admin_api.DescribeTopicPartitionsResponse),
+        22: (init_producer_id, InitProducerIdResponse),
+    }
+
+
+def error_codes(response) -> list[int]:
+    """Every error_code anywhere in a decoded response."""
+    found = []
+
+    def walk(value):
+        if isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif hasattr(value, "_struct"):
+            for name in value._struct.fields:
+                child = getattr(value, name, None)
+                if name == "error_code":
+                    found.append(child)
+                else:
+                    walk(child)
+    walk(response)
+    return found
+
+
+def test_every_advertised_version_round_trips(node):
+    host, port, topic_id = node
+    versions = advertised(host, port)
+    builders = requests_for(versions, topic_id)
+    assert set(versions) == set(builders), "a handler is advertised without a version test, or the reverse"
+    checked = 0
+    with socket.create_connection((host, port), timeout=10) as sock:
+        for api_key, (low, high) in sorted(versions.items()):
+            build, response_class = builders[api_key]
+            for version in range(low, high + 1):
+                response = exchange(sock, build(version), response_class, version)
+                assert set(error_codes(response)) <= {0}, (api_key, version, response)
+                checked += 1
+    assert checked > 80
