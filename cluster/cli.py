@@ -4,6 +4,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -153,10 +154,19 @@ def topic():
     """Create, list, describe and delete topics."""
 
 
-def admin_client(bootstrap: str):
+@contextmanager
+def admin_client(data_dir: str, bootstrap: str | None, failure: str):
+    """A Kafka admin client for the cluster; Kafka errors become a one-line CLI error."""
     from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
 
-    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kraftwerk-cli")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers(data_dir, bootstrap), client_id="kraftwerk-cli")
+    try:
+        yield admin
+    except KafkaError as exc:
+        raise click.ClickException(f"{failure}: {exc}") from exc
+    finally:
+        admin.close()
 
 
 @topic.command("create")
@@ -169,16 +179,10 @@ def admin_client(bootstrap: str):
 def topic_create(name, partitions, replication_factor, configs, data_dir, bootstrap_server):
     """Create topic NAME."""
     from kafka.admin import NewTopic
-    from kafka.errors import KafkaError
 
-    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
-    try:
+    with admin_client(data_dir, bootstrap_server, f"cannot create {name}") as admin:
         admin.create_topics([NewTopic(name, partitions, replication_factor,
                                       topic_configs=parse_pairs(configs, "--config"))])
-    except KafkaError as exc:
-        raise click.ClickException(f"cannot create {name}: {exc}") from exc
-    finally:
-        admin.close()
     click.echo(f"created topic {name} with {partitions} partitions")
 
 
@@ -187,12 +191,10 @@ def topic_create(name, partitions, replication_factor, configs, data_dir, bootst
 @bootstrap_option
 def topic_list(data_dir, bootstrap_server):
     """Names of all topics."""
-    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
-    try:
-        for name in sorted(admin.list_topics()):
-            click.echo(name)
-    finally:
-        admin.close()
+    with admin_client(data_dir, bootstrap_server, "cannot list topics") as admin:
+        names = sorted(admin.list_topics())
+    for name in names:
+        click.echo(name)
 
 
 @topic.command("describe")
@@ -201,11 +203,8 @@ def topic_list(data_dir, bootstrap_server):
 @bootstrap_option
 def topic_describe(name, data_dir, bootstrap_server):
     """Partitions of topic NAME with leaders, replicas and ISR."""
-    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
-    try:
+    with admin_client(data_dir, bootstrap_server, f"cannot describe {name}") as admin:
         described = admin.describe_topics([name])[0]
-    finally:
-        admin.close()
     if described["error_code"]:
         raise click.ClickException(f"cannot describe {name}: error {described['error_code']}")
     table = Table(title=f"{name} ({described['topic_id']})")
@@ -223,15 +222,8 @@ def topic_describe(name, data_dir, bootstrap_server):
 @bootstrap_option
 def topic_delete(name, data_dir, bootstrap_server):
     """Delete topic NAME and its data."""
-    from kafka.errors import KafkaError
-
-    admin = admin_client(bootstrap_servers(data_dir, bootstrap_server))
-    try:
+    with admin_client(data_dir, bootstrap_server, f"cannot delete {name}") as admin:
         admin.delete_topics([name])
-    except KafkaError as exc:
-        raise click.ClickException(f"cannot delete {name}: {exc}") from exc
-    finally:
-        admin.close()
     click.echo(f"deleted topic {name}")
 
 

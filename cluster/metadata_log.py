@@ -26,6 +26,17 @@ def write_meta_properties(log_dir, props: dict[str, str]) -> None:
     os.replace(temp, path)
 
 
+def replay_partition_log(log, image: MetadataImage, chunk_bytes: int = 8 << 20) -> None:
+    """Apply every record of an open metadata PartitionLog to image, in offset order."""
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        chunk = log.read(offset, chunk_bytes, max_offset=log.log_end_offset)
+        if not chunk.records:
+            break
+        image.replay(chunk.records)
+        offset = image.offset + 1
+
+
 def load_metadata_image(log_dir) -> MetadataImage:
     """Replay a log dir's metadata log (ours or Kafka's) into a fresh image; a torn tail is ignored."""
     log_dir = Path(log_dir)

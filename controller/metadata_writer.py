@@ -14,14 +14,13 @@ from pathlib import Path
 
 from cluster.image import MetadataImage
 from cluster.log import PartitionLog
-from cluster.metadata_log import METADATA_PARTITION_DIR
+from cluster.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
 from cluster.metadata_records import encode_metadata_batch
 
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 CONTROLLER_EPOCH = 1
-READ_CHUNK_BYTES = 8 << 20
 
 
 class MetadataWriter:
@@ -29,16 +28,7 @@ class MetadataWriter:
         self.log = PartitionLog(Path(data_dir) / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
         self.image = MetadataImage(cluster_id=cluster_id)
         self.changed = asyncio.Condition()
-        self._replay()
-
-    def _replay(self) -> None:
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            chunk = self.log.read(offset, READ_CHUNK_BYTES, max_offset=self.log.log_end_offset)
-            if not chunk.records:
-                break
-            self.image.replay(chunk.records)
-            offset = self.image.offset + 1
+        replay_partition_log(self.log, self.image)
         log.info("replayed the metadata log up to offset %d", self.image.offset)
 
     @property

@@ -13,14 +13,14 @@ import uuid
 
 from cluster.control import ControlClient, ControlError
 from cluster.log import PartitionLog, topic_id_to_kafka_string
-from cluster.metadata_log import read_meta_properties, write_meta_properties
+from cluster.metadata_log import (
+    METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
+)
 
 log = logging.getLogger(__name__)
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 FETCH_MAX_WAIT_MS = 5000
-READ_CHUNK_BYTES = 8 << 20
 RECONNECT_DELAY_S = 0.2
 
 
@@ -46,13 +46,7 @@ class MetadataSync:
     def load_local_log(self) -> None:
         directory = self.broker.log_dir / METADATA_PARTITION_DIR
         self.log = PartitionLog(directory, topic_id=METADATA_TOPIC_ID)
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            chunk = self.log.read(offset, READ_CHUNK_BYTES, max_offset=self.log.log_end_offset)
-            if not chunk.records:
-                break
-            self.image.replay(chunk.records)
-            offset = self.image.offset + 1
+        replay_partition_log(self.log, self.image)
         props = read_meta_properties(self.broker.log_dir)
         if props.get("cluster.id"):
             self.image.cluster_id = props["cluster.id"]

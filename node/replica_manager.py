@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name
-from node.metadata_sync import METADATA_PARTITION_DIR
+from cluster.metadata_log import METADATA_PARTITION_DIR
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
