@@ -372,26 +372,38 @@ class PartitionLog:
 
     def _read_segment(self, segment: Segment, offset: int, limit: int, budget: int, need_one: bool,
                       chunks: list[bytes]) -> int:
-        """Append whole batches of one segment holding offsets >= offset; returns bytes added."""
+        """Append whole batches of one segment holding offsets >= offset; returns bytes added.
+
+        One read covers the sparse-index position up to the byte budget; batch headers are
+        walked in that buffer, and only a first batch larger than the buffer is read again.
+        """
         position = segment.position_for(offset)
-        start = end = -1
-        while position + LOG_OVERHEAD <= segment.size:
-            header = read_header(os.pread(segment.fd, HEADER_SIZE, position))
+        window = os.pread(segment.fd, min(segment.size - position, max(budget, 0) + READ_AHEAD_BYTES), position)
+        view = memoryview(window)
+        cursor, start, end = 0, -1, -1
+        while cursor + HEADER_SIZE <= len(view):
+            header = read_header(view, cursor)
             if header.base_offset >= limit:
                 break
             if header.last_offset >= offset:
                 if start < 0:
-                    start = position
-                if end >= 0 and position + header.size - start > budget:
+                    if header.size > budget and not need_one:
+                        break
+                    start = cursor
+                elif cursor + header.size - start > budget:
                     break
-                if end < 0 and header.size > budget and not need_one:
+                end = cursor + header.size
+                if end >= len(view):
                     break
-                end = position + header.size
-            position += header.size
-        if start < 0 or end < 0:
+            cursor += header.size
+        if start < 0:
             return 0
-        chunks.append(os.pread(segment.fd, end - start, start))
-        return end - start
+        if end <= len(view):
+            data = bytes(view[start:end])
+        else:  # a single batch larger than the window
+            data = os.pread(segment.fd, end - start, position + start)
+        chunks.append(data)
+        return len(data)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         for segment in self.segments:
