@@ -33,6 +33,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "broker.heartbeat.interval.ms": "500",
     # Kafka: 3000; rebalances of empty groups should not slow tests down.
     "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "offset.metadata.max.bytes": "4096",
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "1",
 }

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from cluster.config import BrokerConfig
 from cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from node.group_coordinator import GroupCoordinator
 from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
 from node.replica_manager import ReplicaManager
@@ -34,6 +35,7 @@ class Broker:
         self.replicas = ReplicaManager(self)
         self.metadata = MetadataSync(self)
         self.producer_ids = ProducerIdAllocator(self)
+        self.groups = GroupCoordinator(self)
         self.listener: Listener | None = None
         self.started_ms = int(time.time() * 1000)
 

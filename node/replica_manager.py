@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name
 from cluster.metadata_log import METADATA_PARTITION_DIR
+from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,18 @@ class ReplicaManager:
         for key in [k for k in self.logs if k not in wanted]:
             self._remove_log(key)
         self._remove_orphan_dirs(wanted)
+        self._update_coordinated_partitions()
+
+    def _update_coordinated_partitions(self) -> None:
+        """Load the groups of `__consumer_offsets` partitions led here; forget those led elsewhere."""
+        coordinator = self.broker.groups
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        led = {index for index, info in (topic.partitions.items() if topic else ())
+               if info.leader == self.broker.node_id and (OFFSETS_TOPIC, index) in self.logs}
+        for partition in led - coordinator.loaded_partitions:
+            coordinator.load_partition(partition, self.logs[(OFFSETS_TOPIC, partition)])
+        for partition in coordinator.loaded_partitions - led:
+            coordinator.unload_partition(partition)
 
     def _ensure_log(self, topic, index: int, info) -> None:
         key = (topic.name, index)

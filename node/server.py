@@ -35,6 +35,7 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+    client_host: str = ""
 
 
 def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
@@ -132,6 +133,7 @@ class KafkaServer:
                 return asyncio.create_task(self._unsupported_api_versions(correlation_id))
             raise MalformedRequest(f"unsupported version {api_version} of api {api_key}")
         header, body_start = parse_header(frame, handler.request_is_flexible(api_version))
+        header.client_host = f"/{peer[0]}" if peer else ""
         try:
             request = handler.request.decode(frame[body_start:], version=api_version)
         except Exception as exc:

@@ -42,6 +42,17 @@ API_MODULES = (
     "describe_cluster",
     "describe_topic_partitions",
     "init_producer_id",
+    "find_coordinator",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "describe_groups",
+    "list_groups",
+    "delete_groups",
+    "offset_delete",
 )
 
 

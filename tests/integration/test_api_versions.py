@@ -9,8 +9,12 @@ import uuid
 import pytest
 from kafka import KafkaProducer
 from kafka.protocol import admin as admin_api
+from kafka.protocol import consumer as group_api
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from cluster.records import encode_batch
@@ -133,6 +137,64 @@ def requests_for(version_of, topic_id):
     def api_versions(v):
         return ApiVersionsRequest[v](client_software_name="versions", client_software_version="1")
 
+    def find_coordinator(v):
+        return FindCoordinatorRequest[v](key="versions-group", key_type=0, coordinator_keys=["versions-group"])
+
+    def join_group(v):
+        P = group_api.JoinGroupRequest.JoinGroupRequestProtocol
+        return group_api.JoinGroupRequest[v](group_id=f"join-v{v}", session_timeout_ms=10000,
+                                             rebalance_timeout_ms=10000, member_id="", group_instance_id=None,
+                                             protocol_type="consumer", protocols=[P(name="range", metadata=b"")],
+                                             reason=None)
+
+    def sync_group(v):
+        return group_api.SyncGroupRequest[v](group_id="nobody", generation_id=1, member_id="ghost",
+                                             group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                                             assignments=[])
+
+    def heartbeat(v):
+        return group_api.HeartbeatRequest[v](group_id="nobody", generation_id=1, member_id="ghost",
+                                             group_instance_id=None)
+
+    def leave_group(v):
+        M = group_api.LeaveGroupRequest.MemberIdentity
+        return group_api.LeaveGroupRequest[v](group_id="nobody", member_id="ghost",
+                                              members=[M(member_id="ghost", group_instance_id=None, reason=None)])
+
+    def offset_commit(v):
+        T = group_api.OffsetCommitRequest.OffsetCommitRequestTopic
+        topic = T(name=TOPIC, partitions=[]) if v < 10 else T(topic_id=topic_id, partitions=[])
+        topic.partitions = [T.OffsetCommitRequestPartition(partition_index=0, committed_offset=v,
+                                                           committed_leader_epoch=-1, committed_metadata="")]
+        return group_api.OffsetCommitRequest[v](group_id="committer", generation_id_or_member_epoch=-1,
+                                                member_id="", group_instance_id=None, retention_time_ms=-1,
+                                                topics=[topic])
+
+    def offset_fetch(v):
+        if v < 8:
+            T = group_api.OffsetFetchRequest.OffsetFetchRequestTopic
+            return group_api.OffsetFetchRequest[v](group_id="committer", require_stable=False,
+                                                   topics=[T(name=TOPIC, partition_indexes=[0])])
+        G = group_api.OffsetFetchRequest.OffsetFetchRequestGroup
+        T = G.OffsetFetchRequestTopics
+        topic = T(name=TOPIC, partition_indexes=[0]) if v < 10 else T(topic_id=topic_id, partition_indexes=[0])
+        return group_api.OffsetFetchRequest[v](groups=[G(group_id="committer", member_id=None, member_epoch=-1,
+                                                         topics=[topic])], require_stable=False)
+
+    def describe_groups(v):
+        return admin_api.DescribeGroupsRequest[v](groups=["committer"], include_authorized_operations=False)
+
+    def list_groups(v):
+        return admin_api.ListGroupsRequest[v](states_filter=[], types_filter=[])
+
+    def delete_groups(v):
+        return admin_api.DeleteGroupsRequest[v](groups_names=["never-existed"])
+
+    def offset_delete(v):
+        T = group_api.OffsetDeleteRequest.OffsetDeleteRequestTopic
+        return group_api.OffsetDeleteRequest[v](group_id="never-existed", topics=[
+            T(name=TOPIC, partitions=[T.OffsetDeleteRequestPartition(partition_index=0)])])
+
     return {
         0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
         3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
@@ -143,7 +205,22 @@ def requests_for(version_of, topic_id):
         60: (describe_cluster, admin_api.DescribeClusterResponse),
         75: (describe_topic_partitions, admin_api.DescribeTopicPartitionsResponse),
         22: (init_producer_id, InitProducerIdResponse),
+        10: (find_coordinator, FindCoordinatorResponse), 11: (join_group, group_api.JoinGroupResponse),
+        14: (sync_group, group_api.SyncGroupResponse), 12: (heartbeat, group_api.HeartbeatResponse),
+        13: (leave_group, group_api.LeaveGroupResponse), 8: (offset_commit, group_api.OffsetCommitResponse),
+        9: (offset_fetch, group_api.OffsetFetchResponse), 15: (describe_groups, admin_api.DescribeGroupsResponse),
+        16: (list_groups, admin_api.ListGroupsResponse), 42: (delete_groups, admin_api.DeleteGroupsResponse),
+        47: (offset_delete, group_api.OffsetDeleteResponse),
     }
+
+
+# The error each request above is built to get: requests about groups that do not exist
+# must be answered with Kafka's code for that, in the layout of their version.
+EXPECTED_ERRORS = {
+    11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
+    14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
+    42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+}
 
 
 def error_codes(response) -> list[int]:
@@ -172,10 +249,16 @@ def test_every_advertised_version_round_trips(node):
     assert set(versions) == set(builders), "a handler is advertised without a version test, or the reverse"
     checked = 0
     with socket.create_connection((host, port), timeout=10) as sock:
+        # Clients find the coordinator before any group request; that creates __consumer_offsets.
+        assert exchange(sock, builders[10][0](0), FindCoordinatorResponse, 0).error_code == 0
         for api_key, (low, high) in sorted(versions.items()):
             build, response_class = builders[api_key]
             for version in range(low, high + 1):
                 response = exchange(sock, build(version), response_class, version)
-                assert set(error_codes(response)) <= {0}, (api_key, version, response)
+                assert set(error_codes(response)) <= EXPECTED_ERRORS.get(api_key, {0}), (api_key, version, response)
                 checked += 1
-    assert checked > 80
+    assert checked > 130
+    # The offsets committed at each OffsetCommit version are what OffsetFetch returned.
+    with socket.create_connection((host, port), timeout=10) as sock:
+        fetched = exchange(sock, builders[9][0](8), group_api.OffsetFetchResponse, 8)
+    assert fetched.groups[0].topics[0].partitions[0].committed_offset == versions[8][1]

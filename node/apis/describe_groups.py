@@ -1,0 +1,35 @@
+"""DescribeGroups: state, protocol and members (with metadata and assignment) of each group."""
+from __future__ import annotations
+
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+
+from cluster.errors import ErrorCode
+from node.group_coordinator import DEAD
+
+REQUEST = DescribeGroupsRequest
+RESPONSE = DescribeGroupsResponse
+VERSIONS = (0, 6)
+
+Described = RESPONSE.DescribedGroup
+
+
+async def handle(broker, header, request):
+    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[_describe(broker, g) for g in request.groups])
+
+
+def _describe(broker, group_id: str):
+    error = broker.groups.owns(group_id)
+    group = None if error else broker.groups.group(group_id)
+    if group is None:
+        # Kafka describes an unknown group as Dead with no error.
+        return Described(error_code=error, error_message=None, group_id=group_id, group_state=DEAD,
+                         protocol_type="", protocol_data="", members=[], authorized_operations=None)
+    stable = group.state == "Stable"
+    return Described(
+        error_code=ErrorCode.NONE, error_message=None, group_id=group_id, group_state=group.state,
+        protocol_type=group.protocol_type or "", protocol_data=group.protocol or "",
+        members=[Described.DescribedGroupMember(
+            member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+            client_host=m.client_host, member_metadata=m.metadata_for(group.protocol or "") if stable else b"",
+            member_assignment=m.assignment if stable else b"") for m in group.members.values()],
+        authorized_operations=None)

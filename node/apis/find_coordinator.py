@@ -1,0 +1,55 @@
+"""FindCoordinator: the leader of the group's `__consumer_offsets` partition (created on first use)."""
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+from cluster.errors import ErrorCode
+from node import offsets_topic
+
+REQUEST = FindCoordinatorRequest
+RESPONSE = FindCoordinatorResponse
+VERSIONS = (0, 6)
+GROUP_KEY_TYPE = 0
+
+log = logging.getLogger(__name__)
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    keys = request.coordinator_keys if version >= 4 else [request.key]
+    key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
+    if key_type == GROUP_KEY_TYPE and broker.topic(offsets_topic.OFFSETS_TOPIC) is None:
+        await _create_offsets_topic(broker)
+    found = [_locate(broker, key, key_type) for key in keys]
+    if version >= 4:
+        return RESPONSE[version](throttle_time_ms=0, coordinators=[
+            RESPONSE.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
+            for key, (code, node, host, port) in zip(keys, found)])
+    code, node, host, port = found[0]
+    return RESPONSE[version](throttle_time_ms=0, error_code=code, error_message=None, node_id=node, host=host,
+                             port=port)
+
+
+def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+    if key_type != GROUP_KEY_TYPE:
+        # Transaction coordinators come with transactions.
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    partition = broker.groups.partition_of(key)
+    info = broker.partition(offsets_topic.OFFSETS_TOPIC, partition)
+    endpoint = broker.endpoint_of(info.leader) if info is not None and info.leader >= 0 else None
+    if endpoint is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    host, port, _ = endpoint
+    return ErrorCode.NONE, info.leader, host, port
+
+
+async def _create_offsets_topic(broker) -> None:
+    factor = min(broker.config.get_int("offsets.topic.replication.factor"), len(broker.live_broker_ids()))
+    topic = {"name": offsets_topic.OFFSETS_TOPIC, "num_partitions": broker.config.get_int("offsets.topic.num.partitions"),
+             "replication_factor": factor, "assignments": None, "configs": offsets_topic.OFFSETS_TOPIC_CONFIGS}
+    try:
+        await broker.call_controller("create_topics", topics=[topic], validate_only=False)
+    except Exception as exc:  # answered as COORDINATOR_NOT_AVAILABLE; clients retry
+        log.warning("cannot create %s: %s", offsets_topic.OFFSETS_TOPIC, exc)

@@ -1,0 +1,14 @@
+"""Heartbeat: keeps a member's session alive and tells it when to rejoin."""
+from __future__ import annotations
+
+from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
+
+REQUEST = HeartbeatRequest
+RESPONSE = HeartbeatResponse
+VERSIONS = (0, 4)
+
+
+async def handle(broker, header, request):
+    error = broker.groups.owns(request.group_id) or broker.groups.heartbeat(
+        request.group_id, request.generation_id, request.member_id)
+    return RESPONSE[header.api_version](throttle_time_ms=0, error_code=error)

@@ -1,0 +1,30 @@
+"""JoinGroup: membership, protocol selection and the leader of each generation."""
+from __future__ import annotations
+
+from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+
+REQUEST = JoinGroupRequest
+RESPONSE = JoinGroupResponse
+VERSIONS = (0, 9)
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    owner = broker.groups.owns(request.group_id)
+    if owner:
+        return _response(version, error=owner, member_id=request.member_id)
+    result = await broker.groups.join(
+        request.group_id, request.member_id, request.group_instance_id if version >= 5 else None,
+        header.client_id or "", header.client_host, request.session_timeout_ms,
+        request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms, request.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in request.protocols], require_known_member=version >= 4)
+    return _response(version, error=result.error, generation=result.generation, protocol_type=result.protocol_type,
+                     protocol=result.protocol, leader=result.leader, member_id=result.member_id,
+                     members=[RESPONSE.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=data)
+                              for m, i, data in result.members])
+
+
+def _response(version, error, member_id, generation=-1, protocol_type=None, protocol=None, leader="", members=()):
+    return RESPONSE[version](throttle_time_ms=0, error_code=error, generation_id=generation,
+                             protocol_type=protocol_type, protocol_name=protocol if version >= 7 else (protocol or ""),
+                             leader=leader, skip_assignment=False, member_id=member_id, members=list(members))

@@ -1,0 +1,22 @@
+"""LeaveGroup: one member (v0-2) or a batch of members with per-member results (v3+)."""
+from __future__ import annotations
+
+from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
+
+from cluster.errors import ErrorCode
+
+REQUEST = LeaveGroupRequest
+RESPONSE = LeaveGroupResponse
+VERSIONS = (0, 5)
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
+        else [(request.member_id, None)]
+    owner = broker.groups.owns(request.group_id)
+    errors = [owner] * len(leaving) if owner else broker.groups.leave(request.group_id, leaving)
+    if version < 3:
+        return RESPONSE[version](throttle_time_ms=0, error_code=errors[0], members=[])
+    return RESPONSE[version](throttle_time_ms=0, error_code=owner or ErrorCode.NONE, members=[
+        RESPONSE.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for (m, i), e in zip(leaving, errors)])

@@ -1,0 +1,62 @@
+"""OffsetCommit: offsets written to `__consumer_offsets` before they are acknowledged."""
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+
+from cluster.errors import ErrorCode
+from node.group_coordinator import GroupError
+from node.offsets_topic import CommittedOffset
+
+REQUEST = OffsetCommitRequest
+RESPONSE = OffsetCommitResponse
+VERSIONS = (2, 10)
+
+log = logging.getLogger(__name__)
+Topic = RESPONSE.OffsetCommitResponseTopic
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    error = broker.groups.owns(request.group_id) or broker.groups.check_commit(
+        request.group_id, request.generation_id_or_member_epoch, request.member_id,
+        request.group_instance_id if version >= 7 else None)
+    now = int(time.time() * 1000)
+    max_metadata = broker.config.get_int("offset.metadata.max.bytes")
+    accepted: dict[tuple[str, int], CommittedOffset] = {}
+    results: list[tuple[object, str | None, list[tuple[int, ErrorCode]]]] = []
+    for topic in request.topics:
+        name = broker.topic_by_id(topic.topic_id).name if version >= 10 and broker.topic_by_id(topic.topic_id) \
+            else getattr(topic, "name", None)
+        codes = []
+        for part in topic.partitions:
+            code = error or _partition_error(broker, name, part, max_metadata, version)
+            if not code:
+                accepted[(name, part.partition_index)] = CommittedOffset(
+                    part.committed_offset, part.committed_leader_epoch if version >= 6 else -1,
+                    part.committed_metadata or "", now)
+            codes.append((part.partition_index, code))
+        results.append((topic, name, codes))
+    if accepted:
+        try:
+            broker.groups.commit(request.group_id, accepted)
+        except (GroupError, OSError) as exc:
+            log.error("cannot store offsets of group %s: %s", request.group_id, exc)
+            failed = exc.code if isinstance(exc, GroupError) else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            results = [(t, n, [(p, c or failed) for p, c in codes]) for t, n, codes in results]
+    return RESPONSE[version](throttle_time_ms=0, topics=[
+        Topic(name=name if version < 10 else None, topic_id=getattr(topic, "topic_id", None), partitions=[
+            Topic.OffsetCommitResponsePartition(partition_index=p, error_code=c) for p, c in codes])
+        for topic, name, codes in results])
+
+
+def _partition_error(broker, topic: str | None, part, max_metadata: int, version: int) -> ErrorCode:
+    if topic is None:
+        return ErrorCode.UNKNOWN_TOPIC_ID if version >= 10 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if broker.partition(topic, part.partition_index) is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if part.committed_metadata is not None and len(part.committed_metadata.encode()) > max_metadata:
+        return ErrorCode.OFFSET_METADATA_TOO_LARGE
+    return ErrorCode.NONE

@@ -1,0 +1,43 @@
+"""OffsetDelete: drop committed offsets of partitions the group no longer consumes."""
+from __future__ import annotations
+
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
+
+from cluster.errors import ErrorCode
+from node.group_coordinator import GroupError
+
+REQUEST = OffsetDeleteRequest
+RESPONSE = OffsetDeleteResponse
+VERSIONS = (0, 0)
+
+Topic = RESPONSE.OffsetDeleteResponseTopic
+
+
+async def handle(broker, header, request):
+    coordinator = broker.groups
+    error = coordinator.owns(request.group_id)
+    group = None if error else coordinator.group(request.group_id)
+    if not error and group is None:
+        error = ErrorCode.GROUP_ID_NOT_FOUND
+    if error:
+        return RESPONSE[0](error_code=error, throttle_time_ms=0, topics=[])
+    subscribed = coordinator.subscribed_topics(group)
+    topics, deletable = [], []
+    for topic in request.topics:
+        codes = []
+        for part in topic.partitions:
+            if subscribed is None or topic.name in subscribed:
+                codes.append((part.partition_index, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
+            elif broker.partition(topic.name, part.partition_index) is None:
+                codes.append((part.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                codes.append((part.partition_index, ErrorCode.NONE))
+                deletable.append((topic.name, part.partition_index))
+        topics.append((topic.name, codes))
+    try:
+        coordinator.delete_offsets(request.group_id, deletable)
+    except GroupError as exc:
+        return RESPONSE[0](error_code=exc.code, throttle_time_ms=0, topics=[])
+    return RESPONSE[0](error_code=ErrorCode.NONE, throttle_time_ms=0, topics=[
+        Topic(name=name, partitions=[Topic.OffsetDeleteResponsePartition(partition_index=p, error_code=c)
+                                     for p, c in codes]) for name, codes in topics])

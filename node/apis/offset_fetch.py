@@ -1,0 +1,73 @@
+"""OffsetFetch: committed offsets of one group (v1-7) or of several (v8+)."""
+from __future__ import annotations
+
+from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+from cluster.errors import ErrorCode
+
+REQUEST = OffsetFetchRequest
+RESPONSE = OffsetFetchResponse
+VERSIONS = (1, 10)
+
+OldTopic = RESPONSE.OffsetFetchResponseTopic
+Group = RESPONSE.OffsetFetchResponseGroup
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    if version < 8:
+        wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+        error, offsets = _lookup(broker, request.group_id, wanted)
+        return RESPONSE[version](throttle_time_ms=0, error_code=error, topics=[
+            OldTopic(name=topic, partitions=[OldTopic.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
+                for p, o, e, m, c in parts]) for topic, parts in offsets])
+    groups = []
+    for group in request.groups:
+        wanted = None if group.topics is None else [(_topic_name(broker, t, version), list(t.partition_indexes))
+                                                     for t in group.topics]
+        error, offsets = _lookup(broker, group.group_id, wanted)
+        Topic = Group.OffsetFetchResponseTopics
+        groups.append(Group(group_id=group.group_id, error_code=error, topics=[
+            Topic(name=topic if version < 10 else None,
+                  topic_id=_topic_id(broker, topic) if version >= 10 else None,
+                  partitions=[Topic.OffsetFetchResponsePartitions(
+                      partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
+                      for p, o, e, m, c in parts]) for topic, parts in offsets]))
+    return RESPONSE[version](throttle_time_ms=0, groups=groups)
+
+
+def _topic_name(broker, topic, version):
+    if version >= 10:
+        info = broker.topic_by_id(topic.topic_id)
+        return info.name if info else None
+    return topic.name
+
+
+def _topic_id(broker, name):
+    info = broker.topic(name) if name else None
+    return info.topic_id if info else None
+
+
+def _lookup(broker, group_id: str, wanted):
+    """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]); -1 where nothing is committed."""
+    error = broker.groups.owns(group_id)
+    if error:
+        return error, []
+    committed = broker.groups.committed(group_id)
+    if wanted is None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            by_topic.setdefault(topic, []).append(partition)
+        wanted = list(by_topic.items())
+    found = []
+    for topic, partitions in wanted:
+        parts = []
+        for partition in partitions:
+            offset = committed.get((topic, partition))
+            if offset is None:
+                parts.append((partition, -1, -1, "", ErrorCode.NONE))
+            else:
+                parts.append((partition, offset.offset, offset.leader_epoch, offset.metadata, ErrorCode.NONE))
+        found.append((topic, parts))
+    return ErrorCode.NONE, found
