@@ -1,0 +1,279 @@
+"""Consumer groups with real clients: every message once, offsets committed and resumed,
+partitions split and taken over, offsets surviving restarts."""
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from cluster.launcher import Cluster
+from node.offsets_topic import partition_for_group
+
+PARTITIONS = 6
+MESSAGES = 600
+FIRST_SESSION = 250
+JS_DIR = Path(__file__).resolve().parents[1] / "clients" / "js"
+# Kafka's group.min.session.timeout.ms; consumers that die are noticed after their session timeout.
+SESSION_TIMEOUT_MS = 6000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(nodes=3) as running:
+        yield running
+
+
+def fill_topic(cluster, messages: int = MESSAGES) -> str:
+    topic = f"grouped-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+    for i in range(messages):
+        producer.send(topic, key=f"key-{i}".encode(), value=f"value-{i}".encode())
+    producer.flush()
+    producer.close()
+    return topic
+
+
+def all_positions(cluster, topic: str) -> set[tuple[int, int]]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    finally:
+        consumer.close()
+    return {(tp.partition, offset) for tp, end in ends.items() for offset in range(end)}
+
+
+def committed(cluster, group: str) -> dict[int, int]:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        return {tp.partition: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
+    finally:
+        admin.close()
+
+
+def assert_two_sessions_read_everything_once(cluster, topic, group, first, second):
+    """The second session starts exactly where the first committed; together they read all."""
+    assert len(first) == FIRST_SESSION
+    resumed_at = {}
+    for partition, offset in first:
+        resumed_at[partition] = max(resumed_at.get(partition, 0), offset + 1)
+    for partition in range(PARTITIONS):
+        starts = [o for p, o in second if p == partition]
+        assert not starts or min(starts) == resumed_at.get(partition, 0), partition
+    assert len(first) + len(second) == MESSAGES
+    assert set(first) | set(second) == all_positions(cluster, topic)
+    assert committed(cluster, group) == {p: max(o for q, o in first + second if q == p) + 1 for p in range(PARTITIONS)}
+
+
+# --- one session per client library ---
+
+def kafka_python_session(cluster, topic, group, count):
+    consumer = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15000)
+    read = []
+    try:
+        for record in consumer:
+            read.append((record.partition, record.offset))
+            consumer.commit({TopicPartition(topic, record.partition): OffsetAndMetadata(record.offset + 1, "", -1)})
+            if len(read) == count:
+                break
+    finally:
+        consumer.close()
+    return read
+
+
+def confluent_session(cluster, topic, group, count):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    read = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(read) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            read.append((message.partition(), message.offset()))
+            consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, message.partition(), message.offset() + 1)],
+                            asynchronous=False)
+    finally:
+        consumer.close()
+    return read
+
+
+def aiokafka_session(cluster, topic, group, count):
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def run():
+        consumer = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        read = []
+        try:
+            while len(read) < count:
+                record = await asyncio.wait_for(consumer.getone(), 30)
+                read.append((record.partition, record.offset))
+                await consumer.commit({aiokafka.TopicPartition(topic, record.partition): record.offset + 1})
+        finally:
+            await consumer.stop()
+        return read
+
+    return asyncio.run(run())
+
+
+def kafkajs_session(cluster, topic, group, count):
+    if shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").exists():
+        pytest.skip("KafkaJS is not installed (scripts/dev-setup runs npm ci in tests/clients/js)")
+    result = subprocess.run(["node", str(JS_DIR / "group.js"), cluster.bootstrap_servers, topic, group, str(count)],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    return [(m["partition"], m["offset"]) for m in json.loads(result.stdout)]
+
+
+@pytest.mark.parametrize("session", [kafka_python_session, confluent_session, aiokafka_session, kafkajs_session],
+                         ids=["kafka-python", "confluent-kafka", "aiokafka", "kafkajs"])
+def test_group_consumer_resumes_at_committed_offsets(cluster, session):
+    topic = fill_topic(cluster)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    first = session(cluster, topic, group, FIRST_SESSION)
+    second = session(cluster, topic, group, MESSAGES - FIRST_SESSION)
+    assert_two_sessions_read_everything_once(cluster, topic, group, first, second)
+
+
+# --- membership changes ---
+
+def group_members(cluster, group: str) -> dict[str, int]:
+    """member id -> number of partitions assigned, as DescribeGroups reports it."""
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        described = admin.describe_groups([group])[group]
+    finally:
+        admin.close()
+    assert described["group_state"] == "Stable", described
+    return {m["member_id"]: len(m["member_assignment"]["assigned_partitions"][0]["partitions"])
+            for m in described["members"]} if described["members"] else {}
+
+
+def poll_until(consumers, condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            consumer.poll(0.05)
+        if condition():
+            return
+    raise AssertionError("the group did not settle in time")
+
+
+def test_members_split_partitions_and_take_over_from_leavers_and_the_dead(cluster):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    topic = fill_topic(cluster, messages=60)
+    group = f"split-{uuid.uuid4().hex[:8]}"
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
+              "heartbeat.interval.ms": 500, "session.timeout.ms": SESSION_TIMEOUT_MS,
+              "partition.assignment.strategy": "range"}
+
+    def new_consumer():
+        consumer = confluent_kafka.Consumer(config)
+        consumer.subscribe([topic])
+        return consumer
+
+    def sizes(consumers):
+        return sorted(len(c.assignment()) for c in consumers)
+
+    first = new_consumer()
+    poll_until([first], lambda: sizes([first]) == [6])
+    second = new_consumer()
+    poll_until([first, second], lambda: sizes([first, second]) == [3, 3])
+    third = new_consumer()
+    members = [first, second, third]
+    poll_until(members, lambda: sizes(members) == [2, 2, 2])
+
+    third.close()  # LeaveGroup: the others rebalance at once
+    poll_until([first, second], lambda: sizes([first, second]) == [3, 3])
+
+    dying = subprocess.Popen([sys.executable, "-c", DYING_CONSUMER, cluster.bootstrap_servers, topic, group,
+                              str(SESSION_TIMEOUT_MS)], stdout=subprocess.PIPE)
+    try:
+        # The survivors must keep polling so that they rejoin the rebalance the newcomer causes.
+        poll_until([first, second], lambda: select.select([dying.stdout], [], [], 0)[0]
+                   and sum(sizes([first, second])) == 4)
+        assert dying.stdout.readline().strip() == b"assigned"
+        dying.send_signal(signal.SIGKILL)
+        dying.wait()
+        # The coordinator notices the missed session and the survivors share its partitions.
+        poll_until([first, second], lambda: sizes([first, second]) == [3, 3], timeout=SESSION_TIMEOUT_MS / 1000 + 30)
+    finally:
+        if dying.poll() is None:
+            dying.kill()
+            dying.wait()
+    assert sorted(group_members(cluster, group).values()) == [3, 3]
+    for consumer in (first, second):
+        consumer.close()
+
+
+DYING_CONSUMER = """
+import sys, confluent_kafka
+bootstrap, topic, group, session = sys.argv[1:]
+consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "heartbeat.interval.ms": 500,
+                                     "session.timeout.ms": int(session), "partition.assignment.strategy": "range"})
+consumer.subscribe([topic])
+announced = False
+while True:
+    consumer.poll(0.1)
+    if consumer.assignment() and not announced:
+        print("assigned", flush=True)
+        announced = True
+"""
+
+
+# --- durability of offsets ---
+
+def commit_offsets(bootstrap: str, topic: str, group: str, offsets: dict[int, int]) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(o, f"meta-{p}", -1) for p, o in offsets.items()})
+    finally:
+        consumer.close()
+
+
+def test_committed_offsets_survive_down_up_and_a_coordinator_restart(tmp_path):
+    data_dir = tmp_path / "cluster"
+    group = "durable-group"
+    wanted = {p: 10 * (p + 1) for p in range(PARTITIONS)}
+    with Cluster(nodes=3, data_dir=data_dir) as running:
+        topic = fill_topic(running)
+        commit_offsets(running.bootstrap_servers, topic, group, wanted)
+        assert committed(running, group) == wanted
+    with Cluster(nodes=3, data_dir=data_dir) as running:
+        assert committed(running, group) == wanted
+        offsets_partition = partition_for_group(group, 50)
+        status = running.status()
+        coordinator = next(p["leader"] for t in status["topics"] if t["name"] == "__consumer_offsets"
+                           for p in t["partitions"] if p["partition"] == offsets_partition)
+        running.kill_node(coordinator)
+        running.restart_node(coordinator)
+        assert committed(running, group) == wanted
+        consumer = KafkaConsumer(topic, bootstrap_servers=running.bootstrap_servers, group_id=group,
+                                 enable_auto_commit=False, consumer_timeout_ms=10000)
+        try:
+            first_read = {}
+            for record in consumer:
+                first_read.setdefault(record.partition, record.offset)
+                if len(first_read) == PARTITIONS:
+                    break
+        finally:
+            consumer.close()
+        assert first_read == wanted
