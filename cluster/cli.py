@@ -227,6 +227,135 @@ def topic_delete(name, data_dir, bootstrap_server):
     click.echo(f"deleted topic {name}")
 
 
+@main.group()
+def group():
+    """List, describe, delete consumer groups and reset their offsets."""
+
+
+@group.command("list")
+@data_dir_option
+@bootstrap_option
+def group_list(data_dir, bootstrap_server):
+    """Every consumer group with its state."""
+    with admin_client(data_dir, bootstrap_server, "cannot list groups") as admin:
+        groups = admin.list_groups()
+    table = Table(title="consumer groups")
+    for column in ("group", "state", "protocol type"):
+        table.add_column(column)
+    for listed in sorted(groups, key=lambda g: g["group_id"]):
+        table.add_row(listed["group_id"], listed.get("group_state", ""), listed["protocol_type"])
+    console.print(table)
+
+
+def group_lag(bootstrap: str, committed: dict) -> dict:
+    """TopicPartition -> log end offset, for the partitions a group has offsets in."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="kraftwerk-cli")
+    try:
+        return consumer.end_offsets(list(committed))
+    finally:
+        consumer.close()
+
+
+@group.command("describe")
+@click.argument("group_id", metavar="GROUP")
+@data_dir_option
+@bootstrap_option
+def group_describe(group_id, data_dir, bootstrap_server):
+    """Members, assignments, committed offsets and lag, as kafka-consumer-groups.sh shows them."""
+    bootstrap = bootstrap_servers(data_dir, bootstrap_server)
+    with admin_client(data_dir, bootstrap, f"cannot describe {group_id}") as admin:
+        described = admin.describe_groups([group_id])[group_id]
+        committed = admin.list_group_offsets(group_id)[group_id]
+    owner = {}
+    for member in described["members"]:
+        for assigned in (member.get("member_assignment") or {}).get("assigned_partitions", []):
+            for partition in assigned["partitions"]:
+                owner[(assigned["topic"], partition)] = member
+    ends = group_lag(bootstrap, committed) if committed else {}
+    console.print(f"group {group_id}: {described['group_state']}, protocol {described['protocol_data'] or '-'}, "
+                  f"{len(described['members'])} members")
+    table = Table()
+    for column in ("topic", "partition", "committed", "log end", "lag", "member", "host", "client id"):
+        table.add_column(column)
+    rows = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+    for topic, partition in owner:
+        rows.setdefault((topic, partition), None)
+    for (topic, partition), offset in sorted(rows.items()):
+        end = next((e for tp, e in ends.items() if (tp.topic, tp.partition) == (topic, partition)), None)
+        member = owner.get((topic, partition), {})
+        lag = end - offset if end is not None and offset is not None else None
+        table.add_row(topic, str(partition), _dash(offset), _dash(end), _dash(lag), member.get("member_id", "-"),
+                      member.get("client_host", "-"), member.get("client_id", "-"))
+    console.print(table)
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+@group.command("delete")
+@click.argument("group_id", metavar="GROUP")
+@data_dir_option
+@bootstrap_option
+def group_delete(group_id, data_dir, bootstrap_server):
+    """Delete an empty group and its committed offsets."""
+    with admin_client(data_dir, bootstrap_server, f"cannot delete {group_id}") as admin:
+        results = admin.delete_groups([group_id])
+    outcome = dict(results).get(group_id, "OK") if isinstance(results, list) else "OK"
+    if outcome != "OK":
+        raise click.ClickException(f"cannot delete {group_id}: {outcome}")
+    click.echo(f"deleted group {group_id}")
+
+
+@group.command("reset-offsets")
+@click.argument("group_id", metavar="GROUP")
+@click.option("--topic", "topic_name", required=True)
+@click.option("--to-earliest", "target", flag_value="earliest", help="the first offset of each partition")
+@click.option("--to-latest", "target", flag_value="latest", help="the log end of each partition")
+@click.option("--to-offset", type=int, default=None, help="this offset in every partition")
+@click.option("--to-datetime", type=int, default=None, metavar="EPOCH_MS",
+              help="the first offset at or after this timestamp (milliseconds)")
+@data_dir_option
+@bootstrap_option
+def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, data_dir, bootstrap_server):
+    """Move an inactive group's committed offsets for TOPIC."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka import errors as Errors
+    from kafka.structs import OffsetAndMetadata
+
+    chosen = [t for t in (target, to_offset, to_datetime) if t is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
+    bootstrap = bootstrap_servers(data_dir, bootstrap_server)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="kraftwerk-cli")
+    try:
+        partitions = [TopicPartition(topic_name, p) for p in sorted(consumer.partitions_for_topic(topic_name) or ())]
+        if not partitions:
+            raise click.ClickException(f"topic {topic_name} does not exist")
+        earliest, latest = consumer.beginning_offsets(partitions), consumer.end_offsets(partitions)
+        if target == "earliest":
+            offsets = earliest
+        elif target == "latest":
+            offsets = latest
+        elif to_offset is not None:
+            offsets = {tp: min(max(to_offset, earliest[tp]), latest[tp]) for tp in partitions}
+        else:
+            found = consumer.offsets_for_times({tp: to_datetime for tp in partitions})
+            offsets = {tp: found[tp].offset if found[tp] else latest[tp] for tp in partitions}
+    finally:
+        consumer.close()
+    with admin_client(data_dir, bootstrap, f"cannot reset {group_id}") as admin:
+        results = admin.alter_group_offsets(group_id, {tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+    failures = {tp: error for tp, error in results.items() if error is not Errors.NoError}
+    if failures:
+        raise click.ClickException(f"cannot reset {group_id} (a group with active members cannot be reset): "
+                                   + ", ".join(f"{tp.topic}-{tp.partition}: {e.__name__}" for tp, e in failures.items()))
+    for tp, offset in sorted(offsets.items()):
+        click.echo(f"{tp.topic}-{tp.partition}\t{offset}")
+
+
 @main.command()
 @click.argument("topic_name", metavar="TOPIC")
 @click.argument("values", nargs=-1)

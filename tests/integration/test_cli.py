@@ -63,3 +63,49 @@ def test_up_use_down_up_again(data_dir):
     kraftwerk("topic", "delete", "greetings", data_dir=data_dir)
     assert kraftwerk("topic", "list", data_dir=data_dir).stdout.split() == []
     kraftwerk("down", data_dir=data_dir)
+
+
+def test_group_commands(data_dir):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    kraftwerk("up", "--nodes", "2", "--port", "0", "--detach", data_dir=data_dir)
+    bootstrap = json.loads((data_dir / "cluster.json").read_text())["bootstrap_servers"]
+    kraftwerk("topic", "create", "events", "--partitions", "2", data_dir=data_dir)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(10):
+        producer.send("events", f"e{i}".encode(), partition=0)
+    producer.flush()
+    producer.close()
+
+    consumer = KafkaConsumer("events", bootstrap_servers=bootstrap, group_id="readers", client_id="reader-1",
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        while not consumer.assignment():
+            consumer.poll(200)
+        consumer.commit({TopicPartition("events", 0): OffsetAndMetadata(4, "", -1)})
+        listed = kraftwerk("group", "list", data_dir=data_dir).stdout
+        assert "readers" in listed and "Stable" in listed
+        described = kraftwerk("group", "describe", "readers", data_dir=data_dir).stdout
+        row = next(line for line in described.splitlines() if "events" in line and "│ 0 " in line)
+        cells = [c.strip() for c in row.strip("│ ").split("│")]
+        assert cells[:5] == ["events", "0", "4", "10", "6"]
+        assert cells[7] == "reader-1"
+        # Offsets of a live group cannot be moved, as with kafka-consumer-groups.sh.
+        refused = subprocess.run([sys.executable, "-m", "cluster.cli", "group", "reset-offsets", "readers", "--topic",
+                                  "events", "--to-earliest", "--data-dir", str(data_dir)], capture_output=True, text=True)
+        assert refused.returncode != 0
+    finally:
+        consumer.close()
+
+    def reset(*how):
+        out = kraftwerk("group", "reset-offsets", "readers", "--topic", "events", *how, data_dir=data_dir).stdout
+        return dict(line.split("\t") for line in out.splitlines())
+
+    assert reset("--to-earliest") == {"events-0": "0", "events-1": "0"}
+    assert reset("--to-offset", "7") == {"events-0": "7", "events-1": "0"}
+    assert reset("--to-latest") == {"events-0": "10", "events-1": "0"}
+    assert "Empty" in kraftwerk("group", "list", data_dir=data_dir).stdout
+    kraftwerk("group", "delete", "readers", data_dir=data_dir)
+    assert "readers" not in kraftwerk("group", "list", data_dir=data_dir).stdout
+    kraftwerk("down", data_dir=data_dir)
