@@ -3,7 +3,7 @@
 A retried batch that was already written is answered with its original offsets
 (DUPLICATE_SEQUENCE_NUMBER is success to the client); a gap in sequence numbers is
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH. State lives in
-memory and starts empty after a restart.
+memory and is rebuilt from the batch headers of the log when a partition is opened.
 """
 from __future__ import annotations
 
@@ -37,6 +37,23 @@ class PartitionProducers:
 
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
+
+    @classmethod
+    def from_log(cls, partition_log, chunk_bytes: int = 8 << 20) -> "PartitionProducers":
+        """Rebuild sequence state from the batch headers of a log (after a restart)."""
+        from cluster.records import iter_batch_headers
+
+        producers = cls()
+        offset = partition_log.log_start_offset
+        while offset < partition_log.log_end_offset:
+            data = partition_log.read(offset, chunk_bytes, max_offset=partition_log.log_end_offset).records
+            if not data:
+                break
+            for _, header in iter_batch_headers(data):
+                if header.producer_id >= 0 and not header.is_control:
+                    producers.record(header, header.base_offset)
+                offset = header.next_offset
+        return producers
 
     def find_duplicate(self, header) -> tuple[int, int] | None:
         """(first offset, last offset) when this batch was already appended."""

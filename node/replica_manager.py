@@ -65,6 +65,7 @@ class ReplicaManager:
                 partition_log.delete()
                 partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
             self.logs[key] = partition_log
+            self.producers[key] = PartitionProducers.from_log(partition_log)
         else:
             partition_log.config = config
         if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
