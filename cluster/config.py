@@ -36,6 +36,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "offset.metadata.max.bytes": "4096",
+    "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "1",
 }

@@ -61,9 +61,12 @@ async def run(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     retention = asyncio.create_task(broker.replicas.run_retention(config.get_int("log.retention.check.interval.ms")))
+    offset_expiry = asyncio.create_task(broker.groups.run_offset_expiry(
+        config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     retention.cancel()
+    offset_expiry.cancel()
     await server.close()
     await broker.close()
 

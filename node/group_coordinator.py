@@ -520,6 +520,41 @@ class GroupCoordinator:
         del self.groups[group_id]
         return ErrorCode.NONE
 
+    def forget_deleted_topics(self, deleted: set[str]) -> None:
+        """Tombstone the offsets of deleted topics, as Kafka does on topic deletion."""
+        for group in list(self.groups.values()):
+            if group.partition not in self.loaded_partitions:
+                continue
+            gone = [position for position in group.offsets if position[0] in deleted]
+            if gone:
+                try:
+                    self.delete_offsets(group.group_id, gone)
+                except GroupError:
+                    pass  # no longer the coordinator: the new one cleans up
+
+    def expire_offsets(self, retention_ms: int, now_ms: int | None = None) -> int:
+        """Drop offsets of empty groups not committed for offsets.retention.minutes; then the group."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        expired = 0
+        for group in list(self.groups.values()):
+            if group.state != EMPTY or group.partition not in self.loaded_partitions:
+                continue
+            stale = [p for p, c in group.offsets.items() if now - c.commit_timestamp > retention_ms]
+            try:
+                self.delete_offsets(group.group_id, stale)
+                expired += len(stale)
+                if not group.offsets:
+                    self.delete_group(group.group_id)
+            except GroupError:
+                continue
+        return expired
+
+    async def run_offset_expiry(self, interval_ms: int, retention_ms: int) -> None:
+        """offsets.retention.check.interval.ms timer, as Kafka's offset expiration task."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            self.expire_offsets(retention_ms)
+
     def subscribed_topics(self, group: Group) -> set[str] | None:
         """Topics the members of a "consumer" group subscribe to; None when that cannot be read."""
         topics: set[str] = set()

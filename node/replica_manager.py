@@ -19,6 +19,8 @@ class ReplicaManager:
         self.broker = broker
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}
+        # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
+        self._known_topics: set[str] | None = None
         # Fetch requests parked until one of their partitions gets new data.
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
 
@@ -49,6 +51,10 @@ class ReplicaManager:
             coordinator.load_partition(partition, self.logs[(OFFSETS_TOPIC, partition)])
         for partition in coordinator.loaded_partitions - led:
             coordinator.unload_partition(partition)
+        existing = set(self.broker.image.topics)
+        if self._known_topics is not None and self._known_topics - existing:
+            coordinator.forget_deleted_topics(self._known_topics - existing)
+        self._known_topics = existing
 
     def _ensure_log(self, topic, index: int, info) -> None:
         key = (topic.name, index)

@@ -277,3 +277,28 @@ def test_committed_offsets_survive_down_up_and_a_coordinator_restart(tmp_path):
         finally:
             consumer.close()
         assert first_read == wanted
+
+
+def test_offsets_of_deleted_topics_and_expired_groups_are_removed():
+    config = {"offsets.retention.minutes": "0", "offsets.retention.check.interval.ms": "300"}
+    with Cluster(nodes=1, node_config=config) as running:
+        kept, deleted = fill_topic(running, messages=6), fill_topic(running, messages=6)
+        commit_offsets(running.bootstrap_servers, deleted, "cleaned", {0: 1})
+        assert committed(running, "cleaned") == {0: 1}
+        admin = KafkaAdminClient(bootstrap_servers=running.bootstrap_servers)
+        try:
+            admin.delete_topics([deleted])
+        finally:
+            admin.close()
+        assert committed(running, "cleaned") == {}
+
+        commit_offsets(running.bootstrap_servers, kept, "expiring", {0: 3})
+        deadline = time.monotonic() + 10
+        while committed(running, "expiring") and time.monotonic() < deadline:
+            time.sleep(0.2)  # waiting on the broker's expiry timer, which the test cannot observe otherwise
+        assert committed(running, "expiring") == {}
+        admin = KafkaAdminClient(bootstrap_servers=running.bootstrap_servers)
+        try:
+            assert "expiring" not in [g["group_id"] for g in admin.list_groups()]
+        finally:
+            admin.close()
