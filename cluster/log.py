@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cluster import records
 from cluster.records import (
-    ATTR_TIMESTAMP_TYPE, CorruptRecordError, HEADER_SIZE, LOG_OVERHEAD, iter_batch_headers, read_header,
+    ATTR_TIMESTAMP_TYPE, CorruptRecordError, HEADER_SIZE, iter_batch_headers, read_header,
     set_base_offset, set_partition_leader_epoch, validate_batch, validate_batches,
 )
 

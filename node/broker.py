@@ -1,7 +1,6 @@
 """The broker's state: its metadata image, the partitions it hosts, its controller link."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid

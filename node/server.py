@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections import deque
 from dataclasses import dataclass
 
 from cluster.records import read_uvarint

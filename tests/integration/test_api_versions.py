@@ -3,8 +3,6 @@ codec at that version gets a response that decodes at that version, without erro
 from __future__ import annotations
 
 import socket
-import struct
-import uuid
 
 import pytest
 from kafka import KafkaProducer
@@ -18,6 +16,7 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from cluster.records import encode_batch
+from tests.integration.wire import exchange
 
 TOPIC = "versions"
 
@@ -38,26 +37,6 @@ def node():
                                                           allow_auto_topic_creation=False), MetadataResponse, 12)
             topic_id = metadata.topics[0].topic_id
         yield host, int(port), topic_id
-
-
-def exchange(sock, request, response_class, version: int):
-    request.with_header(correlation_id=version + 1000, client_id="versions")
-    payload = bytes(request.encode(version=version, header=True))
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-    size = struct.unpack(">i", recv(sock, 4))[0]
-    body = recv(sock, size)
-    assert struct.unpack(">i", body[:4])[0] == version + 1000
-    flexible_header = response_class.flexible_version_q(version) and response_class is not ApiVersionsResponse
-    return response_class.decode(body[5 if flexible_header else 4:], version=version)
-
-
-def recv(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the node closed the connection"
-        data += chunk
-    return data
 
 
 def advertised(host: str, port: int) -> dict[int, tuple[int, int]]:

@@ -13,6 +13,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.records import encode_batch
+from tests.integration.wire import read_response, send_frame, send_request
 
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -34,33 +35,6 @@ def connect(cluster) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=10)
 
 
-def send_frame(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-
-
-def send_request(sock, request, version: int, correlation_id: int = 7) -> None:
-    request.with_header(correlation_id=correlation_id, client_id="bad-input-test")
-    send_frame(sock, bytes(request.encode(version=version, header=True)))
-
-
-def read_response(sock, response_class, version: int, flexible_header: bool = True):
-    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
-    body = recv_exactly(sock, size)
-    correlation_id = struct.unpack(">i", body[:4])[0]
-    header_size = 5 if flexible_header and response_class.flexible_version_q(version) else 4
-    return correlation_id, response_class.decode(body[header_size:], version=version)
-
-
-def recv_exactly(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed by the node")
-        data += chunk
-    return data
-
-
 def assert_closed(sock) -> None:
     sock.settimeout(10)
     try:
@@ -72,7 +46,7 @@ def assert_closed(sock) -> None:
 def assert_node_serves(cluster) -> None:
     with connect(cluster) as sock:
         send_request(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3)
-        _, response = read_response(sock, ApiVersionsResponse, 3, flexible_header=False)
+        _, response = read_response(sock, ApiVersionsResponse, 3)
         assert response.error_code == 0
         assert {k.api_key for k in response.api_keys} >= {0, 1, 2, 3, 18, 19, 20}
 
@@ -192,5 +166,5 @@ def test_pipelined_requests_are_answered_in_order(single_node):
         for correlation_id in range(100, 150):
             send_request(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3,
                          correlation_id=correlation_id)
-        got = [read_response(sock, ApiVersionsResponse, 3, flexible_header=False)[0] for _ in range(50)]
+        got = [read_response(sock, ApiVersionsResponse, 3)[0] for _ in range(50)]
     assert got == list(range(100, 150))

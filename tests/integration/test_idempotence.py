@@ -12,28 +12,9 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 
 from cluster.launcher import Cluster
 from cluster.records import encode_batch
+from tests.integration.wire import exchange_once, recv_exactly
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-
-
-def exchange(address, request, response_class, version):
-    with socket.create_connection(address, timeout=10) as sock:
-        request.with_header(correlation_id=1, client_id="idempotence")
-        payload = bytes(request.encode(version=version, header=True))
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", recv(sock, 4))[0]
-        body = recv(sock, size)
-    return response_class.decode(body[5:], version=version)
-
-
-def recv(sock, n):
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 def produce(address, topic, producer_id, sequence, value):
@@ -42,7 +23,7 @@ def produce(address, topic, producer_id, sequence, value):
     T = ProduceRequest.TopicProduceData
     request = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
         T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=batch)])])
-    result = exchange(address, request, ProduceResponse, 9).responses[0].partition_responses[0]
+    result = exchange_once(address, request, ProduceResponse, 9).responses[0].partition_responses[0]
     return result.error_code, result.base_offset
 
 
@@ -62,7 +43,7 @@ def test_duplicates_are_answered_with_the_original_offset_even_after_a_restart(t
         cluster.create_topic(topic)
         host, port = cluster.bootstrap_servers.rsplit(":", 1)
         address = (host, int(port))
-        init = exchange(address, InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60000,
+        init = exchange_once(address, InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60000,
                                                           producer_id=-1, producer_epoch=-1),
                         InitProducerIdResponse, 4)
         assert init.error_code == 0 and init.producer_id >= 0
@@ -79,7 +60,7 @@ def test_duplicates_are_answered_with_the_original_offset_even_after_a_restart(t
         assert produce(address, topic, pid, 1, b"second") == (0, 1)
         assert read_values(cluster.bootstrap_servers, topic) == [(0, b"first"), (1, b"second")]
 
-        again = exchange(address, InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60000,
+        again = exchange_once(address, InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60000,
                                                            producer_id=-1, producer_epoch=-1),
                          InitProducerIdResponse, 4)
         assert again.producer_id != pid  # ids come from controller blocks and never repeat
@@ -111,8 +92,8 @@ class DroppingProxy:
     def _client_to_server(self, client, server):
         try:
             while True:
-                header = recv(client, 4)
-                frame = recv(client, struct.unpack(">i", header)[0])
+                header = recv_exactly(client, 4)
+                frame = recv_exactly(client, struct.unpack(">i", header)[0])
                 server.sendall(header + frame)
                 if struct.unpack(">h", frame[:2])[0] == 0 and self.armed.is_set():
                     self.armed.clear()

@@ -1,6 +1,4 @@
-import os
 import shutil
-import struct
 import uuid
 from pathlib import Path
 
