@@ -275,11 +275,11 @@ class GroupCoordinator:
             if future is not None and not future.done():
                 future.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID) if future is old.join_future
                                   else (ErrorCode.FENCED_INSTANCE_ID, b""))
+        if group.leader == old.member_id:
+            group.leader = new_id
         old.member_id = new_id
         old.join_future = old.sync_future = old.expiry = None
         group.members[new_id] = old
-        if group.leader == old.member_id:
-            group.leader = new_id
         return new_id
 
     def _prepare_rebalance(self, group: Group) -> None:

@@ -302,3 +302,32 @@ def test_offsets_of_deleted_topics_and_expired_groups_are_removed():
             assert "expiring" not in [g["group_id"] for g in admin.list_groups()]
         finally:
             admin.close()
+
+
+def test_static_member_restarting_gets_its_partitions_back_without_a_rebalance(cluster):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    topic = fill_topic(cluster, messages=12)
+    group = f"static-{uuid.uuid4().hex[:8]}"
+    revoked = []
+
+    def member(instance: str, **callbacks):
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": cluster.bootstrap_servers, "group.id": group, "group.instance.id": instance,
+            "heartbeat.interval.ms": 500, "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "partition.assignment.strategy": "range"})
+        consumer.subscribe([topic], **callbacks)
+        return consumer
+
+    leader = member("a", on_revoke=lambda consumer, partitions: revoked.append(partitions))
+    poll_until([leader], lambda: len(leader.assignment()) == 6)
+    follower = member("b")
+    poll_until([leader, follower], lambda: sorted([len(leader.assignment()), len(follower.assignment())]) == [3, 3])
+    revoked.clear()
+    before = sorted(p.partition for p in follower.assignment())
+    follower.close()  # a static member leaves no LeaveGroup behind: its place is kept for its session
+    restarted = member("b")
+    poll_until([leader, restarted], lambda: len(restarted.assignment()) == 3)
+    assert sorted(p.partition for p in restarted.assignment()) == before
+    assert revoked == [] and len(leader.assignment()) == 3
+    for consumer in (leader, restarted):
+        consumer.close()
