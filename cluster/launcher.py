@@ -221,6 +221,13 @@ class Cluster:
         _signal(node.pid, signal.SIGKILL)
         self._reap(node.pid, STOP_GRACE_S)
 
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP: the process lives on but answers nothing, like a node stuck in a long pause."""
+        _signal(self.nodes[node_id].pid, signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        _signal(self.nodes[node_id].pid, signal.SIGCONT)
+
     def restart_node(self, node_id: int) -> None:
         """Start a node again with the same id, data dir and (when fixed) port, after it died or was killed."""
         node = self.nodes[node_id]
@@ -237,6 +244,7 @@ class Cluster:
     def stop(self) -> None:
         """Graceful stop of every node then the controller; anything left in the group is killed."""
         for node in self.nodes.values():
+            _signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
             _signal(node.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for node in self.nodes.values():

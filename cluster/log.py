@@ -195,6 +195,9 @@ class PartitionLog:
         self._load_segments()
         self.log_start_offset = self.segments[0].base_offset
         self.high_watermark = self.log_end_offset
+        # A single copy is committed once written; a replicated partition's leader sets the
+        # high watermark from its in-sync followers instead.
+        self.auto_high_watermark = True
 
     # --- opening and recovery ---
 
@@ -307,7 +310,8 @@ class PartitionLog:
         if self.latest_epoch is None or leader_epoch > self.latest_epoch:
             self.assign_epoch(leader_epoch, first)
         self._write(buffer)
-        self.high_watermark = self.log_end_offset
+        if self.auto_high_watermark:
+            self.high_watermark = self.log_end_offset
         return AppendInfo(first, offset - 1, append_time, self.log_start_offset)
 
     def append_as_follower(self, data) -> int:
@@ -320,7 +324,8 @@ class PartitionLog:
             if self.latest_epoch is None or header.partition_leader_epoch > self.latest_epoch:
                 self.assign_epoch(header.partition_leader_epoch, header.base_offset)
         self._write(data)
-        self.high_watermark = self.log_end_offset
+        if self.auto_high_watermark:
+            self.high_watermark = self.log_end_offset
         return self.log_end_offset
 
     def _write(self, data) -> None:

@@ -109,9 +109,9 @@ def _check_replicas(replicas: list[list[int]], brokers: list[int]) -> None:
 
 
 def _partition_record(topic_id: uuid.UUID, index: int, replicas: list[int]) -> tuple[str, dict]:
-    # The ISR starts as the leader alone: followers join it once they replicate.
+    # Every replica of a new, empty partition is in sync, as in Kafka.
     return ("PartitionRecord", {
-        "partition_id": index, "topic_id": topic_id, "replicas": replicas, "isr": replicas[:1],
+        "partition_id": index, "topic_id": topic_id, "replicas": replicas, "isr": list(replicas),
         "removing_replicas": [], "adding_replicas": [], "leader": replicas[0], "leader_recovery_state": 0,
         "leader_epoch": 0, "partition_epoch": 0, "directories": [uuid.UUID(int=0)] * len(replicas),
     })

@@ -11,6 +11,7 @@ from cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from node.group_coordinator import GroupCoordinator
 from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
+from node.replica_fetcher import ReplicaFetchers
 from node.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Broker:
         self.metadata = MetadataSync(self)
         self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupCoordinator(self)
+        self.fetchers = ReplicaFetchers(self)
         self.listener: Listener | None = None
         self.started_ms = int(time.time() * 1000)
 
@@ -47,6 +49,7 @@ class Broker:
         await self.metadata.start()
 
     async def close(self) -> None:
+        self.fetchers.close()
         await self.metadata.close()
         self.replicas.close()
 

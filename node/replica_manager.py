@@ -19,6 +19,10 @@ class ReplicaManager:
         self.broker = broker
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}
+        # Leader side of replication: each follower's log end offset, and acks=all produce
+        # requests waiting for the high watermark to pass their last offset.
+        self.follower_offsets: dict[tuple[str, int], dict[int, int]] = {}
+        self._commit_waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
         # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
         self._known_topics: set[str] | None = None
         # Fetch requests parked until one of their partitions gets new data.
@@ -40,6 +44,7 @@ class ReplicaManager:
             self._remove_log(key)
         self._remove_orphan_dirs(wanted)
         self._update_coordinated_partitions()
+        self.broker.fetchers.reconcile()
 
     def _update_coordinated_partitions(self) -> None:
         """Load the groups of `__consumer_offsets` partitions led here; forget those led elsewhere."""
@@ -74,6 +79,9 @@ class ReplicaManager:
             self.producers[key] = PartitionProducers.from_log(partition_log)
         else:
             partition_log.config = config
+        partition_log.auto_high_watermark = len(info.replicas) == 1
+        if info.leader == self.broker.node_id:
+            self.update_high_watermark(key)
         if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
             if partition_log.latest_epoch is None or partition_log.latest_epoch < info.leader_epoch:
                 partition_log.assign_epoch(info.leader_epoch, partition_log.log_end_offset)
@@ -87,6 +95,10 @@ class ReplicaManager:
     def _remove_log(self, key: tuple[str, int]) -> None:
         partition_log = self.logs.pop(key)
         self.producers.pop(key, None)
+        self.follower_offsets.pop(key, None)
+        for _, waiter in self._commit_waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(False)
         log.info("deleting partition %s-%d", *key)
         partition_log.delete()
         for waiter in self._waiters.pop(key, ()):
@@ -122,6 +134,58 @@ class ReplicaManager:
                 waiters.discard(future)
                 if not waiters:
                     del self._waiters[key]
+
+    # --- replication, leader side ---
+
+    def record_follower_offset(self, key: tuple[str, int], follower: int, log_end_offset: int) -> None:
+        """A follower fetched from log_end_offset: it holds everything before it."""
+        self.follower_offsets.setdefault(key, {})[follower] = log_end_offset
+        self.update_high_watermark(key)
+
+    def update_high_watermark(self, key: tuple[str, int]) -> None:
+        """High watermark = the smallest log end offset over the ISR; it never moves back."""
+        partition_log = self.logs.get(key)
+        info = self.broker.partition(*key)
+        if partition_log is None or info is None or info.leader != self.broker.node_id:
+            return
+        known = self.follower_offsets.get(key, {})
+        ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0) for r in info.isr]
+        high_watermark = min(ends, default=partition_log.log_end_offset)
+        if high_watermark > partition_log.high_watermark:
+            partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
+            self._release_commit_waiters(key, partition_log.high_watermark)
+            self.notify_append(key)
+
+    def _release_commit_waiters(self, key: tuple[str, int], high_watermark: int) -> None:
+        waiting = self._commit_waiters.get(key)
+        if not waiting:
+            return
+        still = []
+        for offset, waiter in waiting:
+            if offset <= high_watermark:
+                if not waiter.done():
+                    waiter.set_result(True)
+            else:
+                still.append((offset, waiter))
+        self._commit_waiters[key] = still
+
+    async def wait_until_committed(self, key: tuple[str, int], next_offset: int, timeout_s: float) -> bool:
+        """acks=all: True once the high watermark reaches next_offset, False on timeout or deletion."""
+        partition_log = self.logs.get(key)
+        if partition_log is None:
+            return False
+        if partition_log.high_watermark >= next_offset:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._commit_waiters.setdefault(key, []).append((next_offset, waiter))
+        try:
+            return await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            waiting = self._commit_waiters.get(key)
+            if waiting:
+                self._commit_waiters[key] = [(o, w) for o, w in waiting if w is not waiter]
 
     def notify_append(self, key: tuple[str, int]) -> None:
         for waiter in self._waiters.pop(key, ()):

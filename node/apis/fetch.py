@@ -43,16 +43,24 @@ async def handle(broker, header, request):
         return RESPONSE[version](throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND,
                                  session_id=0, responses=[])
     fetches = [_plan(broker, topic, part, version) for topic in request.topics for part in topic.partitions]
+    follower = _follower_id(request, version)
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     while True:
-        total = _read_all(broker, fetches, request.max_bytes)
+        total = _read_all(broker, fetches, request.max_bytes, follower)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or any(f.error for f in fetches):
             break
         if not await _wait_for_data(broker, fetches, remaining):
-            _read_all(broker, fetches, request.max_bytes)
+            _read_all(broker, fetches, request.max_bytes, follower)
             break
     return _response(broker, fetches, version)
+
+
+def _follower_id(request, version: int) -> int:
+    """The fetching replica's node id, or -1 for consumers (ReplicaState from v15)."""
+    if version >= 15:
+        return request.replica_state.replica_id if request.replica_state is not None else -1
+    return request.replica_id
 
 
 def _plan(broker, topic, part, version) -> PartitionFetch:
@@ -67,8 +75,12 @@ def _plan(broker, topic, part, version) -> PartitionFetch:
     return fetch
 
 
-def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int) -> int:
-    """Read every partition again from its fetch offset; returns the bytes gathered."""
+def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: int = -1) -> int:
+    """Read every partition again from its fetch offset; returns the bytes gathered.
+
+    A follower's fetch offset is its log end offset, which may move the high watermark; a
+    follower reads up to the log end, consumers only up to the high watermark.
+    """
     total = 0
     for fetch in fetches:
         if fetch.error == ErrorCode.UNKNOWN_TOPIC_ID:
@@ -81,8 +93,13 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int) -> int:
                 fetch.leader = (check.info.leader, check.info.leader_epoch)
             continue
         limit = min(fetch.request.partition_max_bytes, max_bytes - total)
+        max_offset = None
+        if follower >= 0:
+            broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
+                                                   fetch.request.fetch_offset)
+            max_offset = check.log.log_end_offset
         try:
-            result = check.log.read(fetch.request.fetch_offset, max(limit, 1))
+            result = check.log.read(fetch.request.fetch_offset, max(limit, 1), max_offset=max_offset)
         except OffsetOutOfRangeError:
             fetch.error = ErrorCode.OFFSET_OUT_OF_RANGE
             fetch.high_watermark = check.log.high_watermark

@@ -5,6 +5,7 @@ the log assigns offsets by rewriting each batch's base offset in place.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -29,15 +30,20 @@ async def handle(broker, header, request):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
     leaders_named = []
     topics = []
+    awaiting: list[tuple[object, tuple[str, int], int]] = []
     for topic_data in request.topic_data:
         name, topic_id = _topic_of(broker, topic_data, header.api_version)
         partitions = []
         for data in topic_data.partition_data:
-            partitions.append(_produce_partition(broker, name, data, request.acks, leaders_named))
+            response, next_offset = _produce_partition(broker, name, data, request.acks, leaders_named)
+            partitions.append(response)
+            if request.acks == -1 and next_offset is not None:
+                awaiting.append((response, (name, data.index), next_offset))
         topics.append(TopicResponse(name=topic_data.name if header.api_version < 13 else None,
                                     topic_id=topic_id, partition_responses=partitions))
     if request.acks == 0:
         return None
+    await _wait_for_in_sync_replicas(broker, awaiting, request.timeout_ms)
     endpoints = leader_endpoints(broker, leaders_named)
     return RESPONSE[header.api_version](
         responses=topics,
@@ -45,6 +51,18 @@ async def handle(broker, header, request):
         **({"node_endpoints": [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]}
            if endpoints else {}),
     )
+
+
+async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
+    """acks=all: answer once every in-sync replica has the batch (a purgatory of futures)."""
+    if not awaiting:
+        return
+    committed = await asyncio.gather(*(broker.replicas.wait_until_committed(key, next_offset, timeout_ms / 1000)
+                                       for _, key, next_offset in awaiting))
+    for (response, _, _), ok in zip(awaiting, committed):
+        if not ok:
+            response.error_code = ErrorCode.REQUEST_TIMED_OUT
+            response.error_message = "the in-sync replicas did not acknowledge in time"
 
 
 def _topic_of(broker, topic_data, version):
@@ -57,51 +75,54 @@ def _topic_of(broker, topic_data, version):
 
 
 def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named: list[int]):
+    """(partition response, the offset the high watermark must reach for acks=all, or None)."""
     index = data.index
     if topic is None:
-        return _error(index, ErrorCode.UNKNOWN_TOPIC_ID)
+        return _error(index, ErrorCode.UNKNOWN_TOPIC_ID), None
     check = check_leader(broker, topic, index)
     if check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and check.info is not None:
         leaders_named.append(check.info.leader)
-        return _error(index, check.error, leader=(check.info.leader, check.info.leader_epoch))
+        return _error(index, check.error, leader=(check.info.leader, check.info.leader_epoch)), None
     if check.error:
-        return _error(index, check.error)
+        return _error(index, check.error), None
     records = data.records
     if records is None or len(records) == 0:
-        return _error(index, ErrorCode.CORRUPT_MESSAGE, "empty record set")
+        return _error(index, ErrorCode.CORRUPT_MESSAGE, "empty record set"), None
     configs = broker.topic_configs(topic)
     max_bytes = int(configs["max.message.bytes"])
     if len(records) > max_bytes:
-        return _error(index, ErrorCode.MESSAGE_TOO_LARGE, f"record batch exceeds max.message.bytes {max_bytes}")
+        message = f"record batch exceeds max.message.bytes {max_bytes}"
+        return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
     if acks == -1 and len(check.info.isr) < int(configs["min.insync.replicas"]):
-        return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS)
+        return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
     try:
         batches = validate_batches(records)
         producers = broker.replicas.producers_of((topic, index))
         duplicate = _duplicate_of(producers, batches)
         if duplicate is not None:
-            return _success(index, duplicate, check.log)
+            return _success(index, duplicate, check.log), duplicate + 1
         for _, header in batches:
             if header.producer_id >= 0:
                 producers.check(header)
         appended = check.log.append(records, leader_epoch=check.info.leader_epoch, now_ms=broker.now_ms(),
                                     batches=batches)
     except SequenceError as exc:
-        return _error(index, exc.code, str(exc))
+        return _error(index, exc.code, str(exc)), None
     except UnsupportedMagicError as exc:
-        return _error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc))
+        return _error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)), None
     except CorruptRecordError as exc:
-        return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
+        return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc)), None
     except OSError as exc:
         log.error("cannot append to %s-%d: %s", topic, index, exc)
-        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), None
     _remember_sequences(producers, batches, appended.first_offset)
     broker.replicas.notify_append((topic, index))
+    broker.replicas.update_high_watermark((topic, index))
     return PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=appended.first_offset,
         log_append_time_ms=appended.log_append_time, log_start_offset=appended.log_start_offset,
         record_errors=[], error_message=None,
-    )
+    ), appended.last_offset + 1
 
 
 def _duplicate_of(producers, batches) -> int | None:

@@ -1,0 +1,135 @@
+"""Followers replicate from their leaders with the Kafka Fetch API, as Kafka's fetcher threads do.
+
+One task per leader node fetches every partition this node follows there, starting at its
+own log end offset (which tells the leader what it has), appends the batches with their
+offsets unchanged and takes the leader's high watermark. The leader parks the request until
+there is something new, so the loop never polls.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from cluster.errors import ErrorCode
+from cluster.records import CorruptRecordError, read_uvarint
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 12  # topic names; ReplicaId in the body
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 8 << 20
+PARTITION_MAX_BYTES = 1 << 20
+RETRY_DELAY_S = 0.2
+_SIZE = struct.Struct(">i")
+
+
+class ReplicaFetchers:
+    def __init__(self, broker):
+        self.broker = broker
+        self.followed: dict[int, set[tuple[str, int]]] = {}
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.changed: dict[int, asyncio.Event] = {}
+
+    def reconcile(self) -> None:
+        """Follow every partition replicated here whose leader is another live node."""
+        wanted: dict[int, set[tuple[str, int]]] = {}
+        for topic in self.broker.image.topics.values():
+            for index, info in topic.partitions.items():
+                if info.leader not in (-1, self.broker.node_id) and self.broker.node_id in info.replicas:
+                    wanted.setdefault(info.leader, set()).add((topic.name, index))
+        for leader in set(self.tasks) - set(wanted):
+            self.tasks.pop(leader).cancel()
+            self.followed.pop(leader, None)
+        for leader, partitions in wanted.items():
+            if self.followed.get(leader) != partitions:
+                self.followed[leader] = partitions
+                self.changed.setdefault(leader, asyncio.Event()).set()
+            if leader not in self.tasks or self.tasks[leader].done():
+                self.tasks[leader] = asyncio.get_running_loop().create_task(self._follow(leader))
+
+    def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+
+    async def _follow(self, leader: int) -> None:
+        while leader in self.followed:
+            endpoint = self.broker.endpoint_of(leader)
+            if endpoint is None:
+                await self._wait_for_change(leader)
+                continue
+            try:
+                reader, writer = await asyncio.open_connection(endpoint[0], endpoint[1])
+            except OSError:
+                await asyncio.sleep(RETRY_DELAY_S)
+                continue
+            try:
+                correlation = 0
+                while leader in self.followed:
+                    correlation += 1
+                    await self._fetch_once(leader, reader, writer, correlation)
+            except (OSError, asyncio.IncompleteReadError, ValueError, CorruptRecordError) as exc:
+                log.info("replication from node %d interrupted: %s", leader, exc)
+                await asyncio.sleep(RETRY_DELAY_S)
+            finally:
+                writer.close()
+
+    async def _wait_for_change(self, leader: int) -> None:
+        event = self.changed.setdefault(leader, asyncio.Event())
+        event.clear()
+        try:
+            await asyncio.wait_for(event.wait(), 5)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _fetch_once(self, leader: int, reader, writer, correlation: int) -> None:
+        partitions = sorted(self.followed.get(leader, ()))
+        logs = {key: self.broker.replicas.get_log(*key) for key in partitions}
+        logs = {key: partition_log for key, partition_log in logs.items() if partition_log is not None}
+        if not logs:
+            await self._wait_for_change(leader)
+            return
+        request = self._request(logs)
+        request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
+        payload = bytes(request.encode(version=FETCH_VERSION, header=True))
+        writer.write(_SIZE.pack(len(payload)) + payload)
+        await writer.drain()
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        body = memoryview(await reader.readexactly(size))
+        _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
+        response = FetchResponse.decode(body[start:], version=FETCH_VERSION)
+        failed = False
+        for topic in response.responses:
+            for data in topic.partitions:
+                failed |= not self._apply(leader, (topic.topic, data.partition_index), data, logs)
+        if failed:
+            # The leader answers errors at once; back off instead of spinning until metadata changes.
+            await asyncio.sleep(RETRY_DELAY_S)
+
+    def _request(self, logs):
+        by_topic: dict[str, list] = {}
+        for (topic, index), partition_log in logs.items():
+            info = self.broker.partition(topic, index)
+            by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
+                partition=index, current_leader_epoch=info.leader_epoch if info else -1,
+                fetch_offset=partition_log.log_end_offset, last_fetched_epoch=partition_log.latest_epoch or -1,
+                log_start_offset=partition_log.log_start_offset, partition_max_bytes=PARTITION_MAX_BYTES))
+        return FetchRequest[FETCH_VERSION](
+            cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
+            max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
+            forgotten_topics_data=[], rack_id="")
+
+    def _apply(self, leader: int, key: tuple[str, int], data, logs) -> bool:
+        partition_log = logs.get(key)
+        if partition_log is None:
+            return True
+        if data.error_code != ErrorCode.NONE:
+            log.debug("fetching %s-%d from node %d: error %d", *key, leader, data.error_code)
+            return False
+        if data.records:
+            partition_log.append_as_follower(data.records)
+        partition_log.high_watermark = min(data.high_watermark, partition_log.log_end_offset)
+        return True
