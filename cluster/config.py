@@ -31,6 +31,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
     # Kafka: 2000; a node heartbeats more often so that a cluster is ready sooner.
     "broker.heartbeat.interval.ms": "500",
+    # Kafka: 9000; the controller fences a silent node (and moves its leaderships) sooner.
+    "broker.session.timeout.ms": "2000",
     # Kafka: 3000; rebalances of empty groups should not slow tests down.
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "6000",

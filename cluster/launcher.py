@@ -111,7 +111,8 @@ class Cluster:
         command = [sys.executable, "-m", "controller", "--data-dir", str(self.data_dir / "controller"),
                    "--host", self.host, "--port", "0",
                    "--num-partitions", self.node_config.get("num.partitions", "1"),
-                   "--default-replication-factor", self.node_config.get("default.replication.factor", "1")]
+                   "--default-replication-factor", self.node_config.get("default.replication.factor", "1"),
+                   "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
         # Its own process group, which every node joins: one killpg stops them all.
         process = self._popen("controller", command, log_path, process_group=0)
         ready = read_ready_line(process, log_path, self.startup_timeout)

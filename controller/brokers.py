@@ -50,3 +50,32 @@ def leaderless_partition_changes(image: MetadataImage, node_id: int) -> list[tup
                 changes.append(("PartitionChangeRecord", {"partition_id": index, "topic_id": topic.topic_id,
                                                           "leader": node_id}))
     return changes
+
+
+def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[str, dict]]:
+    """Take a fenced broker out of every ISR and move its leaderships to in-sync replicas.
+
+    As in Kafka, the last member of an ISR stays in it (the partition goes leaderless rather
+    than losing the record of who has the data), and only unfenced in-sync replicas can lead
+    unless the topic allows unclean election.
+    """
+    live = {b.node_id for b in image.brokers.values() if not b.fenced and b.node_id != node_id}
+    changes = []
+    for topic in image.topics.values():
+        unclean = image.topic_configs(topic.name).get("unclean.leader.election.enable") == "true"
+        for index, partition in topic.partitions.items():
+            if node_id not in partition.replicas:
+                continue
+            isr = [r for r in partition.isr if r != node_id] or list(partition.isr)
+            change = {"partition_id": index, "topic_id": topic.topic_id}
+            if isr != partition.isr:
+                change["isr"] = isr
+            if partition.leader == node_id:
+                candidates = [r for r in isr if r in live]
+                if not candidates and unclean:
+                    candidates = [r for r in partition.replicas if r in live]
+                    change["isr"] = candidates[:1]
+                change["leader"] = candidates[0] if candidates else -1
+            if len(change) > 2:
+                changes.append(("PartitionChangeRecord", change))
+    return changes

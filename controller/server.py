@@ -6,9 +6,12 @@ import logging
 import time
 
 from cluster.control import ControlConnection
-from cluster.log import topic_id_to_kafka_string
+from cluster.errors import ErrorCode
+from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
 from controller import topics
-from controller.brokers import Session, leaderless_partition_changes, register_broker_record
+from controller.brokers import (
+    Session, changes_for_fenced_broker, leaderless_partition_changes, register_broker_record,
+)
 from controller.metadata_writer import MetadataWriter
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,7 @@ class Controller:
             "create_partitions": self.create_partitions,
             "alter_configs": self.alter_configs,
             "allocate_producer_ids": self.allocate_producer_ids,
+            "alter_partition": self.alter_partition,
             "status": self.status,
             "wait_ready": self.wait_ready,
         }
@@ -77,8 +81,12 @@ class Controller:
                 if broker and not broker.fenced and session.heartbeat_age_ms() > self.heartbeat_timeout_ms:
                     log.warning("node %d missed heartbeats for %d ms: fencing it", session.node_id,
                                 session.heartbeat_age_ms())
-                    await self.writer.append([("FenceBrokerRecord", {"id": session.node_id,
-                                                                     "epoch": session.broker_epoch})])
+                    await self.fence(session)
+
+    async def fence(self, session: Session) -> None:
+        """Fence a broker and, in the same batch, move its leaderships and ISR places."""
+        records = [("FenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
+        await self.writer.append(records + changes_for_fenced_broker(self.image, session.node_id))
 
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
         offset = args["offset"]
@@ -108,6 +116,28 @@ class Controller:
 
     async def alter_configs(self, args: dict, conn) -> dict:
         return await self._apply(topics.alter_configs(self.image, args["resources"]), args.get("validate_only", False))
+
+    async def alter_partition(self, args: dict, conn) -> dict:
+        """A leader changes its ISR, as Kafka's AlterPartition: only at the current epochs."""
+        topic = self.image.topics_by_id.get(topic_id_from_kafka_string(args["topic_id"]))
+        partition = topic.partitions.get(args["partition"]) if topic else None
+        isr = list(args["isr"])
+        if partition is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif partition.leader != args["node_id"] or partition.leader_epoch != args["leader_epoch"]:
+            code = ErrorCode.FENCED_LEADER_EPOCH
+        elif partition.partition_epoch != args["partition_epoch"]:
+            code = ErrorCode.INVALID_UPDATE_VERSION
+        elif partition.leader not in isr or not set(isr) <= set(partition.replicas):
+            code = ErrorCode.INVALID_REQUEST
+        elif any(self.image.brokers.get(b) is None or self.image.brokers[b].fenced
+                 for b in set(isr) - set(partition.isr)):
+            code = ErrorCode.INELIGIBLE_REPLICA
+        else:
+            offset = await self.writer.append([("PartitionChangeRecord", {
+                "partition_id": args["partition"], "topic_id": topic.topic_id, "isr": isr})])
+            return {"error_code": 0, "metadata_offset": offset}
+        return {"error_code": int(code), "metadata_offset": self.writer.last_offset}
 
     async def allocate_producer_ids(self, args: dict, conn) -> dict:
         first = self.image.next_producer_id

@@ -129,6 +129,11 @@ class ReplicaFetchers:
         if data.error_code != ErrorCode.NONE:
             log.debug("fetching %s-%d from node %d: error %d", *key, leader, data.error_code)
             return False
+        if data.diverging_epoch is not None:  # the leader sends it only when our tail diverged
+            end = max(data.diverging_epoch.end_offset, partition_log.log_start_offset)
+            log.info("%s-%d diverged from leader %d after offset %d: truncating", *key, leader, end)
+            partition_log.truncate_to(min(end, partition_log.log_end_offset))
+            return True
         if data.records:
             partition_log.append_as_follower(data.records)
         partition_log.high_watermark = min(data.high_watermark, partition_log.log_end_offset)

@@ -6,7 +6,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name
+from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
 from cluster.metadata_log import METADATA_PARTITION_DIR
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
@@ -23,6 +23,8 @@ class ReplicaManager:
         # requests waiting for the high watermark to pass their last offset.
         self.follower_offsets: dict[tuple[str, int], dict[int, int]] = {}
         self._commit_waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
+        self._isr_changes: set[tuple[str, int]] = set()
+        self._leader_epochs: dict[tuple[str, int], int] = {}
         # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
         self._known_topics: set[str] | None = None
         # Fetch requests parked until one of their partitions gets new data.
@@ -80,6 +82,10 @@ class ReplicaManager:
         else:
             partition_log.config = config
         partition_log.auto_high_watermark = len(info.replicas) == 1
+        if self._leader_epochs.get(key) != info.leader_epoch:
+            # A new term: what followers told an earlier leader says nothing about this one.
+            self._leader_epochs[key] = info.leader_epoch
+            self.follower_offsets.pop(key, None)
         if info.leader == self.broker.node_id:
             self.update_high_watermark(key)
         if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
@@ -96,6 +102,7 @@ class ReplicaManager:
         partition_log = self.logs.pop(key)
         self.producers.pop(key, None)
         self.follower_offsets.pop(key, None)
+        self._leader_epochs.pop(key, None)
         for _, waiter in self._commit_waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(False)
@@ -141,6 +148,28 @@ class ReplicaManager:
         """A follower fetched from log_end_offset: it holds everything before it."""
         self.follower_offsets.setdefault(key, {})[follower] = log_end_offset
         self.update_high_watermark(key)
+        info = self.broker.partition(*key)
+        partition_log = self.logs.get(key)
+        if (info is not None and partition_log is not None and follower in info.replicas
+                and follower not in info.isr and log_end_offset >= partition_log.high_watermark
+                and key not in self._isr_changes):
+            self._isr_changes.add(key)
+            asyncio.get_running_loop().create_task(self._add_to_isr(key, follower, info))
+
+    async def _add_to_isr(self, key: tuple[str, int], follower: int, info) -> None:
+        """A follower that caught up rejoins the ISR through the controller."""
+        topic = self.broker.topic(key[0])
+        try:
+            reply = await self.broker.call_controller(
+                "alter_partition", node_id=self.broker.node_id, topic_id=topic_id_to_kafka_string(topic.topic_id),
+                partition=key[1], leader_epoch=info.leader_epoch, partition_epoch=info.partition_epoch,
+                isr=sorted(set(info.isr) | {follower}))
+            if reply["error_code"]:
+                log.info("adding node %d to the ISR of %s-%d: error %d", follower, *key, reply["error_code"])
+        except Exception as exc:
+            log.warning("adding node %d to the ISR of %s-%d failed: %s", follower, *key, exc)
+        finally:
+            self._isr_changes.discard(key)
 
     def update_high_watermark(self, key: tuple[str, int]) -> None:
         """High watermark = the smallest log end offset over the ISR; it never moves back."""

@@ -32,6 +32,7 @@ class PartitionFetch:
     request: object
     error: ErrorCode = ErrorCode.NONE
     leader: tuple[int, int] | None = None
+    diverging: tuple[int, int] | None = None  # (epoch, end offset) a follower must truncate to
     records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -48,7 +49,7 @@ async def handle(broker, header, request):
     while True:
         total = _read_all(broker, fetches, request.max_bytes, follower)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or remaining <= 0 or any(f.error for f in fetches):
+        if total >= request.min_bytes or remaining <= 0 or any(f.error or f.diverging for f in fetches):
             break
         if not await _wait_for_data(broker, fetches, remaining):
             _read_all(broker, fetches, request.max_bytes, follower)
@@ -95,6 +96,11 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
         limit = min(fetch.request.partition_max_bytes, max_bytes - total)
         max_offset = None
         if follower >= 0:
+            fetch.diverging = _divergence(check.log, fetch.request)
+            if fetch.diverging is not None:
+                fetch.high_watermark = check.log.high_watermark
+                fetch.log_start_offset = check.log.log_start_offset
+                continue
             broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
                                                    fetch.request.fetch_offset)
             max_offset = check.log.log_end_offset
@@ -115,6 +121,21 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
         fetch.log_start_offset = result.log_start_offset
         total += len(fetch.records)
     return total
+
+
+def _divergence(partition_log, request) -> tuple[int, int] | None:
+    """Where a follower's log stops matching ours (KIP-595 DivergingEpoch), or None.
+
+    The follower names the epoch of its last batch; if our copy of that epoch ends before
+    the follower's log does, it holds a tail this leader never had and must truncate.
+    """
+    last_epoch = request.last_fetched_epoch
+    if last_epoch < 0:
+        return None
+    epoch, end_offset = partition_log.end_offset_for_epoch(last_epoch)
+    if epoch == last_epoch and end_offset >= request.fetch_offset:
+        return None
+    return epoch, end_offset
 
 
 async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float) -> bool:
@@ -150,6 +171,8 @@ def _response(broker, fetches: list[PartitionFetch], version: int):
 
 def _partition_data(fetch: PartitionFetch):
     extra = {}
+    if fetch.diverging is not None:
+        extra["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=fetch.diverging[0], end_offset=fetch.diverging[1])
     if fetch.leader is not None:
         extra["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=fetch.leader[0], leader_epoch=fetch.leader[1])
     return PartitionData(

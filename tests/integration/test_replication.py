@@ -1,6 +1,7 @@
 """Followers replicate through the Kafka Fetch API; the high watermark and acks=all follow the ISR."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -9,11 +10,13 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from cluster.launcher import Cluster
 
 REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with Cluster(nodes=3) as running:
+    # A long session so that a paused node stays in the ISR (it is not fenced) during a test.
+    with Cluster(nodes=3, node_config={"broker.session.timeout.ms": "30000"}) as running:
         yield running
 
 
@@ -75,3 +78,70 @@ def test_consumers_see_only_what_every_in_sync_replica_has(cluster):
     producer.close()
     # Once the follower fetches again the high watermark moves and the write becomes visible.
     assert visible(cluster, topic, via=leader) == [b"committed", b"waiting"]
+
+
+def test_killing_the_leader_loses_no_acknowledged_write_and_it_rejoins(tmp_path):
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster") as running:
+        topic = "failover"
+        running.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        old_leader = partition_info(running, topic, 0)["leader"]
+        producer = KafkaProducer(bootstrap_servers=running.bootstrap_servers, acks="all", retries=10,
+                                 enable_idempotence=False, request_timeout_ms=5000, retry_backoff_ms=200)
+        acknowledged, failed = [], []
+
+        def send(i):
+            future = producer.send(topic, f"m{i}".encode(), partition=0)
+            future.add_callback(lambda meta, i=i: acknowledged.append(i))
+            future.add_errback(lambda exc, i=i: failed.append(i))
+
+        for i in range(200):
+            send(i)
+        producer.flush()
+        killed_at = time.monotonic()
+        running.kill_node(old_leader)
+        for i in range(200, 400):
+            send(i)
+        producer.flush()
+        resumed_after = time.monotonic() - killed_at
+        producer.close()
+
+        info = partition_info(running, topic, 0)
+        assert info["leader"] not in (old_leader, -1)
+        assert old_leader not in info["isr"]
+        new_leader = info["leader"]
+        values = visible(running, topic, via=new_leader)
+        numbers = [int(v[1:]) for v in values]
+        assert set(acknowledged) <= set(numbers), "an acknowledged write was lost"
+        duplicates = len(numbers) - len(set(numbers))
+        print(f"writes resumed {resumed_after:.2f}s after kill -9; {len(failed)} failed, "
+              f"{duplicates} duplicated by client retries")
+
+        running.restart_node(old_leader)
+        deadline = time.monotonic() + 20
+        while old_leader not in partition_info(running, topic, 0)["isr"] and time.monotonic() < deadline:
+            time.sleep(0.1)  # waiting for the controller to take it back into the ISR
+        assert old_leader in partition_info(running, topic, 0)["isr"]
+        assert segment_bytes(running, old_leader, topic, 0) == segment_bytes(running, new_leader, topic, 0)
+
+
+def test_min_insync_replicas_refuses_acks_all_but_not_acks_1():
+    with Cluster(nodes=3) as running:
+        topic = "min-isr"
+        running.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        leader = partition_info(running, topic, 0)["leader"]
+        followers = [n for n in (1, 2, 3) if n != leader]
+        for follower in followers:
+            running.kill_node(follower)
+        deadline = time.monotonic() + 20
+        while partition_info(running, topic, 0)["isr"] != [leader] and time.monotonic() < deadline:
+            time.sleep(0.1)  # waiting for the controller to fence them and shrink the ISR
+        assert partition_info(running, topic, 0)["isr"] == [leader]
+        bootstrap = f"127.0.0.1:{running.nodes[leader].port}"
+        strict = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0)
+        with pytest.raises(Exception) as refused:
+            strict.send(topic, b"needs two copies", partition=0).get(10)
+        assert getattr(refused.value, "errno", None) == NOT_ENOUGH_REPLICAS
+        strict.close()
+        relaxed = KafkaProducer(bootstrap_servers=bootstrap, acks=1)
+        assert relaxed.send(topic, b"one copy is enough", partition=0).get(10).offset == 0
+        relaxed.close()
