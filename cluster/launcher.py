@@ -222,6 +222,13 @@ class Cluster:
         _signal(node.pid, signal.SIGKILL)
         self._reap(node.pid, STOP_GRACE_S)
 
+    def stop_node(self, node_id: int) -> None:
+        """Graceful stop (SIGTERM): the node hands its leaderships over before it exits."""
+        node = self.nodes[node_id]
+        _signal(node.pid, signal.SIGCONT)
+        _signal(node.pid, signal.SIGTERM)
+        self._reap(node.pid, STOP_GRACE_S)
+
     def pause_node(self, node_id: int) -> None:
         """SIGSTOP: the process lives on but answers nothing, like a node stuck in a long pause."""
         _signal(self.nodes[node_id].pid, signal.SIGSTOP)
@@ -230,7 +237,7 @@ class Cluster:
         _signal(self.nodes[node_id].pid, signal.SIGCONT)
 
     def restart_node(self, node_id: int) -> None:
-        """Start a node again with the same id, data dir and (when fixed) port, after it died or was killed."""
+        """Start a node again with the same id, data dir and (when fixed) port; a running one is stopped first."""
         node = self.nodes[node_id]
         if node.alive():
             _signal(node.pid, signal.SIGTERM)

@@ -18,6 +18,7 @@ class Session:
     registered_at_offset: int
     applied_offset: int = -1
     last_heartbeat: float = 0.0
+    shutting_down: bool = False  # fenced by a controlled shutdown: stays fenced until it registers again
 
     def heartbeat_age_ms(self) -> int:
         return int((time.monotonic() - self.last_heartbeat) * 1000)

@@ -39,6 +39,7 @@ class Controller:
             "alter_configs": self.alter_configs,
             "allocate_producer_ids": self.allocate_producer_ids,
             "alter_partition": self.alter_partition,
+            "controlled_shutdown": self.controlled_shutdown,
             "status": self.status,
             "wait_ready": self.wait_ready,
         }
@@ -63,7 +64,8 @@ class Controller:
         session.last_heartbeat = time.monotonic()
         session.applied_offset = args["applied_offset"]
         broker = self.image.brokers.get(session.node_id)
-        if broker is not None and broker.fenced and session.applied_offset >= session.registered_at_offset:
+        if (broker is not None and broker.fenced and not session.shutting_down
+                and session.applied_offset >= session.registered_at_offset):
             records = [("UnfenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
             await self.writer.append(records + leaderless_partition_changes(self.image, session.node_id))
             log.info("node %d unfenced", session.node_id)
@@ -87,6 +89,17 @@ class Controller:
         """Fence a broker and, in the same batch, move its leaderships and ISR places."""
         records = [("FenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
         await self.writer.append(records + changes_for_fenced_broker(self.image, session.node_id))
+
+    async def controlled_shutdown(self, args: dict, conn: ControlConnection) -> dict:
+        """A node about to stop: fence it now so its leaderships move before it goes."""
+        session = self.sessions.get(args["node_id"])
+        if session is None or session.broker_epoch != args["broker_epoch"]:
+            raise ValueError(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
+        broker = self.image.brokers.get(session.node_id)
+        if broker is not None and not broker.fenced:
+            await self.fence(session)
+        session.shutting_down = True
+        return {"metadata_offset": self.writer.last_offset}
 
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
         offset = args["offset"]

@@ -65,6 +65,7 @@ async def run(config: BrokerConfig) -> None:
         config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
+    await broker.metadata.controlled_shutdown()
     retention.cancel()
     offset_expiry.cancel()
     await server.close()

@@ -149,6 +149,17 @@ class MetadataSync:
             except asyncio.TimeoutError:
                 pass
 
+    async def controlled_shutdown(self, timeout: float = 10.0) -> None:
+        """Hand leaderships over before stopping, so clients see a metadata change, not errors."""
+        if self.client is None or not self.client.connected:
+            return
+        try:
+            reply = await self.client.call("controlled_shutdown", timeout=timeout, node_id=self.broker.node_id,
+                                           broker_epoch=self.broker_epoch)
+            await self.wait_for_offset(reply["metadata_offset"], timeout)
+        except Exception as exc:  # stopping goes on; the controller fences us when heartbeats stop
+            log.warning("controlled shutdown failed: %s", exc)
+
     async def call_controller(self, op: str, **args) -> dict:
         if self.client is None or not self.client.connected:
             raise ControllerUnavailable("no connection to the controller")

@@ -145,3 +145,19 @@ def test_min_insync_replicas_refuses_acks_all_but_not_acks_1():
         relaxed = KafkaProducer(bootstrap_servers=bootstrap, acks=1)
         assert relaxed.send(topic, b"one copy is enough", partition=0).get(10).offset == 0
         relaxed.close()
+
+
+def test_graceful_stop_moves_leadership_before_the_node_exits(cluster):
+    topic = f"handover-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    leader = partition_info(cluster, topic, 0)["leader"]
+    cluster.stop_node(leader)
+    try:
+        info = partition_info(cluster, topic, 0)  # right away: no session timeout was waited for
+        assert info["leader"] not in (leader, -1) and leader not in info["isr"]
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{cluster.nodes[info['leader']].port}", acks="all",
+                                 retries=0)
+        assert producer.send(topic, b"after the handover", partition=0).get(10).offset == 0
+        producer.close()
+    finally:
+        cluster.restart_node(leader)
