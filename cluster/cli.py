@@ -140,13 +140,53 @@ def status_tables(state: dict, cluster: Cluster):
         nodes.add_row(str(node_id), str(node.pid), f"{cluster.host}:{node.port}",
                       "[green]running[/]" if node.alive() else "[red]dead[/]",
                       "fenced" if broker.get("fenced", True) else "unfenced", str(led.get(node_id, 0)))
-    topics = Table(title="topics")
-    for column in ("topic", "topic id", "partitions", "leaders"):
+    topics = Table(title="partitions")
+    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr"):
         topics.add_column(column)
     for topic in state["topics"]:
-        leaders = " ".join(f"{p['partition']}:{p['leader']}" for p in topic["partitions"])
-        topics.add_row(topic["name"], topic["topic_id"], str(len(topic["partitions"])), leaders)
+        for p in topic["partitions"]:
+            out_of_sync = set(p["replicas"]) - set(p["isr"])
+            topics.add_row(topic["name"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
+                           ",".join(map(str, p["replicas"])),
+                           ",".join(map(str, p["isr"])) + (" [red](behind: " + ",".join(map(str, sorted(out_of_sync)))
+                                                          + ")[/]" if out_of_sync else ""))
     return Group(nodes, topics)
+
+
+@main.group()
+def node():
+    """Faults for one node of a running cluster: kill, stop, start, restart, pause, resume."""
+
+
+def _node_action(action: str, help_text: str):
+    @node.command(action, help=help_text)
+    @click.argument("node_id", type=int)
+    @data_dir_option
+    def command(node_id, data_dir):
+        cluster = attached(data_dir)
+        if node_id not in cluster.nodes:
+            raise click.ClickException(f"no node {node_id} in this cluster (nodes {sorted(cluster.nodes)})")
+        {
+            "kill": cluster.kill_node,
+            "stop": cluster.stop_node,
+            "start": cluster.restart_node,
+            "restart": cluster.restart_node,
+            "pause": cluster.pause_node,
+            "resume": cluster.resume_node,
+        }[action](node_id)
+        click.echo(f"node {node_id}: {action} done")
+    return command
+
+
+for _action, _help in (
+    ("kill", "SIGKILL the node, as a crash; the controller fences it after broker.session.timeout.ms."),
+    ("stop", "Stop the node gracefully; its leaderships move first (controlled shutdown)."),
+    ("start", "Start a stopped or killed node again with its data."),
+    ("restart", "Stop (if running) and start the node again."),
+    ("pause", "SIGSTOP the node: it lives on but answers nothing."),
+    ("resume", "SIGCONT a paused node."),
+):
+    _node_action(_action, _help)
 
 
 @main.group()

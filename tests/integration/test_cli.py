@@ -109,3 +109,27 @@ def test_group_commands(data_dir):
     kraftwerk("group", "delete", "readers", data_dir=data_dir)
     assert "readers" not in kraftwerk("group", "list", data_dir=data_dir).stdout
     kraftwerk("down", data_dir=data_dir)
+
+
+def test_node_fault_commands(data_dir):
+    kraftwerk("up", "--nodes", "3", "--port", "0", "--detach", "--set", "default.replication.factor=3",
+              data_dir=data_dir)
+    kraftwerk("topic", "create", "faults", "--partitions", "3", "--replication-factor", "3", data_dir=data_dir)
+    state = json.loads((data_dir / "cluster.json").read_text())
+    killed = state["nodes"]["2"]["pid"]
+    kraftwerk("node", "kill", "2", data_dir=data_dir)
+    assert not pid_alive(killed)
+    assert kraftwerk("status", data_dir=data_dir).stdout.count("dead") == 1
+    kraftwerk("node", "start", "2", data_dir=data_dir)
+    kraftwerk("node", "pause", "3", data_dir=data_dir)
+    kraftwerk("node", "resume", "3", data_dir=data_dir)
+    kraftwerk("node", "stop", "1", data_dir=data_dir)
+    status = kraftwerk("status", data_dir=data_dir).stdout
+    assert status.count("dead") == 1
+    # Node 1 handed its leaderships over when it stopped.
+    leaders = [line.split("│")[3].strip() for line in status.splitlines() if "│ faults " in line]
+    assert len(leaders) == 3 and "1" not in leaders
+    kraftwerk("node", "restart", "1", data_dir=data_dir)
+    assert kraftwerk("status", data_dir=data_dir).stdout.count("running") == 3
+    kraftwerk("produce", "faults", "--partition", "0", "still", "works", data_dir=data_dir)
+    kraftwerk("down", data_dir=data_dir)
