@@ -73,7 +73,10 @@ class Cluster:
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="kraftwerk-"))
         self.base_port = port
         self.host = host
-        self.node_config = dict(node_config or {})
+        # Kafka defaults to one copy; a cluster launched to test failover wants min(3, nodes).
+        replicas = str(min(3, nodes))
+        self.node_config = {"default.replication.factor": replicas, "offsets.topic.replication.factor": replicas,
+                            **(node_config or {})}
         self.startup_timeout = startup_timeout
         self.nodes: dict[int, NodeProcess] = {}
         self.controller_pid: int | None = None
@@ -111,7 +114,7 @@ class Cluster:
         command = [sys.executable, "-m", "controller", "--data-dir", str(self.data_dir / "controller"),
                    "--host", self.host, "--port", "0",
                    "--num-partitions", self.node_config.get("num.partitions", "1"),
-                   "--default-replication-factor", self.node_config.get("default.replication.factor", "1"),
+                   "--default-replication-factor", self.node_config["default.replication.factor"],
                    "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
         # Its own process group, which every node joins: one killpg stops them all.
         process = self._popen("controller", command, log_path, process_group=0)
