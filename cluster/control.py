@@ -67,19 +67,25 @@ class ControlServer:
         self.on_disconnect = on_disconnect
         self.server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._connections: set[ControlConnection] = set()
 
     async def start(self, host: str, port: int) -> int:
         self.server = await asyncio.start_server(self._serve, host, port)
         return self.server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
+        """Stop listening and end every connection, so that their handlers finish on their own."""
         if self.server:
             self.server.close()
         for task in list(self._tasks):
             task.cancel()
+        for conn in list(self._connections):
+            conn.writer.close()
+        await asyncio.gather(*(conn.closed for conn in list(self._connections)), return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = ControlConnection(reader, writer)
+        self._connections.add(conn)
         try:
             while True:
                 message = await read_frame(reader)
@@ -90,6 +96,7 @@ class ControlServer:
                 msgpack.UnpackException) as exc:
             log.debug("control connection from %s closed: %s", conn.peer, exc)
         finally:
+            self._connections.discard(conn)
             if not conn.closed.done():
                 conn.closed.set_result(None)
             if self.on_disconnect:
