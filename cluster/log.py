@@ -3,7 +3,8 @@
 A partition directory `<topic>-<partition>` holds segments named by their 20-digit base
 offset: `.log` (record batches back to back), a sparse `.index` (4-byte offset relative to
 the segment base, 4-byte position; the offset is the last offset of the indexed batch, as
-Kafka writes it) and a `.timeindex` (8-byte max timestamp so far, 4-byte relative offset),
+Kafka writes it, once more than `index.interval.bytes` of log lie since the previous entry)
+and a `.timeindex` (8-byte max timestamp so far, 4-byte relative offset),
 plus `leader-epoch-checkpoint` and `partition.metadata`. Only batch headers are ever
 parsed on the append and read paths.
 """
@@ -33,6 +34,8 @@ _MAX_TIMESTAMP = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 READ_AHEAD_BYTES = 64 * 1024
+# Offsets in a segment's index are int32 relative to its base offset.
+MAX_RELATIVE_OFFSET = (1 << 31) - 1
 
 
 def wall_clock_ms() -> int:
@@ -125,6 +128,8 @@ class Segment:
     max_timestamp: int = -1
     max_timestamp_offset: int = -1
     created_ms: int = field(default_factory=wall_clock_ms)
+    # Kafka times segment.ms from the first batch's max timestamp when the segment has one.
+    first_batch_timestamp: int = -1
     index_offsets: list[int] = field(default_factory=list)  # last offset of the indexed batch, relative
     index_positions: list[int] = field(default_factory=list)
     time_index: list[tuple[int, int]] = field(default_factory=list)  # (max timestamp so far, relative offset)
@@ -153,25 +158,52 @@ class Segment:
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.max_timestamp_offset = header.last_offset
+        if self.size == 0:
+            self.first_batch_timestamp = header.max_timestamp
         self.next_offset = header.next_offset
         self.size = max(self.size, position + header.size)
+        index_entry = time_entry = b""
+        # As Kafka's LogSegment: the entry goes to the batch that follows more than an
+        # interval of unindexed bytes, so the first batch is never indexed.
+        if self.bytes_since_index > interval:
+            relative = header.last_offset - self.base_offset
+            self.index_offsets.append(relative)
+            self.index_positions.append(position)
+            index_entry = _INDEX_ENTRY.pack(relative, position)
+            time_entry = self.maybe_add_time_entry()
+            self.bytes_since_index = 0
         self.bytes_since_index += header.size
-        if self.index_offsets and self.bytes_since_index < interval:
-            return b"", b""
-        self.bytes_since_index = 0
-        relative = header.last_offset - self.base_offset
-        self.index_offsets.append(relative)
-        self.index_positions.append(position)
-        time_entry = b""
-        if not self.time_index or self.max_timestamp > self.time_index[-1][0]:
-            self.time_index.append((self.max_timestamp, self.max_timestamp_offset - self.base_offset))
-            time_entry = _TIME_INDEX_ENTRY.pack(*self.time_index[-1])
-        return _INDEX_ENTRY.pack(relative, position), time_entry
+        return index_entry, time_entry
+
+    def maybe_add_time_entry(self) -> bytes:
+        if self.max_timestamp < 0 or (self.time_index and self.max_timestamp <= self.time_index[-1][0]):
+            return b""
+        self.time_index.append((self.max_timestamp, self.max_timestamp_offset - self.base_offset))
+        return _TIME_INDEX_ENTRY.pack(*self.time_index[-1])
+
+    def seal_time_index(self) -> None:
+        """Record the final max timestamp, as Kafka does when a segment stops being active,
+        so that a reopened segment knows it from its .timeindex alone."""
+        entry = self.maybe_add_time_entry()
+        if entry:
+            _append_file(self.path(".timeindex"), entry)
+
+    def ms_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
+        if self.first_batch_timestamp >= 0:
+            return incoming_max_timestamp - self.first_batch_timestamp
+        return now_ms - self.created_ms
 
     def position_for(self, offset: int) -> int:
         """Start position of a batch at or before the one holding offset."""
         i = bisect.bisect_left(self.index_offsets, offset - self.base_offset)
         return self.index_positions[i - 1] if i > 0 else 0
+
+    def position_after_timestamps_below(self, timestamp: int) -> int:
+        """A batch position before which every record is older than timestamp (time index)."""
+        i = bisect.bisect_left(self.time_index, timestamp, key=lambda entry: entry[0])
+        if i == 0:
+            return 0
+        return self.position_for(self.base_offset + self.time_index[i - 1][1] + 1)
 
     def rewrite_indexes(self) -> None:
         self.path(".index").write_bytes(b"".join(
@@ -182,6 +214,35 @@ class Segment:
         self.close()
         for suffix in (".log", ".index", ".timeindex"):
             self.path(suffix).unlink(missing_ok=True)
+
+
+class SegmentWalker:
+    """Walks one segment's batch headers from a position, reading the file in windows so a
+    walk costs one pread per window rather than one per batch."""
+
+    def __init__(self, segment: Segment, window_bytes: int):
+        self.fd = segment.fd
+        self.size = segment.size
+        self.window_bytes = max(window_bytes, HEADER_SIZE)
+        self.window = memoryview(b"")
+        self.window_start = 0
+
+    def headers(self, position: int):
+        while position + HEADER_SIZE <= self.size:
+            if not self._holds(position, position + HEADER_SIZE):
+                self.window_start = position
+                self.window = memoryview(os.pread(self.fd, min(self.window_bytes, self.size - position), position))
+            header = read_header(self.window, position - self.window_start)
+            yield position, header
+            position += header.size
+
+    def read(self, start: int, end: int) -> bytes:
+        if self._holds(start, end):
+            return bytes(self.window[start - self.window_start:end - self.window_start])
+        return os.pread(self.fd, end - start, start)
+
+    def _holds(self, start: int, end: int) -> bool:
+        return self.window_start <= start and end <= self.window_start + len(self.window)
 
 
 class PartitionLog:
@@ -227,29 +288,34 @@ class PartitionLog:
             self.segments.append(segment)
 
     def _load_index_files(self, segment: Segment, next_base: int) -> bool:
+        """Load a rolled segment's indexes; False when they are missing or fail Kafka's sanity checks."""
         index, time_index = segment.path(".index"), segment.path(".timeindex")
-        if not index.exists() or not time_index.exists() or index.stat().st_size % _INDEX_ENTRY.size:
+        if not index.exists() or not time_index.exists():
             return False
-        for relative, position in _INDEX_ENTRY.iter_unpack(index.read_bytes()):
-            segment.index_offsets.append(relative)
-            segment.index_positions.append(position)
-        raw_time = time_index.read_bytes()
-        segment.time_index = [e for e in _TIME_INDEX_ENTRY.iter_unpack(raw_time[:len(raw_time) // 12 * 12])]
+        raw_index, raw_time = index.read_bytes(), time_index.read_bytes()
+        if len(raw_index) % _INDEX_ENTRY.size or len(raw_time) % _TIME_INDEX_ENTRY.size:
+            return False
+        entries = list(_INDEX_ENTRY.iter_unpack(raw_index))
+        time_entries = list(_TIME_INDEX_ENTRY.iter_unpack(raw_time))
+        if not _index_is_sane(entries, time_entries, segment.size, next_base - segment.base_offset):
+            return False
+        segment.index_offsets = [relative for relative, _ in entries]
+        segment.index_positions = [position for _, position in entries]
+        segment.time_index = time_entries
         segment.next_offset = next_base
-        if segment.time_index:
-            segment.max_timestamp, relative = segment.time_index[-1]
+        if time_entries:
+            segment.max_timestamp, relative = time_entries[-1]
             segment.max_timestamp_offset = segment.base_offset + relative
-            segment.created_ms = segment.max_timestamp
         return True
 
     def _scan(self, segment: Segment, validate: bool) -> None:
         """Rebuild a segment's indexes from its batches; truncate a torn or corrupt tail."""
         data = segment.read_all()
         segment.index_offsets, segment.index_positions, segment.time_index = [], [], []
-        segment.bytes_since_index = 0
-        segment.size = 0
+        segment.bytes_since_index = segment.size = 0
+        segment.max_timestamp = segment.max_timestamp_offset = segment.first_batch_timestamp = -1
+        segment.next_offset = segment.base_offset
         end = 0
-        first_timestamp = None
         for position, header in iter_batch_headers(data):
             if validate:
                 try:
@@ -257,13 +323,10 @@ class PartitionLog:
                 except CorruptRecordError:
                     break
             segment.track_batch(position, header, self.config.index_interval_bytes)
-            first_timestamp = header.max_timestamp if first_timestamp is None else first_timestamp
             end = position + header.size
         if end < len(data):
             os.ftruncate(segment.fd, end)
         segment.size = end
-        if first_timestamp is not None and first_timestamp >= 0:
-            segment.created_ms = min(first_timestamp, wall_clock_ms())
         segment.rewrite_indexes()
 
     def _new_segment(self, base_offset: int) -> Segment:
@@ -329,7 +392,7 @@ class PartitionLog:
         return self.log_end_offset
 
     def _write(self, data) -> None:
-        self._maybe_roll(len(data))
+        self._maybe_roll(data)
         segment = self.active
         start = segment.size
         os.pwrite(segment.fd, data, start)
@@ -343,19 +406,23 @@ class PartitionLog:
         if time_bytes:
             _append_file(segment.path(".timeindex"), time_bytes)
 
-    def _maybe_roll(self, incoming: int) -> None:
+    def _maybe_roll(self, data) -> None:
         segment = self.active
         if segment.size == 0:
             return
-        too_big = segment.size + incoming > self.config.segment_bytes
-        too_old = wall_clock_ms() - segment.created_ms >= self.config.segment_ms
-        if too_big or too_old:
+        headers = [header for _, header in iter_batch_headers(data)]
+        incoming_max_timestamp = max(header.max_timestamp for header in headers)
+        too_big = segment.size + len(data) > self.config.segment_bytes
+        too_old = segment.ms_waited_for_roll(wall_clock_ms(), incoming_max_timestamp) > self.config.segment_ms
+        offsets_overflow = headers[-1].last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
+        if too_big or too_old or offsets_overflow:
             self.roll()
 
     def roll(self) -> None:
         if self.active.size == 0:
             return
         self.flush()
+        self.active.seal_time_index()
         self.segments.append(self._new_segment(self.log_end_offset))
 
     # --- reads ---
@@ -368,99 +435,92 @@ class PartitionLog:
         chunks: list[bytes] = []
         total = 0
         if offset < limit:
-            i = max(bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1, 0)
-            for segment in self.segments[i:]:
-                total += self._read_segment(segment, offset, limit, max_bytes - total, not chunks, chunks)
-                if total >= max_bytes or (chunks and segment.next_offset >= limit):
+            for segment in self.segments[self._segment_index_for(offset):]:
+                data, stopped = self._read_segment(segment, offset, limit, max_bytes - total, need_one=not chunks)
+                if data:
+                    chunks.append(data)
+                    total += len(data)
+                if stopped:
                     break
         return ReadResult(b"".join(chunks), self.high_watermark, self.log_start_offset, self.log_end_offset)
 
-    def _read_segment(self, segment: Segment, offset: int, limit: int, budget: int, need_one: bool,
-                      chunks: list[bytes]) -> int:
-        """Append whole batches of one segment holding offsets >= offset; returns bytes added.
+    def _segment_index_for(self, offset: int) -> int:
+        bases = [segment.base_offset for segment in self.segments]
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
 
-        One read covers the sparse-index position up to the byte budget; batch headers are
-        walked in that buffer, and only a first batch larger than the buffer is read again.
-        """
-        position = segment.position_for(offset)
-        window = os.pread(segment.fd, min(segment.size - position, max(budget, 0) + READ_AHEAD_BYTES), position)
-        view = memoryview(window)
-        cursor, start, end = 0, -1, -1
-        while cursor + HEADER_SIZE <= len(view):
-            header = read_header(view, cursor)
+    def _read_segment(self, segment: Segment, offset: int, limit: int, budget: int,
+                      need_one: bool) -> tuple[bytes, bool]:
+        """Whole batches of one segment from the one holding offset, within budget and below
+        limit; also whether the read must stop here (a later segment would leave a gap)."""
+        walker = SegmentWalker(segment, max(budget, 0) + READ_AHEAD_BYTES)
+        start = end = -1
+        for position, header in walker.headers(segment.position_for(offset)):
             if header.base_offset >= limit:
-                break
-            if header.last_offset >= offset:
-                if start < 0:
-                    if header.size > budget and not need_one:
-                        break
-                    start = cursor
-                elif cursor + header.size - start > budget:
-                    break
-                end = cursor + header.size
-                if end >= len(view):
-                    break
-            cursor += header.size
-        if start < 0:
-            return 0
-        if end <= len(view):
-            data = bytes(view[start:end])
-        else:  # a single batch larger than the window
-            data = os.pread(segment.fd, end - start, position + start)
-        chunks.append(data)
-        return len(data)
+                return _slice(walker, start, end), True
+            if header.last_offset < offset:
+                continue
+            if start < 0:
+                start = position
+            first_of_response = need_one and position == start
+            if position + header.size - start > budget and not first_of_response:
+                return _slice(walker, start, end), True
+            end = position + header.size
+        return _slice(walker, start, end), False
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= timestamp, below the
+        high watermark."""
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            for position, header in self._iter_segment_headers(segment):
-                if header.max_timestamp < timestamp or header.base_offset >= self.high_watermark:
-                    continue
-                if header.compression:
-                    return header.base_offset, header.max_timestamp
-                batch = os.pread(segment.fd, header.size, position)
-                for record in records.iter_records(batch):
-                    if record.timestamp >= timestamp:
-                        return record.offset, record.timestamp
+            walker = SegmentWalker(segment, READ_AHEAD_BYTES)
+            for position, header in walker.headers(segment.position_after_timestamps_below(timestamp)):
+                if header.base_offset >= self.high_watermark:
+                    return None
+                if header.max_timestamp >= timestamp:
+                    return _first_record_at_or_after(walker, position, header, timestamp)
         return None
 
-    def _iter_segment_headers(self, segment: Segment):
-        position = 0
-        while position + HEADER_SIZE <= segment.size:
-            header = read_header(os.pread(segment.fd, HEADER_SIZE, position))
-            yield position, header
-            position += header.size
-
     def max_timestamp_and_offset(self) -> tuple[int, int]:
-        best = (-1, -1)
-        for segment in self.segments:
-            if segment.max_timestamp > best[0]:
-                best = (segment.max_timestamp, segment.max_timestamp_offset)
-        return best
+        """(max timestamp, offset of its record) for ListOffsets MAX_TIMESTAMP; (-1, -1) when empty."""
+        best = max(self.segments, key=lambda segment: segment.max_timestamp)
+        if best.max_timestamp < 0:
+            return -1, -1
+        walker = SegmentWalker(best, READ_AHEAD_BYTES)
+        for position, header in walker.headers(best.position_for(best.max_timestamp_offset)):
+            if header.last_offset >= best.max_timestamp_offset:
+                found = _first_record_at_or_after(walker, position, header, best.max_timestamp)
+                return best.max_timestamp, found[0]
+        return best.max_timestamp, best.max_timestamp_offset
 
     # --- truncation and retention ---
 
     def truncate_to(self, offset: int) -> None:
+        """Drop every batch holding an offset >= offset, as Kafka's LogSegment.truncateTo."""
         if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            self._truncate_fully_and_start_at(offset)
             return
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self.segments.pop().delete_files()
         segment = self.active
         end = 0
-        for position, header in self._iter_segment_headers(segment):
-            if header.base_offset >= offset:
+        for position, header in SegmentWalker(segment, READ_AHEAD_BYTES).headers(segment.position_for(offset)):
+            if header.last_offset >= offset:
                 break
             end = position + header.size
         os.ftruncate(segment.fd, end)
-        segment.size = end
-        segment.next_offset = segment.base_offset
         self._scan(segment, validate=False)
-        if segment.size == 0:
-            segment.next_offset = max(offset, segment.base_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self.epochs = [(e, s) for e, s in self.epochs if s < offset]
-        self._save_epochs()
+        self._truncate_epochs_from_end(self.log_end_offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        for segment in self.segments:
+            segment.delete_files()
+        self.segments = [self._new_segment(offset)]
+        self.log_start_offset = self.high_watermark = offset
+        self._truncate_epochs_from_end(0)
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         now = wall_clock_ms() if now_ms is None else now_ms
@@ -470,10 +530,11 @@ class PartitionLog:
             deleted += 1
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            self._truncate_epochs_from_start(self.log_start_offset)
         return deleted
 
     def _expired(self, segment: Segment, now: int) -> bool:
-        if "delete" not in self.config.cleanup_policy:
+        if "delete" not in self.config.cleanup_policy or segment.next_offset > self.high_watermark:
             return False
         if self.config.retention_ms >= 0 and segment.max_timestamp >= 0 \
                 and now - segment.max_timestamp > self.config.retention_ms:
@@ -502,13 +563,34 @@ class PartitionLog:
         self._save_epochs()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """As OffsetForLeaderEpoch answers: the largest epoch <= epoch and where it ends."""
-        for i in range(len(self.epochs) - 1, -1, -1):
-            found, _ = self.epochs[i]
-            if found <= epoch:
-                end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.log_end_offset
-                return found, end
-        return -1, -1
+        """As Kafka's LeaderEpochFileCache.endOffsetFor: the latest epoch ends at the log end;
+        an older one at the start of the next higher epoch, answered with the largest known
+        epoch <= it (or itself when it predates them all); an unknown higher one is (-1, -1)."""
+        if epoch < 0 or not self.epochs:
+            return -1, -1
+        if epoch == self.latest_epoch:
+            return epoch, self.log_end_offset
+        higher = bisect.bisect_right(self.epochs, epoch, key=lambda entry: entry[0])
+        if higher == len(self.epochs):
+            return -1, -1
+        floor_epoch = self.epochs[higher - 1][0] if higher > 0 else epoch
+        return floor_epoch, self.epochs[higher][1]
+
+    def _truncate_epochs_from_end(self, end_offset: int) -> None:
+        kept = [(e, s) for e, s in self.epochs if s < end_offset]
+        if kept != self.epochs:
+            self.epochs = kept
+            self._save_epochs()
+
+    def _truncate_epochs_from_start(self, start_offset: int) -> None:
+        """Entries ending before the new log start go; the one spanning it now starts there."""
+        first_kept = max(bisect.bisect_right(self.epochs, start_offset, key=lambda entry: entry[1]) - 1, 0)
+        kept = self.epochs[first_kept:]
+        if kept and kept[0][1] < start_offset:
+            kept[0] = (kept[0][0], start_offset)
+        if kept != self.epochs:
+            self.epochs = kept
+            self._save_epochs()
 
     # --- lifecycle ---
 
@@ -516,12 +598,41 @@ class PartitionLog:
         os.fsync(self.active.fd)
 
     def close(self) -> None:
+        self.active.seal_time_index()
         for segment in self.segments:
             segment.close()
 
     def delete(self) -> None:
-        self.close()
+        for segment in self.segments:
+            segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _slice(walker: SegmentWalker, start: int, end: int) -> bytes:
+    return walker.read(start, end) if end > start >= 0 else b""
+
+
+def _first_record_at_or_after(walker: SegmentWalker, position: int, header, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) of the batch's first record at or after timestamp. A compressed
+    batch is answered by its base offset and max timestamp, as Kafka does without
+    decompressing; in a LogAppendTime batch every record carries the batch's timestamp."""
+    if header.compression or header.uses_log_append_time:
+        return header.base_offset, header.max_timestamp
+    batch = walker.read(position, position + header.size)
+    for record in records.iter_records(batch):
+        if record.timestamp >= timestamp:
+            return record.offset, record.timestamp
+    return header.base_offset, header.max_timestamp
+
+
+def _index_is_sane(entries, time_entries, segment_size: int, offset_span: int) -> bool:
+    """Kafka's index sanity checks: entries ascend and point inside the segment."""
+    offsets = [relative for relative, _ in entries]
+    positions = [position for _, position in entries]
+    times = [relative for _, relative in time_entries]
+    return (offsets == sorted(set(offsets)) and positions == sorted(set(positions))
+            and all(0 <= o < offset_span for o in offsets) and all(0 <= p < segment_size for p in positions)
+            and all(0 <= o < offset_span for o in times))
 
 
 def _stamp_log_append_time(buffer: bytearray, position: int, header, append_time: int) -> None:
