@@ -598,13 +598,11 @@ class PartitionLog:
         os.fsync(self.active.fd)
 
     def close(self) -> None:
-        self.active.seal_time_index()
         for segment in self.segments:
             segment.close()
 
     def delete(self) -> None:
-        for segment in self.segments:
-            segment.close()
+        self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

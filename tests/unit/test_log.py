@@ -1,4 +1,5 @@
 import shutil
+import struct
 import uuid
 from pathlib import Path
 
@@ -8,14 +9,12 @@ from cluster.log import (
     LogConfig, OffsetOutOfRangeError, PartitionLog, parse_partition_dir_name, topic_id_from_kafka_string,
     topic_id_to_kafka_string,
 )
-from cluster.records import iter_batch_headers, iter_records, validate_batches
+from cluster.records import CorruptRecordError, encode_batch, iter_batch_headers, iter_records, validate_batches
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-3.7-kraft-logdir"
 
 
 def batch(values, timestamp=1_000):
-    from cluster.records import encode_batch
-
     return encode_batch([(None, v) for v in values], timestamp=timestamp)
 
 
@@ -132,8 +131,6 @@ def test_log_append_time_rewrites_timestamps_and_the_crc(tmp_path):
 
 
 def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path):
-    from cluster.records import encode_batch
-
     log = PartitionLog(tmp_path / "t-0")
     for i in range(5):
         log.append(encode_batch([(None, b"v")], timestamp=100 * i), leader_epoch=0)
@@ -173,3 +170,161 @@ def test_reads_a_partition_written_by_kafka(tmp_path):
     assert topic_id_to_kafka_string(log.topic_id) == "B3_HiNPgSQ6oxG9ZZ6ED5A"
     assert log.read(0, 1 << 20).records == (source / "00000000000000000000.log").read_bytes()
     assert [r.offset for r in iter_records(log.read(2, 1).records)] == [2]
+
+
+def test_reads_around_batches_larger_than_the_read_window(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    for i in range(5):
+        log.append(batch([b"%d" % i * 100_000]), leader_epoch=0)
+    assert offsets_of(log.read(3, 1000).records) == [(3, 3)]
+    assert offsets_of(log.read(1, 250_000).records) == [(1, 1), (2, 2)]
+
+
+def test_a_read_that_runs_out_of_budget_does_not_skip_into_the_next_segment(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=700))
+    for value in (b"a", b"b" * 500, b"c"):
+        log.append(batch([value]), leader_epoch=0)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert offsets_of(log.read(0, 300).records) == [(0, 0)]
+    assert offsets_of(log.read(1, 300).records) == [(1, 1)]
+    assert offsets_of(log.read(1, 10_000).records) == [(1, 1), (2, 2)]
+
+
+def test_index_files_hold_kafka_entries(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(index_interval_bytes=100))
+    one = batch([b"x" * 20])
+    for i in range(6):
+        log.append(batch([b"x" * 20], timestamp=10 + i), leader_epoch=0)
+    size = len(one)
+    assert 50 < size <= 100  # entries go to the batch after more than 100 unindexed bytes
+    expected = b"".join(struct.pack(">ii", o, o * size) for o in (2, 4))
+    assert (tmp_path / "t-0" / "00000000000000000000.index").read_bytes() == expected
+    assert (tmp_path / "t-0" / "00000000000000000000.timeindex").read_bytes() == \
+        struct.pack(">qi", 12, 2) + struct.pack(">qi", 14, 4)
+
+
+def test_reopen_keeps_every_segment_fact(tmp_path):
+    config = LogConfig(segment_bytes=400, index_interval_bytes=100)
+    log = PartitionLog(tmp_path / "t-0", topic_id=uuid.UUID(int=5), config=config)
+    for i in range(30):
+        log.append(batch([b"v%d" % i] * 3, timestamp=[50, 10, 90][i % 3] + i), leader_epoch=i // 10)
+    state = lambda l: ([(s.base_offset, s.next_offset, s.size, s.max_timestamp, s.max_timestamp_offset,
+                         s.index_offsets, s.index_positions, s.time_index) for s in l.segments],
+                       l.log_start_offset, l.log_end_offset, l.high_watermark, l.epochs,
+                       l.max_timestamp_and_offset(), l.offset_for_timestamp(60), l.read(0, 1 << 20).records)
+    before = state(log)
+    log.close()
+    reopened = PartitionLog(tmp_path / "t-0", config=config)
+    assert state(reopened) == before
+    assert before[1:4] == (0, 90, 90) and before[4] == [(0, 0), (1, 30), (2, 60)]
+    assert before[5:7] == ((119, 87), (6, 92))
+    assert (tmp_path / "t-0" / "partition.metadata").read_text() == "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAABQ\n"
+
+
+def test_garbage_after_the_last_batch_is_truncated(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 3)
+    log.close()
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    intact = segment.read_bytes()
+    with open(segment, "ab") as handle:
+        handle.write(b"\xff" * 100)
+    reopened = PartitionLog(tmp_path / "t-0")
+    assert reopened.log_end_offset == 6
+    assert segment.read_bytes() == intact
+
+
+def test_a_corrupt_index_is_rebuilt(tmp_path):
+    config = LogConfig(segment_bytes=400, index_interval_bytes=100)
+    log = PartitionLog(tmp_path / "t-0", config=config)
+    fill(log, 30)
+    expected = [(s.index_offsets, s.index_positions) for s in log.segments]
+    log.close()
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    index.write_bytes(index.read_bytes() + struct.pack(">ii", 0, 0))  # a preallocated-looking tail
+    reopened = PartitionLog(tmp_path / "t-0", config=config)
+    assert [(s.index_offsets, s.index_positions) for s in reopened.segments] == expected
+    assert index.stat().st_size == 8 * len(expected[0][0])
+
+
+def test_retention_by_bytes_keeps_the_newest_segments(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, retention_ms=-1))
+    for i in range(20):
+        log.append(batch([b"x" * 50]), leader_epoch=0)
+    sizes = [s.size for s in log.segments]
+    log.config = LogConfig(segment_bytes=400, retention_ms=-1, retention_bytes=sum(sizes[-2:]))
+    assert log.enforce_retention(now_ms=0) == len(sizes) - 2
+    assert [s.size for s in log.segments] == sizes[-2:]
+    assert log.log_start_offset == log.segments[0].base_offset
+
+
+def test_retention_never_deletes_above_the_high_watermark(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, retention_ms=1_000))
+    log.auto_high_watermark = False
+    for i in range(20):
+        log.append(batch([b"x" * 50], timestamp=1_000), leader_epoch=0)
+    log.high_watermark = log.segments[2].base_offset
+    assert log.enforce_retention(now_ms=10_000) == 2
+    assert log.log_start_offset == log.high_watermark
+
+
+def test_retention_moves_the_first_epoch_to_the_new_log_start(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400, retention_ms=1_000))
+    for i in range(20):
+        log.append(batch([b"x" * 50], timestamp=1_000), leader_epoch=i // 5)
+    log.enforce_retention(now_ms=10_000)
+    start = log.log_start_offset
+    assert log.epochs[0] == ((start // 5), start)
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text().split("\n")[2] == f"{start // 5} {start}"
+
+
+def test_segments_roll_by_time_from_the_first_batch_timestamp(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_ms=1_000))
+    log.append(batch([b"a"], timestamp=5_000), leader_epoch=0)
+    log.append(batch([b"b"], timestamp=6_000), leader_epoch=0)
+    log.append(batch([b"c"], timestamp=6_001), leader_epoch=0)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert (tmp_path / "t-0" / "00000000000000000002.log").exists()
+
+
+def test_end_offset_for_epoch_answers_as_kafka(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    log.append(batch([b"a", b"b"]), leader_epoch=2)
+    log.append(batch([b"c"]), leader_epoch=4)
+    log.append(batch([b"d"]), leader_epoch=7)
+    assert log.epochs == [(2, 0), (4, 2), (7, 3)]
+    assert log.end_offset_for_epoch(7) == (7, 4)
+    assert log.end_offset_for_epoch(5) == (4, 3)
+    assert log.end_offset_for_epoch(4) == (4, 3)
+    assert log.end_offset_for_epoch(1) == (1, 0)
+    assert log.end_offset_for_epoch(8) == (-1, -1)
+    assert log.end_offset_for_epoch(-1) == (-1, -1)
+
+
+def test_truncate_drops_the_batch_holding_the_offset_and_its_epochs(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 3)
+    log.append(batch([b"x", b"y"]), leader_epoch=1)
+    log.truncate_to(5)
+    assert (log.log_end_offset, log.high_watermark, log.epochs) == (4, 4, [(0, 0)])
+    assert offsets_of(log.read(0, 1 << 20).records) == [(0, 1), (2, 3)]
+    log.truncate_to(0)
+    assert (log.log_end_offset, log.read(0, 100).records) == (0, b"")
+
+
+def test_follower_appends_keep_their_offsets(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    first = encode_batch([(None, b"a"), (None, b"b")], base_offset=0, timestamp=1, leader_epoch=3)
+    second = encode_batch([(None, b"c")], base_offset=2, timestamp=2, leader_epoch=4)
+    assert log.append_as_follower(first + second) == 3
+    assert log.read(0, 1 << 20).records == first + second
+    assert log.epochs == [(3, 0), (4, 2)]
+    with pytest.raises(CorruptRecordError):
+        log.append_as_follower(first)
+
+
+def test_topic_configs_use_kafka_names():
+    config = LogConfig.from_topic_configs({"segment.bytes": "1024", "retention.ms": "-1",
+                                           "message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"})
+    assert config == LogConfig(segment_bytes=1024, retention_ms=-1, message_timestamp_type="LogAppendTime",
+                               cleanup_policy="compact")
