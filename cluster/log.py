@@ -135,6 +135,7 @@ class Segment:
     time_index: list[tuple[int, int]] = field(default_factory=list)  # (max timestamp so far, relative offset)
     bytes_since_index: int = 0
     fd: int = -1
+    index_fds: dict[str, int] = field(default_factory=dict)  # suffix -> O_APPEND descriptor
 
     def __post_init__(self):
         self.next_offset = self.next_offset or self.base_offset
@@ -149,6 +150,16 @@ class Segment:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        for fd in self.index_fds.values():
+            os.close(fd)
+        self.index_fds.clear()
+
+    def append_index_bytes(self, suffix: str, data: bytes) -> None:
+        if not data:
+            return
+        if suffix not in self.index_fds:
+            self.index_fds[suffix] = os.open(self.path(suffix), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self.index_fds[suffix], data)
 
     def read_all(self) -> bytes:
         return os.pread(self.fd, self.size, 0)
@@ -184,9 +195,7 @@ class Segment:
     def seal_time_index(self) -> None:
         """Record the final max timestamp, as Kafka does when a segment stops being active,
         so that a reopened segment knows it from its .timeindex alone."""
-        entry = self.maybe_add_time_entry()
-        if entry:
-            _append_file(self.path(".timeindex"), entry)
+        self.append_index_bytes(".timeindex", self.maybe_add_time_entry())
 
     def ms_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
         if self.first_batch_timestamp >= 0:
@@ -380,9 +389,11 @@ class PartitionLog:
     def append_as_follower(self, data) -> int:
         """Append batches that already carry their offsets (metadata log copies, replication)."""
         found = validate_batches(data)
-        if found[0][1].base_offset < self.log_end_offset:
-            raise CorruptRecordError(
-                f"batch at offset {found[0][1].base_offset} is below the log end offset {self.log_end_offset}")
+        next_offset = self.log_end_offset
+        for _, header in found:
+            if header.base_offset < next_offset:
+                raise CorruptRecordError(f"batch at offset {header.base_offset} is below offset {next_offset}")
+            next_offset = header.next_offset
         for _, header in found:
             if self.latest_epoch is None or header.partition_leader_epoch > self.latest_epoch:
                 self.assign_epoch(header.partition_leader_epoch, header.base_offset)
@@ -401,10 +412,8 @@ class PartitionLog:
             entry, time_entry = segment.track_batch(start + position, header, self.config.index_interval_bytes)
             index_bytes += entry
             time_bytes += time_entry
-        if index_bytes:
-            _append_file(segment.path(".index"), index_bytes)
-        if time_bytes:
-            _append_file(segment.path(".timeindex"), time_bytes)
+        segment.append_index_bytes(".index", bytes(index_bytes))
+        segment.append_index_bytes(".timeindex", bytes(time_bytes))
 
     def _maybe_roll(self, data) -> None:
         segment = self.active
@@ -639,11 +648,6 @@ def _stamp_log_append_time(buffer: bytearray, position: int, header, append_time
     _MAX_TIMESTAMP.pack_into(buffer, position + 35, append_time)
     end = position + header.size
     _CRC.pack_into(buffer, position + 17, records.compute_crc(memoryview(buffer)[position:end]))
-
-
-def _append_file(path: Path, data: bytes) -> None:
-    with open(path, "ab") as handle:
-        handle.write(data)
 
 
 def _write_atomically(path: Path, text: str) -> None:

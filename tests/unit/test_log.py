@@ -321,6 +321,10 @@ def test_follower_appends_keep_their_offsets(tmp_path):
     assert log.epochs == [(3, 0), (4, 2)]
     with pytest.raises(CorruptRecordError):
         log.append_as_follower(first)
+    third = encode_batch([(None, b"d")], base_offset=3, timestamp=3, leader_epoch=4)
+    with pytest.raises(CorruptRecordError):
+        log.append_as_follower(third + third)
+    assert log.log_end_offset == 3
 
 
 def test_topic_configs_use_kafka_names():
