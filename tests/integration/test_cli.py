@@ -7,13 +7,19 @@ import signal
 import subprocess
 import sys
 
+import shutil
+import textwrap
+
 import pytest
 
 from cluster.launcher import pid_alive
 
+# The installed console script, as users run it; the module when kraftwerk is not pip-installed.
+KRAFTWERK = [shutil.which("kraftwerk")] if shutil.which("kraftwerk") else [sys.executable, "-m", "cluster.cli"]
+
 
 def kraftwerk(*args: str, data_dir, input: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--data-dir", str(data_dir)],
+    result = subprocess.run([*KRAFTWERK, *args, "--data-dir", str(data_dir)],
                             input=input, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -92,7 +98,7 @@ def test_group_commands(data_dir):
         assert cells[:5] == ["events", "0", "4", "10", "6"]
         assert cells[7] == "reader-1"
         # Offsets of a live group cannot be moved, as with kafka-consumer-groups.sh.
-        refused = subprocess.run([sys.executable, "-m", "cluster.cli", "group", "reset-offsets", "readers", "--topic",
+        refused = subprocess.run([*KRAFTWERK, "group", "reset-offsets", "readers", "--topic",
                                   "events", "--to-earliest", "--data-dir", str(data_dir)], capture_output=True, text=True)
         assert refused.returncode != 0
     finally:
@@ -133,3 +139,39 @@ def test_node_fault_commands(data_dir):
     assert kraftwerk("status", data_dir=data_dir).stdout.count("running") == 3
     kraftwerk("produce", "faults", "--partition", "0", "still", "works", data_dir=data_dir)
     kraftwerk("down", data_dir=data_dir)
+
+
+SAMPLE_SUITE = """
+    import pytest
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    def test_default_cluster_has_three_nodes(kraftwerk_cluster):
+        assert sorted(kraftwerk_cluster.nodes) == [1, 2, 3]
+        producer = KafkaProducer(bootstrap_servers=kraftwerk_cluster.bootstrap_servers)
+        producer.send("plugin-topic", b"through the fixture", partition=0).get(timeout=30)
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=kraftwerk_cluster.bootstrap_servers, consumer_timeout_ms=5000)
+        consumer.assign([TopicPartition("plugin-topic", 0)])
+        consumer.seek_to_beginning()
+        assert [r.value for r in consumer] == [b"through the fixture"]
+        consumer.close()
+        with open("pids.txt", "a") as pids:
+            pids.write(" ".join(str(n.pid) for n in kraftwerk_cluster.nodes.values()) + "\\n")
+
+    @pytest.mark.kraftwerk(nodes=1, config={"num.partitions": "4"})
+    def test_marker_sizes_and_configures_the_cluster(kraftwerk_cluster):
+        assert sorted(kraftwerk_cluster.nodes) == [1]
+        kraftwerk_cluster.create_topic("four", partitions=4)
+        status = kraftwerk_cluster.status()
+        assert [len(t["partitions"]) for t in status["topics"] if t["name"] == "four"] == [4]
+        with open("pids.txt", "a") as pids:
+            pids.write(str(kraftwerk_cluster.nodes[1].pid) + "\\n")
+"""
+
+
+def test_pytest_plugin_fixture_and_marker(pytester):
+    pytester.makepyfile(test_sample=textwrap.dedent(SAMPLE_SUITE))
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "--strict-markers")
+    result.assert_outcomes(passed=2)
+    pids = [int(pid) for pid in (pytester.path / "pids.txt").read_text().split()]
+    assert len(pids) == 4 and not any(pid_alive(pid) for pid in pids)
