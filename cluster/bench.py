@@ -42,11 +42,17 @@ def rss_mb(pid: int) -> float:
 def _produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: int, value: bytes, acks: str) -> float:
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+    failures = []
+
+    def delivered(error, _message):
+        if error is not None:
+            failures.append(error)
+
     started = time.perf_counter()
     for i in range(messages):
         while True:
             try:
-                producer.produce(topic, value=value, key=str(i).encode())
+                producer.produce(topic, value=value, key=str(i).encode(), on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -54,8 +60,10 @@ def _produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: in
             producer.poll(0)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - started
-    if remaining:
-        raise RuntimeError(f"{remaining} messages were not acknowledged")
+    # A figure for messages the cluster refused would be meaningless.
+    if remaining or failures:
+        raise RuntimeError(f"{remaining} messages unacknowledged, {len(failures)} refused "
+                           f"(first error: {failures[0] if failures else None})")
     return elapsed
 
 
@@ -82,10 +90,12 @@ def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: byte
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks), linger_ms=5,
                              batch_size=256 * 1024)
     started = time.perf_counter()
-    for i in range(messages):
-        producer.send(topic, value=value, key=str(i).encode())
+    futures = [producer.send(topic, value=value, key=str(i).encode()) for i in range(messages)]
     producer.flush()
     elapsed = time.perf_counter() - started
+    refused = [f for f in futures if f.failed()]
+    if refused:
+        raise RuntimeError(f"{len(refused)} messages refused (first error: {refused[0].exception})")
     producer.close()
     return elapsed
 

@@ -429,11 +429,17 @@ def produce(topic_name, values, key, partition, headers, acks, data_dir, bootstr
 @click.option("--max-messages", type=int, default=None, help="stop after this many messages")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
 @click.option("--print-key", is_flag=True, help="print key<TAB>value")
+@click.option("--format", "line_format", default=None, metavar="TEMPLATE",
+              help="each message as TEMPLATE, with {topic} {partition} {offset} {timestamp} {key} {value} {headers}; "
+                   "\\t and \\n are a tab and a newline (default: {value})")
 @data_dir_option
 @bootstrap_option
-def consume(topic_name, from_beginning, partitions, max_messages, timeout, print_key, data_dir, bootstrap_server):
+def consume(topic_name, from_beginning, partitions, max_messages, timeout, print_key, line_format, data_dir,
+            bootstrap_server):
     """Print the values of TOPIC's messages, one per line."""
     from kafka import KafkaConsumer, TopicPartition
+
+    template = _message_template(line_format, print_key)
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers(data_dir, bootstrap_server), client_id="kraftwerk-cli",
                              enable_auto_commit=False, consumer_timeout_ms=int(timeout * 1000))
@@ -445,12 +451,30 @@ def consume(topic_name, from_beginning, partitions, max_messages, timeout, print
         if from_beginning:
             consumer.seek_to_beginning()
         for count, record in enumerate(consumer, start=1):
-            value = (record.value or b"").decode(errors="replace")
-            click.echo(f"{(record.key or b'').decode(errors='replace')}\t{value}" if print_key else value)
+            click.echo(_format_message(template, record))
             if max_messages is not None and count >= max_messages:
                 break
     finally:
         consumer.close()
+
+
+def _message_template(line_format: str | None, print_key: bool) -> str:
+    if line_format is None:
+        return "{key}\t{value}" if print_key else "{value}"
+    # Shells pass \t literally; kcat's -f takes the same escapes.
+    return line_format.replace("\\t", "\t").replace("\\n", "\n")
+
+
+def _format_message(template: str, record) -> str:
+    def text(raw: bytes | None) -> str:
+        return (raw or b"").decode(errors="replace")
+
+    try:
+        return template.format(topic=record.topic, partition=record.partition, offset=record.offset,
+                               timestamp=record.timestamp, key=text(record.key), value=text(record.value),
+                               headers=",".join(f"{k}={text(v)}" for k, v in record.headers or ()))
+    except (KeyError, IndexError, ValueError) as exc:
+        raise click.BadParameter(f"{template!r}: {exc}", param_hint="--format") from exc
 
 
 @main.command()

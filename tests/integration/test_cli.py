@@ -47,7 +47,8 @@ def test_up_use_down_up_again(data_dir):
     kraftwerk("topic", "create", "greetings", "--partitions", "3", data_dir=data_dir)
     assert kraftwerk("topic", "list", data_dir=data_dir).stdout.split() == ["greetings"]
     kraftwerk("produce", "greetings", "--partition", "1", "hello", "world", data_dir=data_dir)
-    kraftwerk("produce", "greetings", "--partition", "2", "--key", "k", data_dir=data_dir, input="from\nstdin\n")
+    kraftwerk("produce", "greetings", "--partition", "2", "--key", "k", "--header", "origin=cli", data_dir=data_dir,
+              input="from\nstdin\n")
     described = kraftwerk("topic", "describe", "greetings", data_dir=data_dir).stdout
     topic_id = described.split("(")[1].split(")")[0]
 
@@ -57,6 +58,9 @@ def test_up_use_down_up_again(data_dir):
 
     assert consume("1") == ["hello", "world"]
     assert consume("2") == ["from", "stdin"]
+    formatted = kraftwerk("consume", "greetings", "--from-beginning", "--partition", "2", "--timeout", "3",
+                          "--format", r"{partition}/{offset}\t{key}={value} [{headers}]", data_dir=data_dir).stdout
+    assert formatted.splitlines() == ["2/0\tk=from [origin=cli]", "2/1\tk=stdin [origin=cli]"]
 
     pids = json.loads((data_dir / "cluster.json").read_text())["pids"]
     kraftwerk("down", data_dir=data_dir)
