@@ -222,28 +222,28 @@ class Cluster:
     def kill_node(self, node_id: int) -> None:
         """SIGKILL one node, as a crash would; returns once the process is gone."""
         node = self.nodes[node_id]
-        _signal(node.pid, signal.SIGKILL)
+        self._signal(node.pid, signal.SIGKILL)
         self._reap(node.pid, STOP_GRACE_S)
 
     def stop_node(self, node_id: int) -> None:
         """Graceful stop (SIGTERM): the node hands its leaderships over before it exits."""
         node = self.nodes[node_id]
-        _signal(node.pid, signal.SIGCONT)
-        _signal(node.pid, signal.SIGTERM)
+        self._signal(node.pid, signal.SIGCONT)
+        self._signal(node.pid, signal.SIGTERM)
         self._reap(node.pid, STOP_GRACE_S)
 
     def pause_node(self, node_id: int) -> None:
         """SIGSTOP: the process lives on but answers nothing, like a node stuck in a long pause."""
-        _signal(self.nodes[node_id].pid, signal.SIGSTOP)
+        self._signal(self.nodes[node_id].pid, signal.SIGSTOP)
 
     def resume_node(self, node_id: int) -> None:
-        _signal(self.nodes[node_id].pid, signal.SIGCONT)
+        self._signal(self.nodes[node_id].pid, signal.SIGCONT)
 
     def restart_node(self, node_id: int) -> None:
         """Start a node again with the same id, data dir and (when fixed) port; a running one is stopped first."""
         node = self.nodes[node_id]
         if node.alive():
-            _signal(node.pid, signal.SIGTERM)
+            self._signal(node.pid, signal.SIGTERM)
             self._reap(node.pid, STOP_GRACE_S)
         process, log_path = self._spawn_node(node_id)
         self._adopt_node(node_id, process, log_path)
@@ -252,16 +252,31 @@ class Cluster:
 
     # --- stopping ---
 
+    def _in_group(self, pid: int) -> bool:
+        """True when pid is still one of this cluster's processes, not an unrelated one that reused a stale pid."""
+        try:
+            in_group = self.controller_pid is not None and os.getpgid(pid) == self.controller_pid
+            return in_group and _runs_kraftwerk_process(pid)
+        except ProcessLookupError:
+            return False
+
+    def _signal(self, pid: int, sig: int) -> None:
+        if self._in_group(pid):
+            _signal(pid, sig)
+
     def stop(self) -> None:
         """Graceful stop of every node then the controller; anything left in the group is killed."""
+        # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
+        group_is_ours = "controller" in self._processes or any(
+            self._in_group(pid) for pid in [self.controller_pid, *(n.pid for n in self.nodes.values())] if pid)
         for node in self.nodes.values():
-            _signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
-            _signal(node.pid, signal.SIGTERM)
+            self._signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
+            self._signal(node.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for node in self.nodes.values():
             self._reap(node.pid, deadline - time.monotonic())
-        if self.controller_pid:
-            _signal(self.controller_pid, signal.SIGTERM)
+        if self.controller_pid and group_is_ours:
+            self._signal(self.controller_pid, signal.SIGTERM)
             self._reap(self.controller_pid, deadline - time.monotonic())
             try:
                 os.killpg(self.controller_pid, signal.SIGKILL)
@@ -283,9 +298,11 @@ class Cluster:
                 process.kill()
                 process.wait()
             return
+        if not self._in_group(pid):
+            return  # gone already, or the pid now belongs to someone else
         # Not our child (a cluster started by another `kraftwerk up`): wait on a pidfd.
         if not _wait_exit(pid, max(timeout, 0.1)):
-            _signal(pid, signal.SIGKILL)
+            self._signal(pid, signal.SIGKILL)
             _wait_exit(pid, STOP_GRACE_S)
 
     def __enter__(self) -> "Cluster":
@@ -306,6 +323,17 @@ def _wait_exit(pid: int, timeout: float) -> bool:
         return bool(readable)
     finally:
         os.close(fd)
+
+
+def _runs_kraftwerk_process(pid: int) -> bool:
+    """True when pid runs `python -m controller` or `python -m node`."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    modules = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == b"-m"}
+    return bool(modules & {b"controller", b"node"})
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -179,3 +179,26 @@ def test_pytest_plugin_fixture_and_marker(pytester):
     result.assert_outcomes(passed=2)
     pids = [int(pid) for pid in (pytester.path / "pids.txt").read_text().split()]
     assert len(pids) == 4 and not any(pid_alive(pid) for pid in pids)
+
+
+def test_up_refuses_a_running_cluster_and_down_spares_reused_pids(data_dir):
+    kraftwerk("up", "--nodes", "1", "--port", "0", "--detach", data_dir=data_dir)
+    again = subprocess.run([*KRAFTWERK, "up", "--nodes", "1", "--port", "0", "--detach", "--data-dir", str(data_dir)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "already running" in again.stderr
+    kraftwerk("down", data_dir=data_dir)
+
+    # The pids in a stale cluster.json may since belong to unrelated processes: down must leave them be.
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state_path = data_dir / "cluster.json"
+        state = json.loads(state_path.read_text())
+        state["controller"]["pid"] = state["process_group"] = bystander.pid
+        state["nodes"]["1"]["pid"] = bystander.pid
+        state_path.write_text(json.dumps(state))
+        kraftwerk("down", data_dir=data_dir)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+        state_path.unlink()  # the fixture must not killpg the bystander either
