@@ -101,6 +101,8 @@ def _stay_in_foreground(cluster: Cluster) -> None:
                 live.update(status_tables(cluster.status(), cluster))
     finally:
         cluster.stop()
+        if not console.is_terminal:
+            console.line()  # a live view written to a pipe or file ends without a newline
         console.print("cluster stopped; data kept in", str(cluster.data_dir))
 
 
