@@ -29,6 +29,11 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleanup.policy": "delete",
     "compression.type": "producer",
     "unclean.leader.election.enable": "false",
+    # Kafka: 30000; a follower that stops catching up leaves the ISR sooner, so acks=all stalls less.
+    "replica.lag.time.max.ms": "10000",
+    "auto.leader.rebalance.enable": "true",
+    # Kafka: 300; preferred leaders return within seconds of a node coming back.
+    "leader.imbalance.check.interval.seconds": "5",
     # Kafka: 2000; a node heartbeats more often so that a cluster is ready sooner.
     "broker.heartbeat.interval.ms": "500",
     # Kafka: 9000; the controller fences a silent node (and moves its leaderships) sooner.
