@@ -114,7 +114,9 @@ class ReplicaFetchers:
             info = self.broker.partition(topic, index)
             by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
                 partition=index, current_leader_epoch=info.leader_epoch if info else -1,
-                fetch_offset=partition_log.log_end_offset, last_fetched_epoch=partition_log.latest_epoch or -1,
+                fetch_offset=partition_log.log_end_offset,
+                # Epoch 0 is an epoch like any other; only a log without epochs has none (-1).
+                last_fetched_epoch=-1 if partition_log.latest_epoch is None else partition_log.latest_epoch,
                 log_start_offset=partition_log.log_start_offset, partition_max_bytes=PARTITION_MAX_BYTES))
         return FetchRequest[FETCH_VERSION](
             cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
