@@ -2,7 +2,8 @@
 
 Reads Kafka's own property names; command-line flags override the file. Once the Kafka
 listener is bound and the node has registered with the controller it prints one JSON line
-`{"ready": true, "port": ..., "pid": ...}` to stdout (the launcher waits for it).
+`{"ready": true, "port": ..., "admin_port": ..., "pid": ..., "incarnation_id": ...}` to stdout
+(the launcher waits for it; the admin port takes fault injection and replica-state queries).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import signal
 import sys
 
 from cluster.config import BrokerConfig, load_properties
+from node.admin import AdminServer
 from node.broker import Broker, Listener
 from node.server import KafkaServer
 
@@ -54,7 +56,10 @@ async def run(config: BrokerConfig) -> None:
     bound_port = await server.start(host, port)
     name, advertised_host, advertised_port = config.advertised_listener(bound_port)
     await broker.start(Listener(name, advertised_host, advertised_port))
-    print(json.dumps({"ready": True, "port": bound_port, "pid": os.getpid()}), flush=True)
+    admin = AdminServer(broker)
+    admin_port = await admin.start(host)
+    print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
+                      "incarnation_id": str(broker.incarnation_id)}), flush=True)
     log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -69,6 +74,7 @@ async def run(config: BrokerConfig) -> None:
     retention.cancel()
     offset_expiry.cancel()
     await server.close()
+    await admin.close()
     await broker.close()
 
 

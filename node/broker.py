@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cluster.config import BrokerConfig
 from cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from node.faults import Faults
 from node.group_coordinator import GroupCoordinator
 from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
@@ -32,6 +33,7 @@ class Broker:
         self.log_dir = config.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.image = MetadataImage()
+        self.faults = Faults()
         self.replicas = ReplicaManager(self)
         self.metadata = MetadataSync(self)
         self.producer_ids = ProducerIdAllocator(self)

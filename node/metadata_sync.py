@@ -13,6 +13,7 @@ import uuid
 
 from cluster.control import ControlClient, ControlError
 from cluster.log import PartitionLog, topic_id_to_kafka_string
+from node.faults import CONTROLLER
 from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
@@ -123,7 +124,7 @@ class MetadataSync:
 
     async def _fetch_loop(self) -> None:
         while True:
-            reply = await self.client.call(
+            reply = await self._call_through_faults(
                 "fetch_metadata", offset=self.log.log_end_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
@@ -138,7 +139,7 @@ class MetadataSync:
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
         while True:
-            reply = await self.client.call(
+            reply = await self._call_through_faults(
                 "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
                 applied_offset=self.image.offset,
             )
@@ -154,8 +155,9 @@ class MetadataSync:
         if self.client is None or not self.client.connected:
             return
         try:
-            reply = await self.client.call("controlled_shutdown", timeout=timeout, node_id=self.broker.node_id,
-                                           broker_epoch=self.broker_epoch)
+            reply = await asyncio.wait_for(self._call_through_faults(
+                "controlled_shutdown", timeout=timeout, node_id=self.broker.node_id, broker_epoch=self.broker_epoch),
+                timeout)
             await self.wait_for_offset(reply["metadata_offset"], timeout)
         except Exception as exc:  # stopping goes on; the controller fences us when heartbeats stop
             log.warning("controlled shutdown failed: %s", exc)
@@ -163,7 +165,18 @@ class MetadataSync:
     async def call_controller(self, op: str, **args) -> dict:
         if self.client is None or not self.client.connected:
             raise ControllerUnavailable("no connection to the controller")
-        return await self.client.call(op, timeout=30, **args)
+        try:
+            return await asyncio.wait_for(self._call_through_faults(op, timeout=30, **args), 30)
+        except asyncio.TimeoutError:
+            raise ControllerUnavailable(f"{op}: no answer from the controller") from None
+
+    async def _call_through_faults(self, op: str, /, timeout: float | None = None, **args) -> dict:
+        """While the node is isolated from the controller, neither the call nor its reply gets through."""
+        faults = self.broker.faults
+        await faults.wait_reachable(CONTROLLER)
+        reply = await self.client.call(op, timeout=timeout, **args)
+        await faults.wait_reachable(CONTROLLER)
+        return reply
 
     async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> None:
         async with self.applied:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from cluster.records import read_uvarint
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
+from node.faults import error_response, party_of
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,15 @@ class KafkaServer:
         return asyncio.create_task(self._handle(handler, header, request, peer))
 
     async def _handle(self, handler: ApiHandler, header: RequestHeader, request, peer) -> bytes | None:
-        response = await handler.handle(self.broker, header, request)
+        faults = self.broker.faults
+        party = party_of(header.client_id)
+        await faults.wait_reachable(party)
+        injected = faults.take_injected_error(handler.api_key)
+        if injected is not None:
+            response = error_response(handler.response, request, header.api_version, injected)
+        else:
+            response = await handler.handle(self.broker, header, request)
+        await faults.before_response(party)
         if response is None:
             return None
         body = response.encode(version=header.api_version)

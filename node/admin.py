@@ -1,0 +1,83 @@
+"""The node's own control port: fault injection and replica state for the launcher and `kraftwerk`.
+
+It speaks the msgpack control protocol (cluster/control.py) on a second port, apart from
+the Kafka listener, so that a node isolated from everyone can still be told to heal.
+"""
+from __future__ import annotations
+
+from cluster.control import ControlServer
+from node.apis import HANDLERS
+from node.faults import CLIENTS, CONTROLLER, error_code_by_name
+
+
+def api_key_by_name(name: str | int) -> int:
+    """An API key from its number or its name as Kafka spells it (Produce, OffsetCommit, ...)."""
+    if isinstance(name, int) or str(name).isdigit():
+        key = int(name)
+    else:
+        wanted = str(name).replace("_", "").lower()
+        key = next((k for k, h in HANDLERS.items() if h.request.name.lower().removesuffix("request") == wanted), None)
+    if key not in HANDLERS:
+        raise ValueError(f"this node does not serve API {name!r}")
+    return key
+
+
+class AdminServer:
+    def __init__(self, broker):
+        self.broker = broker
+        self.faults = broker.faults
+        self.server = ControlServer({
+            "faults": self.describe_faults,
+            "isolate": self.isolate,
+            "heal": self.heal,
+            "delay": self.delay,
+            "inject_error": self.inject_error,
+            "replica_states": self.replica_states,
+        })
+
+    async def start(self, host: str) -> int:
+        return await self.server.start(host, 0)
+
+    async def close(self) -> None:
+        await self.server.close()
+
+    async def describe_faults(self, args: dict, conn) -> dict:
+        return self.faults.describe()
+
+    async def isolate(self, args: dict, conn) -> dict:
+        """args["parties"]: "controller", "clients" and/or peer node ids; default the controller and every peer."""
+        parties = args.get("parties") or [CONTROLLER, *(n for n in self.broker.image.brokers if n != self.broker.node_id)]
+        for party in parties:
+            if party not in (CONTROLLER, CLIENTS) and not isinstance(party, int):
+                raise ValueError(f"cannot isolate from {party!r}: expected controller, clients or a node id")
+        await self.faults.isolate(parties)
+        return self.faults.describe()
+
+    async def heal(self, args: dict, conn) -> dict:
+        await self.faults.heal()
+        return self.faults.describe()
+
+    async def delay(self, args: dict, conn) -> dict:
+        self.faults.delay(args["delay_ms"])
+        return self.faults.describe()
+
+    async def inject_error(self, args: dict, conn) -> dict:
+        self.faults.inject_error(api_key_by_name(args["api"]), error_code_by_name(args["error"]), args.get("count", 1))
+        return self.faults.describe()
+
+    async def replica_states(self, args: dict, conn) -> dict:
+        """Each hosted partition's offsets; a leader adds what it knows of its followers."""
+        replicas = self.broker.replicas
+        states = []
+        for (topic, index), partition_log in sorted(replicas.logs.items()):
+            info = self.broker.partition(topic, index)
+            states.append({
+                "topic": topic, "partition": index,
+                "leader": info.leader if info else -1,
+                "leader_epoch": info.leader_epoch if info else -1,
+                "log_start_offset": partition_log.log_start_offset,
+                "log_end_offset": partition_log.log_end_offset,
+                "high_watermark": partition_log.high_watermark,
+                "follower_offsets": sorted(replicas.follower_offsets.get((topic, index), {}).items()),
+            })
+        return {"node_id": self.broker.node_id, "partitions": states}
