@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cluster.control import ControlError
 from cluster.launcher import Cluster, ClusterError
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
@@ -142,22 +143,51 @@ def status_tables(state: dict, cluster: Cluster):
         nodes.add_row(str(node_id), str(node.pid), f"{cluster.host}:{node.port}",
                       "[green]running[/]" if node.alive() else "[red]dead[/]",
                       "fenced" if broker.get("fenced", True) else "unfenced", str(led.get(node_id, 0)))
+    offsets = replica_offsets(cluster.replica_states(timeout=0.5))
     topics = Table(title="partitions")
-    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr"):
+    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "high watermark", "lag per replica"):
         topics.add_column(column)
     for topic in state["topics"]:
         for p in topic["partitions"]:
             out_of_sync = set(p["replicas"]) - set(p["isr"])
+            known = offsets.get((topic["name"], p["partition"]), {})
+            leader = known.get(p["leader"])
             topics.add_row(topic["name"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
                            ",".join(map(str, p["replicas"])),
                            ",".join(map(str, p["isr"])) + (" [red](behind: " + ",".join(map(str, sorted(out_of_sync)))
-                                                          + ")[/]" if out_of_sync else ""))
+                                                          + ")[/]" if out_of_sync else ""),
+                           str(leader["high_watermark"]) if leader else "?",
+                           " ".join(f"{r}:{_lag(leader, known.get(r))}" for r in p["replicas"]))
     return Group(nodes, topics)
+
+
+def replica_offsets(states: dict[int, dict]) -> dict[tuple[str, int], dict[int, dict]]:
+    """(topic, partition) -> node id -> that replica's offsets, from Cluster.replica_states()."""
+    offsets: dict[tuple[str, int], dict[int, dict]] = {}
+    for node_id, state in states.items():
+        for partition in state["partitions"]:
+            offsets.setdefault((partition["topic"], partition["partition"]), {})[node_id] = partition
+    return offsets
+
+
+def _lag(leader: dict | None, replica: dict | None) -> str:
+    """Messages the replica's log is behind the leader's log end, "?" when either did not answer."""
+    if leader is None or replica is None:
+        return "?"
+    return str(max(0, leader["log_end_offset"] - replica["log_end_offset"]))
 
 
 @main.group()
 def node():
-    """Faults for one node of a running cluster: kill, stop, start, restart, pause, resume."""
+    """Faults for one node of a running cluster: kill, stop, start, restart, pause, resume, isolate, heal,
+    delay, inject-error."""
+
+
+def attached_node(data_dir: str, node_id: int) -> Cluster:
+    cluster = attached(data_dir)
+    if node_id not in cluster.nodes:
+        raise click.ClickException(f"no node {node_id} in this cluster (nodes {sorted(cluster.nodes)})")
+    return cluster
 
 
 def _node_action(action: str, help_text: str):
@@ -165,9 +195,7 @@ def _node_action(action: str, help_text: str):
     @click.argument("node_id", type=int)
     @data_dir_option
     def command(node_id, data_dir):
-        cluster = attached(data_dir)
-        if node_id not in cluster.nodes:
-            raise click.ClickException(f"no node {node_id} in this cluster (nodes {sorted(cluster.nodes)})")
+        cluster = attached_node(data_dir, node_id)
         {
             "kill": cluster.kill_node,
             "stop": cluster.stop_node,
@@ -189,6 +217,75 @@ for _action, _help in (
     ("resume", "SIGCONT a paused node."),
 ):
     _node_action(_action, _help)
+
+
+@contextmanager
+def node_fault_errors(node_id: int):
+    try:
+        yield
+    except (ClusterError, ControlError, OSError) as exc:
+        raise click.ClickException(f"node {node_id}: {exc}") from exc
+
+
+def _print_faults(node_id: int, faults: dict) -> None:
+    isolated = ", ".join(faults["isolated_from"]) or "nobody"
+    pending = ", ".join(f"api {api}: {codes}" for api, codes in faults["injected_errors"]) or "none"
+    click.echo(f"node {node_id}: isolated from {isolated}; delay {faults['delay_ms']} ms; injected errors {pending}")
+
+
+def _party(value: str) -> str | int:
+    if value in ("controller", "clients"):
+        return value
+    if value.isdigit():
+        return int(value)
+    raise click.BadParameter(f"{value!r}: expected controller, clients or a node id", param_hint="--from")
+
+
+@node.command("isolate")
+@click.argument("node_id", type=int)
+@click.option("--from", "parties", multiple=True, metavar="PARTY",
+              help="controller, clients or a peer node id (repeatable) [default: the controller and every peer]")
+@data_dir_option
+def node_isolate(node_id, parties, data_dir):
+    """Cut NODE_ID off from the controller, peers and/or clients while its process lives on."""
+    cluster = attached_node(data_dir, node_id)
+    with node_fault_errors(node_id):
+        _print_faults(node_id, cluster.isolate_node(node_id, [_party(p) for p in parties]))
+
+
+@node.command("heal")
+@click.argument("node_id", type=int)
+@data_dir_option
+def node_heal(node_id, data_dir):
+    """End NODE_ID's isolation, delay and pending injected errors."""
+    cluster = attached_node(data_dir, node_id)
+    with node_fault_errors(node_id):
+        _print_faults(node_id, cluster.heal_node(node_id))
+
+
+@node.command("delay")
+@click.argument("node_id", type=int)
+@click.argument("delay_ms", type=int)
+@data_dir_option
+def node_delay(node_id, delay_ms, data_dir):
+    """Add DELAY_MS of latency to every response of NODE_ID (0 removes it)."""
+    cluster = attached_node(data_dir, node_id)
+    with node_fault_errors(node_id):
+        _print_faults(node_id, cluster.delay_node(node_id, delay_ms))
+
+
+@node.command("inject-error")
+@click.argument("node_id", type=int)
+@click.argument("api")
+@click.argument("error")
+@click.option("--count", type=int, default=1, show_default=True, help="how many requests get the error")
+@data_dir_option
+def node_inject_error(node_id, api, error, count, data_dir):
+    """Answer the next COUNT requests of API (Produce, Fetch, JoinGroup, ... or a key) on NODE_ID with ERROR
+    (a Kafka error name such as NOT_LEADER_OR_FOLLOWER, or its code), without executing them."""
+    cluster = attached_node(data_dir, node_id)
+    with node_fault_errors(node_id):
+        _print_faults(node_id, cluster.inject_error(node_id, api, error, count))
 
 
 @main.group()

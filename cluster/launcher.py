@@ -37,6 +37,8 @@ class NodeProcess:
     data_dir: Path
     log_path: Path
     fixed_port: bool = False
+    admin_port: int = 0  # the node's control port: fault injection and replica state
+    incarnation_id: str = ""
 
     def alive(self) -> bool:
         return pid_alive(self.pid)
@@ -135,7 +137,8 @@ class Cluster:
     def _adopt_node(self, node_id: int, process: subprocess.Popen, log_path: Path) -> None:
         ready = read_ready_line(process, log_path, self.startup_timeout)
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
-                                          log_path, fixed_port=bool(self.base_port))
+                                          log_path, fixed_port=bool(self.base_port),
+                                          admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"])
 
     def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
@@ -183,7 +186,8 @@ class Cluster:
         cluster.controller_port = state["controller"]["port"]
         for node_id, node in state["nodes"].items():
             cluster.nodes[int(node_id)] = NodeProcess(int(node_id), node["pid"], node["port"], Path(node["data_dir"]),
-                                                      Path(node["log_path"]), node.get("fixed_port", False))
+                                                      Path(node["log_path"]), node.get("fixed_port", False),
+                                                      node.get("admin_port", 0), node.get("incarnation_id", ""))
         return cluster
 
     # --- queries ---
@@ -201,6 +205,23 @@ class Cluster:
 
     def status(self) -> dict:
         return self._control("status")
+
+    def _node_control(self, node_id: int, op: str, timeout: float = 10, **args) -> dict:
+        node = self.nodes[node_id]
+        if not node.alive():
+            raise ClusterError(f"node {node_id} is not running")
+        return call_sync(self.host, node.admin_port, op, timeout=timeout, **args)
+
+    def replica_states(self, timeout: float = 2) -> dict[int, dict]:
+        """Per node, each hosted partition's log start, log end and high watermark, and (on leaders)
+        the followers' fetch offsets; nodes that are down or do not answer are left out."""
+        states = {}
+        for node_id in sorted(self.nodes):
+            try:
+                states[node_id] = self._node_control(node_id, "replica_states", timeout=timeout)
+            except (ClusterError, ControlError, OSError):
+                continue
+        return states
 
     def running(self) -> bool:
         return self.controller_pid is not None and pid_alive(self.controller_pid)
@@ -238,6 +259,27 @@ class Cluster:
 
     def resume_node(self, node_id: int) -> None:
         self._signal(self.nodes[node_id].pid, signal.SIGCONT)
+
+    def isolate_node(self, node_id: int, parties: list[str | int] | None = None) -> dict:
+        """Cut a live node off from parties ("controller", "clients", peer node ids; default the
+        controller and every peer): traffic either way is held, as in a network partition."""
+        return self._node_control(node_id, "isolate", parties=list(parties or []))
+
+    def heal_node(self, node_id: int) -> dict:
+        """End a node's isolation, latency and pending injected errors."""
+        return self._node_control(node_id, "heal")
+
+    def delay_node(self, node_id: int, delay_ms: int) -> dict:
+        """Add delay_ms to every response on the node's Kafka listener (0 removes it)."""
+        return self._node_control(node_id, "delay", delay_ms=delay_ms)
+
+    def inject_error(self, node_id: int, api: str | int, error: str | int, count: int = 1) -> dict:
+        """The next `count` requests of `api` (Produce, Fetch, ...) to this node are answered with
+        `error` (a Kafka error name or code) without being executed."""
+        return self._node_control(node_id, "inject_error", api=api, error=error, count=count)
+
+    def node_faults(self, node_id: int) -> dict:
+        return self._node_control(node_id, "faults")
 
     def restart_node(self, node_id: int) -> None:
         """Start a node again with the same id, data dir and (when fixed) port; a running one is stopped first."""
