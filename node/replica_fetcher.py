@@ -91,6 +91,8 @@ class ReplicaFetchers:
         if not logs:
             await self._wait_for_change(leader)
             return
+        faults = self.broker.faults
+        await faults.wait_reachable(leader)  # isolated from the leader: nothing goes out, nothing comes back
         request = self._request(logs)
         request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
         payload = bytes(request.encode(version=FETCH_VERSION, header=True))
@@ -100,6 +102,7 @@ class ReplicaFetchers:
         body = memoryview(await reader.readexactly(size))
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
         response = FetchResponse.decode(body[start:], version=FETCH_VERSION)
+        await faults.wait_reachable(leader)
         failed = False
         for topic in response.responses:
             for data in topic.partitions:
