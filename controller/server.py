@@ -40,6 +40,7 @@ class Controller:
             "allocate_producer_ids": self.allocate_producer_ids,
             "alter_partition": self.alter_partition,
             "controlled_shutdown": self.controlled_shutdown,
+            "process_died": self.process_died,
             "status": self.status,
             "wait_ready": self.wait_ready,
         }
@@ -100,6 +101,21 @@ class Controller:
             await self.fence(session)
         session.shutting_down = True
         return {"metadata_offset": self.writer.last_offset}
+
+    async def process_died(self, args: dict, conn: ControlConnection) -> dict:
+        """The launcher saw a node's process exit: fence it now rather than after the session timeout.
+
+        Only the incarnation that died is fenced; a node that has registered again since is left alone.
+        """
+        node_id = args["node_id"]
+        broker = self.image.brokers.get(node_id)
+        session = self.sessions.get(node_id)
+        if (broker is None or session is None or broker.fenced
+                or str(broker.incarnation_id) != args["incarnation_id"]):
+            return {"fenced": False, "metadata_offset": self.writer.last_offset}
+        log.warning("node %d: its process died, fencing it", node_id)
+        await self.fence(session)
+        return {"fenced": True, "metadata_offset": self.writer.last_offset}
 
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
         offset = args["offset"]
