@@ -209,7 +209,7 @@ def _node_action(action: str, help_text: str):
 
 
 for _action, _help in (
-    ("kill", "SIGKILL the node, as a crash; the controller fences it after broker.session.timeout.ms."),
+    ("kill", "SIGKILL the node, as a crash; the controller is told at once and moves its leaderships."),
     ("stop", "Stop the node gracefully; its leaderships move first (controlled shutdown)."),
     ("start", "Start a stopped or killed node again with its data."),
     ("restart", "Stop (if running) and start the node again."),

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -84,6 +85,7 @@ class Cluster:
         self.controller_pid: int | None = None
         self.controller_port: int | None = None
         self._processes: dict[str, subprocess.Popen] = {}
+        self._stopping = False
 
     # --- starting ---
 
@@ -139,6 +141,8 @@ class Cluster:
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
                                           log_path, fixed_port=bool(self.base_port),
                                           admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"])
+        threading.Thread(target=self._report_death_when_gone, args=(self.nodes[node_id],), daemon=True,
+                         name=f"watch-node-{node_id}").start()
 
     def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
@@ -241,10 +245,26 @@ class Cluster:
     # --- faults ---
 
     def kill_node(self, node_id: int) -> None:
-        """SIGKILL one node, as a crash would; returns once the process is gone."""
+        """SIGKILL one node, as a crash would; returns once the process is gone and the controller has
+        fenced it (its leaderships have moved)."""
         node = self.nodes[node_id]
         self._signal(node.pid, signal.SIGKILL)
         self._reap(node.pid, STOP_GRACE_S)
+        self._report_death(node)
+
+    def _report_death(self, node: NodeProcess) -> None:
+        """Tell the controller that this incarnation of the node is gone, so it need not wait for the
+        heartbeat timeout; it ignores a report about a node that has registered again since."""
+        try:
+            self._control("process_died", node_id=node.node_id, incarnation_id=node.incarnation_id, timeout=10)
+        except (ControlError, OSError):
+            pass  # the controller is down too: nothing to fence
+
+    def _report_death_when_gone(self, node: NodeProcess) -> None:
+        """Watches one node process this launcher started (a pidfd becomes readable at exit)."""
+        _wait_exit(node.pid, None)
+        if not self._stopping:
+            self._report_death(node)
 
     def stop_node(self, node_id: int) -> None:
         """Graceful stop (SIGTERM): the node hands its leaderships over before it exits."""
@@ -308,6 +328,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Graceful stop of every node then the controller; anything left in the group is killed."""
+        self._stopping = True
         # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
         group_is_ours = "controller" in self._processes or any(
             self._in_group(pid) for pid in [self.controller_pid, *(n.pid for n in self.nodes.values())] if pid)
@@ -354,7 +375,7 @@ class Cluster:
         self.stop()
 
 
-def _wait_exit(pid: int, timeout: float) -> bool:
+def _wait_exit(pid: int, timeout: float | None) -> bool:
     """True once pid has exited; a pidfd becomes readable at exit, so nothing polls."""
     try:
         fd = os.pidfd_open(pid)

@@ -1,6 +1,8 @@
 """Faults injected into live nodes: isolation, pauses, latency and one-shot errors."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 import uuid
@@ -134,6 +136,31 @@ def test_a_paused_leader_is_fenced_replaced_and_catches_up_after_resuming(cluste
     wait_for_partition(cluster, topic, lambda p: old_leader in p["isr"])
     assert read_partition(bootstrap_of(cluster, old_leader), topic) == first + after
     assert len({segment_bytes(cluster, n, topic) for n in cluster.nodes}) == 1
+
+
+def test_a_killed_leader_is_fenced_as_soon_as_the_launcher_sees_it_die(cluster):
+    topic = new_topic(cluster, "killed")
+    old_leader = partition_state(cluster, topic)["leader"]
+    cluster.kill_node(old_leader)
+    try:
+        state = partition_state(cluster, topic)  # no waiting: kill_node returns after the fence
+        assert state["leader"] != old_leader and old_leader not in state["isr"]
+        assert produce_acks_all(cluster.bootstrap_servers, topic, [b"after the crash"]) == [0]
+    finally:
+        cluster.restart_node(old_leader)
+    wait_for_partition(cluster, topic, lambda p: old_leader in p["isr"])
+
+    # A crash the launcher did not cause is seen by its watch on the process, not by a missed heartbeat.
+    leader = partition_state(cluster, topic)["leader"]
+    started = time.monotonic()
+    os.kill(cluster.nodes[leader].pid, signal.SIGKILL)
+    try:
+        wait_for_partition(cluster, topic, lambda p: p["leader"] != leader)
+        print(f"\nleader {leader} killed outside the launcher: replaced after {time.monotonic() - started:.2f}s")
+    finally:
+        cluster.restart_node(leader)
+    wait_for_partition(cluster, topic, lambda p: leader in p["isr"])
+    assert read_partition(cluster.bootstrap_servers, topic) == [b"after the crash"]
 
 
 def test_a_node_isolated_from_clients_answers_nothing_until_healed(cluster):
