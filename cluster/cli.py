@@ -144,8 +144,9 @@ def status_tables(state: dict, cluster: Cluster):
                       "[green]running[/]" if node.alive() else "[red]dead[/]",
                       "fenced" if broker.get("fenced", True) else "unfenced", str(led.get(node_id, 0)))
     offsets = replica_offsets(cluster.replica_states(timeout=0.5))
-    topics = Table(title="partitions")
-    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "high watermark", "lag per replica"):
+    topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
+                                                "the leader's, by node")
+    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "hw", "lag"):
         topics.add_column(column)
     for topic in state["topics"]:
         for p in topic["partitions"]:

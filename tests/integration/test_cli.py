@@ -142,6 +142,24 @@ def test_node_fault_commands(data_dir):
     kraftwerk("node", "restart", "1", data_dir=data_dir)
     assert kraftwerk("status", data_dir=data_dir).stdout.count("running") == 3
     kraftwerk("produce", "faults", "--partition", "0", "still", "works", data_dir=data_dir)
+    partition_0 = next(line for line in kraftwerk("status", data_dir=data_dir).stdout.splitlines()
+                       if line.startswith("│ faults │ 0 "))
+    cells = [cell.strip() for cell in partition_0.split("│")[1:-1]]
+    assert cells[6] == "2"  # the high watermark: both messages are on every replica
+    assert sorted(cells[7].split()) == ["1:0", "2:0", "3:0"]
+
+    isolated = kraftwerk("node", "isolate", "3", "--from", "controller", "--from", "1", data_dir=data_dir).stdout
+    assert "node 3: isolated from 1, controller;" in isolated
+    assert "isolated from nobody" in kraftwerk("node", "heal", "3", data_dir=data_dir).stdout
+    assert "delay 150 ms" in kraftwerk("node", "delay", "2", "150", data_dir=data_dir).stdout
+    injected = kraftwerk("node", "inject-error", "1", "Produce", "NOT_LEADER_OR_FOLLOWER", "--count", "2",
+                         data_dir=data_dir).stdout
+    assert "injected errors api 0: [6, 6]" in injected
+    refused = subprocess.run([*KRAFTWERK, "node", "inject-error", "1", "Bogus", "6", "--data-dir", str(data_dir)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "does not serve API 'Bogus'" in refused.stderr
+    kraftwerk("node", "heal", "1", data_dir=data_dir)
+    kraftwerk("node", "heal", "2", data_dir=data_dir)
     kraftwerk("down", data_dir=data_dir)
 
 
