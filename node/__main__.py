@@ -66,12 +66,14 @@ async def run(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     retention = asyncio.create_task(broker.replicas.run_retention(config.get_int("log.retention.check.interval.ms")))
+    isr_expiration = asyncio.create_task(broker.replicas.run_isr_expiration())
     offset_expiry = asyncio.create_task(broker.groups.run_offset_expiry(
         config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     await broker.metadata.controlled_shutdown()
     retention.cancel()
+    isr_expiration.cancel()
     offset_expiry.cancel()
     await server.close()
     await admin.close()

@@ -4,14 +4,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.errors import ErrorCode
 from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
 from cluster.metadata_log import METADATA_PARTITION_DIR
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+@dataclass
+class FollowerProgress:
+    """What a leader knows of one follower, as Kafka's Replica state: when it was last caught up."""
+
+    caught_up_ms: float
+    last_fetch_ms: float = 0.0
+    leader_end_at_last_fetch: int = -1
+
+    def fetched(self, fetch_offset: int, leader_end: int, now_ms: float) -> None:
+        # Caught up now if it has everything; caught up as of its previous fetch if it has
+        # everything the leader had then (Kafka's Replica.updateFetchStateOrThrow).
+        if fetch_offset >= leader_end:
+            self.caught_up_ms = now_ms
+        elif fetch_offset >= self.leader_end_at_last_fetch:
+            self.caught_up_ms = max(self.caught_up_ms, self.last_fetch_ms)
+        self.last_fetch_ms = now_ms
+        self.leader_end_at_last_fetch = leader_end
 
 
 class ReplicaManager:
@@ -25,6 +51,8 @@ class ReplicaManager:
         self._commit_waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
         self._isr_changes: set[tuple[str, int]] = set()
         self._leader_epochs: dict[tuple[str, int], int] = {}
+        # Per led partition, per follower: when it was last caught up (for ISR shrink).
+        self.progress: dict[tuple[str, int], dict[int, FollowerProgress]] = {}
         # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
         self._known_topics: set[str] | None = None
         # Fetch requests parked until one of their partitions gets new data.
@@ -86,6 +114,9 @@ class ReplicaManager:
             # A new term: what followers told an earlier leader says nothing about this one.
             self._leader_epochs[key] = info.leader_epoch
             self.follower_offsets.pop(key, None)
+            # Every follower counts as caught up when a term begins (Kafka's makeLeader).
+            self.progress[key] = {f: FollowerProgress(caught_up_ms=_now_ms()) for f in info.replicas
+                                  if f != self.broker.node_id}
         if info.leader == self.broker.node_id:
             self.update_high_watermark(key)
         if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
@@ -102,10 +133,11 @@ class ReplicaManager:
         partition_log = self.logs.pop(key)
         self.producers.pop(key, None)
         self.follower_offsets.pop(key, None)
+        self.progress.pop(key, None)
         self._leader_epochs.pop(key, None)
         for _, waiter in self._commit_waiters.pop(key, ()):
             if not waiter.done():
-                waiter.set_result(False)
+                waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         log.info("deleting partition %s-%d", *key)
         partition_log.delete()
         for waiter in self._waiters.pop(key, ()):
@@ -147,29 +179,62 @@ class ReplicaManager:
     def record_follower_offset(self, key: tuple[str, int], follower: int, log_end_offset: int) -> None:
         """A follower fetched from log_end_offset: it holds everything before it."""
         self.follower_offsets.setdefault(key, {})[follower] = log_end_offset
-        self.update_high_watermark(key)
         info = self.broker.partition(*key)
         partition_log = self.logs.get(key)
+        if partition_log is not None:
+            self._progress_of(key, follower).fetched(log_end_offset, partition_log.log_end_offset, _now_ms())
+        self.update_high_watermark(key)
         if (info is not None and partition_log is not None and follower in info.replicas
                 and follower not in info.isr and log_end_offset >= partition_log.high_watermark
                 and key not in self._isr_changes):
             self._isr_changes.add(key)
             asyncio.get_running_loop().create_task(self._add_to_isr(key, follower, info))
 
+    def _progress_of(self, key: tuple[str, int], follower: int) -> FollowerProgress:
+        # A follower not heard from since this term began counts as caught up when it began.
+        followers = self.progress.setdefault(key, {})
+        if follower not in followers:
+            followers[follower] = FollowerProgress(caught_up_ms=_now_ms())
+        return followers[follower]
+
     async def _add_to_isr(self, key: tuple[str, int], follower: int, info) -> None:
         """A follower that caught up rejoins the ISR through the controller."""
+        await self._alter_isr(key, info, sorted(set(info.isr) | {follower}), f"adding node {follower} to")
+
+    async def _alter_isr(self, key: tuple[str, int], info, isr: list[int], action: str) -> None:
         topic = self.broker.topic(key[0])
         try:
             reply = await self.broker.call_controller(
                 "alter_partition", node_id=self.broker.node_id, topic_id=topic_id_to_kafka_string(topic.topic_id),
-                partition=key[1], leader_epoch=info.leader_epoch, partition_epoch=info.partition_epoch,
-                isr=sorted(set(info.isr) | {follower}))
+                partition=key[1], leader_epoch=info.leader_epoch, partition_epoch=info.partition_epoch, isr=isr)
             if reply["error_code"]:
-                log.info("adding node %d to the ISR of %s-%d: error %d", follower, *key, reply["error_code"])
+                log.info("%s the ISR of %s-%d: error %d", action, *key, reply["error_code"])
         except Exception as exc:
-            log.warning("adding node %d to the ISR of %s-%d failed: %s", follower, *key, exc)
+            log.warning("%s the ISR of %s-%d failed: %s", action, *key, exc)
         finally:
             self._isr_changes.discard(key)
+
+    async def run_isr_expiration(self) -> None:
+        """Every replica.lag.time.max.ms / 2, drop followers that have not been caught up for
+        replica.lag.time.max.ms from the ISR of partitions led here (Kafka's isr-expiration task)."""
+        lag_ms = self.broker.config.get_int("replica.lag.time.max.ms")
+        while True:
+            await asyncio.sleep(lag_ms / 2000)
+            self.shrink_lagging_isrs(lag_ms)
+
+    def shrink_lagging_isrs(self, lag_ms: int) -> None:
+        now_ms = _now_ms()
+        for key in list(self.logs):
+            info = self.broker.partition(*key)
+            if info is None or info.leader != self.broker.node_id or len(info.isr) <= 1 or key in self._isr_changes:
+                continue
+            lagging = [f for f in info.isr if f != self.broker.node_id
+                       and now_ms - self._progress_of(key, f).caught_up_ms > lag_ms]
+            if lagging:
+                log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
+                self._isr_changes.add(key)
+                asyncio.get_running_loop().create_task(
+                    self._alter_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from"))
 
     def update_high_watermark(self, key: tuple[str, int]) -> None:
         """High watermark = the smallest log end offset over the ISR; it never moves back."""
@@ -193,24 +258,34 @@ class ReplicaManager:
         for offset, waiter in waiting:
             if offset <= high_watermark:
                 if not waiter.done():
-                    waiter.set_result(True)
+                    waiter.set_result(self._enough_replicas_error(key))
             else:
                 still.append((offset, waiter))
         self._commit_waiters[key] = still
 
-    async def wait_until_committed(self, key: tuple[str, int], next_offset: int, timeout_s: float) -> bool:
-        """acks=all: True once the high watermark reaches next_offset, False on timeout or deletion."""
+    def _enough_replicas_error(self, key: tuple[str, int]) -> ErrorCode:
+        """Once the high watermark covers a write: was it on min.insync.replicas copies
+        (Kafka's Partition.checkEnoughReplicasReachOffset)?"""
+        info = self.broker.partition(*key)
+        min_isr = int(self.broker.topic_configs(key[0])["min.insync.replicas"])
+        if info is not None and len(info.isr) < min_isr:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    async def wait_until_committed(self, key: tuple[str, int], next_offset: int, timeout_s: float) -> ErrorCode:
+        """acks=all: NONE once the high watermark reaches next_offset with enough replicas in sync;
+        REQUEST_TIMED_OUT if it does not in time; NOT_LEADER_OR_FOLLOWER if the partition goes away."""
         partition_log = self.logs.get(key)
         if partition_log is None:
-            return False
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if partition_log.high_watermark >= next_offset:
-            return True
+            return self._enough_replicas_error(key)
         waiter = asyncio.get_running_loop().create_future()
         self._commit_waiters.setdefault(key, []).append((next_offset, waiter))
         try:
             return await asyncio.wait_for(waiter, timeout_s)
         except asyncio.TimeoutError:
-            return False
+            return ErrorCode.REQUEST_TIMED_OUT
         finally:
             waiting = self._commit_waiters.get(key)
             if waiting:

@@ -53,16 +53,22 @@ async def handle(broker, header, request):
     )
 
 
+_COMMIT_FAILURES = {
+    ErrorCode.REQUEST_TIMED_OUT: "the in-sync replicas did not acknowledge in time",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but fewer than min.insync.replicas replicas are in sync",
+}
+
+
 async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
     """acks=all: answer once every in-sync replica has the batch (a purgatory of futures)."""
     if not awaiting:
         return
-    committed = await asyncio.gather(*(broker.replicas.wait_until_committed(key, next_offset, timeout_ms / 1000)
-                                       for _, key, next_offset in awaiting))
-    for (response, _, _), ok in zip(awaiting, committed):
-        if not ok:
-            response.error_code = ErrorCode.REQUEST_TIMED_OUT
-            response.error_message = "the in-sync replicas did not acknowledge in time"
+    outcomes = await asyncio.gather(*(broker.replicas.wait_until_committed(key, next_offset, timeout_ms / 1000)
+                                      for _, key, next_offset in awaiting))
+    for (response, _, _), error in zip(awaiting, outcomes):
+        if error:
+            response.error_code = error
+            response.error_message = _COMMIT_FAILURES.get(error)
 
 
 def _topic_of(broker, topic_data, version):
