@@ -14,7 +14,8 @@ import struct
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.errors import ErrorCode
-from cluster.records import CorruptRecordError, read_uvarint
+from cluster.records import CorruptRecordError, iter_batch_headers, read_uvarint
+from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,14 @@ class ReplicaFetchers:
             topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
             forgotten_topics_data=[], rack_id="")
 
+    def _track_producers(self, key: tuple[str, int], records) -> None:
+        """Idempotent producers' sequences, batch by batch, so that this replica can take over
+        as leader and still recognise a retried batch."""
+        producers = self.broker.replicas.producers_of(key)
+        for _, header in iter_batch_headers(records):
+            if header.producer_id >= 0 and not header.is_control:
+                producers.record(header, header.base_offset)
+
     def _apply(self, leader: int, key: tuple[str, int], data, logs) -> bool:
         partition_log = logs.get(key)
         if partition_log is None:
@@ -138,8 +147,11 @@ class ReplicaFetchers:
             end = max(data.diverging_epoch.end_offset, partition_log.log_start_offset)
             log.info("%s-%d diverged from leader %d after offset %d: truncating", *key, leader, end)
             partition_log.truncate_to(min(end, partition_log.log_end_offset))
+            # Rare: rebuilt from what is left, so that a later leadership here knows every producer.
+            self.broker.replicas.producers[key] = PartitionProducers.from_log(partition_log)
             return True
         if data.records:
             partition_log.append_as_follower(data.records)
+            self._track_producers(key, data.records)
         partition_log.high_watermark = min(data.high_watermark, partition_log.log_end_offset)
         return True
