@@ -212,3 +212,38 @@ def test_an_injected_error_answers_once_without_executing_the_request(cluster):
     assert produce_acks_all(cluster.bootstrap_servers, topic, [b"retried"]) == [1]
     assert read_partition(cluster.bootstrap_servers, topic) == [b"accepted", b"retried"]
     assert cluster.node_faults(leader)["injected_errors"] == []
+
+
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+
+
+def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tmp_path):
+    # The follower keeps heartbeating (it is not fenced): only ISR shrink can take it out.
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config={"replica.lag.time.max.ms": "1500"}) as cluster:
+        topic = new_topic(cluster, "lagging")
+        leader = partition_state(cluster, topic)["leader"]
+        follower = next(n for n in cluster.nodes if n != leader)
+        cluster.isolate_node(follower, [leader])
+        started = time.monotonic()
+        # Parked until the ISR shrinks; then on two copies, which min.insync.replicas=2 allows.
+        assert produce_acks_all(cluster.bootstrap_servers, topic, [b"while cut off"]) == [0]
+        print(f"\nacks=all answered {time.monotonic() - started:.2f}s after the follower was cut off")
+        state = partition_state(cluster, topic)
+        assert follower not in state["isr"] and len(state["isr"]) == 2
+        assert cluster.status()["brokers"][follower - 1]["fenced"] is False
+
+        # With min.insync.replicas=3 the shrink itself makes a parked write fail after its append.
+        strict = f"{topic}-strict"
+        cluster.create_topic(strict, partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+        wait_for_partition(cluster, strict, lambda p: sorted(p["isr"]) == [1, 2, 3])
+        strict_leader = partition_state(cluster, strict)["leader"]
+        cut_off = next(n for n in cluster.nodes if n not in (strict_leader, follower))
+        cluster.isolate_node(cut_off, [strict_leader])
+        assert raw_produce(address_of(cluster, strict_leader), strict, b"appended", acks=-1) == \
+            (NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0)
+
+        cluster.heal_node(follower)
+        cluster.heal_node(cut_off)
+        wait_for_partition(cluster, topic, lambda p: sorted(p["isr"]) == [1, 2, 3])
+        wait_for_partition(cluster, strict, lambda p: sorted(p["isr"]) == [1, 2, 3])
+        assert read_partition(cluster.bootstrap_servers, topic) == [b"while cut off"]

@@ -5,9 +5,10 @@ import time
 import uuid
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from cluster.launcher import Cluster
+from tests.integration.wire import fetch_values
 
 REQUEST_TIMED_OUT = 7
 NOT_ENOUGH_REPLICAS = 19
@@ -31,13 +32,7 @@ def segment_bytes(cluster, node_id: int, topic: str, partition: int) -> bytes:
 
 
 def visible(cluster, topic: str, via: int) -> list[bytes]:
-    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{cluster.nodes[via].port}", consumer_timeout_ms=1500)
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        return [record.value for record in consumer]
-    finally:
-        consumer.close()
+    return fetch_values((cluster.host, cluster.nodes[via].port), topic)
 
 
 def test_acks_all_writes_reach_every_replica_byte_for_byte(cluster):
