@@ -43,6 +43,7 @@ class Controller:
             "process_died": self.process_died,
             "status": self.status,
             "wait_ready": self.wait_ready,
+            "wait_in_sync": self.wait_in_sync,
         }
 
     def unfenced_brokers(self) -> list[int]:
@@ -212,3 +213,13 @@ class Controller:
         if not await self.writer.wait_for(lambda: self._ready(args["nodes"]), args.get("timeout_ms", 30000) / 1000):
             raise TimeoutError(f"{args['nodes']} nodes did not register and catch up in time")
         return await self.status(args, conn)
+
+    def _in_sync(self, topic_name: str) -> bool:
+        topic = self.image.topics.get(topic_name)
+        return topic is not None and all(
+            p.leader >= 0 and sorted(p.isr) == sorted(p.replicas) for p in topic.partitions.values())
+
+    async def wait_in_sync(self, args: dict, conn) -> dict:
+        """Until every partition of a topic has a leader and all its replicas in the ISR."""
+        in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), args.get("timeout_ms", 30000) / 1000)
+        return {"in_sync": in_sync}
