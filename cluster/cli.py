@@ -4,6 +4,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -591,3 +592,31 @@ def bench(nodes, messages, value_size, partitions):
 
 if __name__ == "__main__":
     main()
+
+
+@main.command("check-failover")
+@click.option("--duration", type=float, default=60, show_default=True, help="seconds of writes under faults")
+@click.option("--seed", type=int, default=None, help="replay the faults of an earlier run")
+@click.option("--faults", default="kill,stop,pause,isolate", show_default=True,
+              help="comma-separated faults the nemesis picks from")
+@click.option("--producers", type=int, default=2, show_default=True)
+@click.option("--partitions", type=int, default=3, show_default=True)
+@click.option("--topic", default=None, help="a new topic to write [default: kraftwerk-failover-check-<time>]")
+@data_dir_option
+def check_failover(duration, seed, faults, producers, partitions, topic, data_dir):
+    """Write numbered messages with acks=all while random nodes are killed, stopped, paused and
+    isolated one at a time; then check that every acknowledged message is there once and in order.
+    Exits 1 if any was lost, duplicated or reordered."""
+    from cluster.failover_check import FailoverCheck, render
+
+    cluster = attached(data_dir)
+    try:
+        check = FailoverCheck(cluster, duration_s=duration, seed=seed,
+                              faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
+                              producers=producers, partitions=partitions,
+                              topic=topic or f"kraftwerk-failover-check-{int(time.time())}", log=console.print)
+        report = check.run()
+    except (ValueError, ClusterError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(render(report))
+    sys.exit(0 if report.ok else 1)
