@@ -120,6 +120,8 @@ class Cluster:
                    "--num-partitions", self.node_config.get("num.partitions", "1"),
                    "--default-replication-factor", self.node_config["default.replication.factor"],
                    "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
+        for key, value in self.node_config.items():
+            command += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
         # Its own process group, which every node joins: one killpg stops them all.
         process = self._popen("controller", command, log_path, process_group=0)
         ready = read_ready_line(process, log_path, self.startup_timeout)

@@ -15,6 +15,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from cluster.config import BrokerConfig
 from cluster.control import ControlServer
 from cluster.metadata_log import read_meta_properties, write_meta_properties
 from controller.metadata_writer import MetadataWriter
@@ -34,7 +35,18 @@ def parse_args(argv):
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=2000)
     parser.add_argument("--num-partitions", type=int, default=1)
     parser.add_argument("--default-replication-factor", type=int, default=1)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable "
+                             "and leader.imbalance.check.interval.seconds; others are ignored)")
     return parser.parse_args(argv)
+
+
+def config_from(settings: list[str]) -> BrokerConfig:
+    values = {}
+    for item in settings:
+        key, _, value = item.partition("=")
+        values[key.strip()] = value.strip()
+    return BrokerConfig(values)
 
 
 def new_cluster_id() -> str:
@@ -62,10 +74,11 @@ async def run(args) -> None:
                                                      "feature_level": METADATA_VERSION_LEVEL})])
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
-                            args.heartbeat_timeout_ms)
+                            args.heartbeat_timeout_ms, config_from(args.set))
     server = ControlServer(controller.handlers())
     port = await server.start(args.host, args.port)
     fencing = asyncio.create_task(controller.fence_silent_brokers())
+    balancing = asyncio.create_task(controller.balance_leaders())
     print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)
     log.info("controller of cluster %s serving on %s:%d", writer.image.cluster_id, args.host, port)
     stop = asyncio.Event()
@@ -73,6 +86,7 @@ async def run(args) -> None:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
     fencing.cancel()
+    balancing.cancel()
     await server.close()
     writer.close()
     log.info("controller stopped")

@@ -5,6 +5,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from cluster.errors import ErrorCode
 from cluster.image import MetadataImage
 from cluster.log import topic_id_from_kafka_string
 
@@ -79,4 +80,53 @@ def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[
                 change["leader"] = candidates[0] if candidates else -1
             if len(change) > 2:
                 changes.append(("PartitionChangeRecord", change))
+    return changes
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
+
+
+def elect_leader(image: MetadataImage, topic_name: str, index: int, election_type: int
+                 ) -> tuple[ErrorCode, tuple[str, dict] | None]:
+    """One partition's election as Kafka's ReplicationControlManager.electLeader: (outcome, record).
+
+    Preferred: the first replica leads again if it is unfenced and in sync. Unclean: only for a
+    partition without a leader, a live in-sync replica or else any live replica (whose data
+    becomes the partition's, so the ISR is reset to it).
+    """
+    topic = image.topics.get(topic_name)
+    partition = topic.partitions.get(index) if topic else None
+    if partition is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    live = {b.node_id for b in image.brokers.values() if not b.fenced}
+    change = {"partition_id": index, "topic_id": topic.topic_id}
+    if election_type == PREFERRED:
+        preferred = partition.replicas[0] if partition.replicas else -1
+        if partition.leader == preferred:
+            return ErrorCode.ELECTION_NOT_NEEDED, None
+        if preferred not in live or preferred not in partition.isr:
+            return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None
+        change["leader"] = preferred
+    else:
+        if partition.leader >= 0:
+            return ErrorCode.ELECTION_NOT_NEEDED, None
+        in_sync = [r for r in partition.isr if r in live]
+        candidates = in_sync or [r for r in partition.replicas if r in live]
+        if not candidates:
+            return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+        change["leader"] = candidates[0]
+        if not in_sync:
+            change["isr"] = candidates[:1]
+    return ErrorCode.NONE, ("PartitionChangeRecord", change)
+
+
+def imbalanced_leader_changes(image: MetadataImage) -> list[tuple[str, dict]]:
+    """Give every partition whose preferred replica is live and in sync back to it
+    (auto.leader.rebalance.enable)."""
+    changes = []
+    for topic in image.topics.values():
+        for index in topic.partitions:
+            outcome, record = elect_leader(image, topic.name, index, PREFERRED)
+            if record is not None:
+                changes.append(record)
     return changes

@@ -9,8 +9,10 @@ from cluster.control import ControlConnection
 from cluster.errors import ErrorCode
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
 from controller import topics
+from cluster.config import BrokerConfig
 from controller.brokers import (
-    Session, changes_for_fenced_broker, leaderless_partition_changes, register_broker_record,
+    Session, changes_for_fenced_broker, elect_leader, imbalanced_leader_changes, leaderless_partition_changes,
+    register_broker_record,
 )
 from controller.metadata_writer import MetadataWriter
 
@@ -21,11 +23,13 @@ PRODUCER_ID_BLOCK = 1000
 
 
 class Controller:
-    def __init__(self, writer: MetadataWriter, defaults: dict, heartbeat_timeout_ms: int):
+    def __init__(self, writer: MetadataWriter, defaults: dict, heartbeat_timeout_ms: int,
+                 config: BrokerConfig | None = None):
         self.writer = writer
         self.image = writer.image
         self.defaults = defaults
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.config = config or BrokerConfig()
         self.sessions: dict[int, Session] = {}
 
     def handlers(self) -> dict:
@@ -41,6 +45,7 @@ class Controller:
             "alter_partition": self.alter_partition,
             "controlled_shutdown": self.controlled_shutdown,
             "process_died": self.process_died,
+            "elect_leaders": self.elect_leaders,
             "status": self.status,
             "wait_ready": self.wait_ready,
             "wait_in_sync": self.wait_in_sync,
@@ -102,6 +107,35 @@ class Controller:
             await self.fence(session)
         session.shutting_down = True
         return {"metadata_offset": self.writer.last_offset}
+
+    async def balance_leaders(self) -> None:
+        """Every leader.imbalance.check.interval.seconds, preferred replicas that are live and in sync
+        lead again (auto.leader.rebalance.enable), as Kafka's controller does."""
+        interval = self.config.get_int("leader.imbalance.check.interval.seconds")
+        while True:
+            await asyncio.sleep(interval)
+            if self.config.get_bool("auto.leader.rebalance.enable"):
+                changes = imbalanced_leader_changes(self.image)
+                if changes:
+                    log.info("moving %d leaderships back to their preferred replicas", len(changes))
+                    await self.writer.append(changes)
+
+    async def elect_leaders(self, args: dict, conn) -> dict:
+        """ElectLeaders: args["partitions"] is [[topic, partition], ...] or None for every partition,
+        in which case (as in Kafka) partitions that needed no election are left out of the results."""
+        requested = args.get("partitions")
+        every = requested is None
+        if every:
+            requested = [[t.name, i] for t in self.image.topics.values() for i in sorted(t.partitions)]
+        results, records = [], []
+        for topic, index in requested:
+            outcome, record = elect_leader(self.image, topic, index, args["election_type"])
+            if record is not None:
+                records.append(record)
+            if not (every and outcome == ErrorCode.ELECTION_NOT_NEEDED):
+                results.append([topic, index, int(outcome)])
+        offset = await self.writer.append(records) if records else self.writer.last_offset
+        return {"results": results, "metadata_offset": offset}
 
     async def process_died(self, args: dict, conn: ControlConnection) -> dict:
         """The launcher saw a node's process exit: fence it now rather than after the session timeout.
