@@ -53,6 +53,8 @@ API_MODULES = (
     "list_groups",
     "delete_groups",
     "offset_delete",
+    "elect_leaders",
+    "offset_for_leader_epoch",
 )
 
 

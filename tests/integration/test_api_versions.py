@@ -174,6 +174,16 @@ def requests_for(version_of, topic_id):
         return group_api.OffsetDeleteRequest[v](group_id="never-existed", topics=[
             T(name=TOPIC, partitions=[T.OffsetDeleteRequestPartition(partition_index=0)])])
 
+    def elect_leaders(v):
+        T = admin_api.ElectLeadersRequest.TopicPartitions
+        return admin_api.ElectLeadersRequest[v](election_type=0, timeout_ms=10000,
+                                               topic_partitions=[T(topic=TOPIC, partitions=[0])])
+
+    def offset_for_leader_epoch(v):
+        T = group_api.OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+        return group_api.OffsetForLeaderEpochRequest[v](replica_id=-1, topics=[T(topic=TOPIC, partitions=[
+            T.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])])
+
     return {
         0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
         3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
@@ -190,6 +200,8 @@ def requests_for(version_of, topic_id):
         9: (offset_fetch, group_api.OffsetFetchResponse), 15: (describe_groups, admin_api.DescribeGroupsResponse),
         16: (list_groups, admin_api.ListGroupsResponse), 42: (delete_groups, admin_api.DeleteGroupsResponse),
         47: (offset_delete, group_api.OffsetDeleteResponse),
+        43: (elect_leaders, admin_api.ElectLeadersResponse),
+        23: (offset_for_leader_epoch, group_api.OffsetForLeaderEpochResponse),
     }
 
 
@@ -199,6 +211,7 @@ EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
     42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+    43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
 }
 
 

@@ -1,0 +1,38 @@
+"""OffsetForLeaderEpoch: where a leader epoch ends in the leader's log.
+
+Consumers (librdkafka since KIP-320) ask after a leader change to check that their position is
+still on the log; followers may ask to find where to truncate (ours use Fetch's DivergingEpoch).
+"""
+from __future__ import annotations
+
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
+from cluster.errors import ErrorCode
+from node.leadership import check_leader
+
+REQUEST = OffsetForLeaderEpochRequest
+RESPONSE = OffsetForLeaderEpochResponse
+VERSIONS = (2, 4)
+
+DEBUGGING_REPLICA_ID = -2  # may ask any replica, not only the leader (Kafka's DEBUGGING_REPLICA_ID)
+
+TopicResult = RESPONSE.OffsetForLeaderTopicResult
+EpochEndOffset = TopicResult.EpochEndOffset
+
+
+async def handle(broker, header, request):
+    any_replica = header.api_version >= 3 and request.replica_id == DEBUGGING_REPLICA_ID
+    return RESPONSE[header.api_version](throttle_time_ms=0, topics=[
+        TopicResult(topic=topic.topic, partitions=[_end_offset(broker, topic.topic, p, any_replica)
+                                                   for p in topic.partitions])
+        for topic in request.topics])
+
+
+def _end_offset(broker, topic: str, request, any_replica: bool):
+    check = check_leader(broker, topic, request.partition, request.current_leader_epoch)
+    partition_log = check.log or (broker.replicas.get_log(topic, request.partition) if any_replica else None)
+    if check.error and not (any_replica and check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition_log):
+        return EpochEndOffset(error_code=check.error, partition=request.partition, leader_epoch=-1, end_offset=-1)
+    epoch, end_offset = partition_log.end_offset_for_epoch(request.leader_epoch)
+    return EpochEndOffset(error_code=ErrorCode.NONE, partition=request.partition, leader_epoch=epoch,
+                          end_offset=end_offset)
