@@ -47,6 +47,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.retention.check.interval.ms": "600000",
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "1",
+    "offsets.commit.timeout.ms": "5000",
 }
 
 # Topic config name -> the broker config that supplies its default.

@@ -26,6 +26,16 @@ log = logging.getLogger(__name__)
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 
 
+# What a failed __consumer_offsets append means to a group client (Kafka's GroupMetadataManager).
+APPEND_ERRORS_FOR_GROUPS = {
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+}
+
+
 class GroupError(Exception):
     def __init__(self, code: ErrorCode):
         super().__init__(code.name)
@@ -182,7 +192,8 @@ class GroupCoordinator:
 
     # --- writing to __consumer_offsets ---
 
-    def _append(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append to the group's __consumer_offsets partition; returns the offset after the batch."""
         key = (offsets_topic.OFFSETS_TOPIC, group.partition)
         partition_log = self.broker.replicas.get_log(*key)
         info = self.broker.partition(*key)
@@ -190,6 +201,20 @@ class GroupCoordinator:
             raise GroupError(ErrorCode.NOT_COORDINATOR)
         partition_log.append(encode_batch(records, timestamp=int(time.time() * 1000)), leader_epoch=info.leader_epoch)
         self.broker.replicas.notify_append(key)
+        return partition_log.log_end_offset
+
+    async def _append_replicated(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append with acks=all, as Kafka writes offsets: answered once every in-sync replica has it."""
+        key = (offsets_topic.OFFSETS_TOPIC, group.partition)
+        info = self.broker.partition(*key)
+        min_isr = int(self.broker.topic_configs(offsets_topic.OFFSETS_TOPIC)["min.insync.replicas"])
+        if info is not None and len(info.isr) < min_isr:
+            raise GroupError(APPEND_ERRORS_FOR_GROUPS[ErrorCode.NOT_ENOUGH_REPLICAS])
+        next_offset = self._append(group, records)
+        error = await self.broker.replicas.wait_until_committed(
+            key, next_offset, self.broker.config.get_int("offsets.commit.timeout.ms") / 1000)
+        if error:
+            raise GroupError(APPEND_ERRORS_FOR_GROUPS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
 
     def _persist_group(self, group: Group) -> None:
         stored = StoredGroup(group.protocol_type or "", group.generation, group.protocol, group.leader,
@@ -486,12 +511,13 @@ class GroupCoordinator:
         self._arm_session(group, member)
         return ErrorCode.NONE
 
-    def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+    async def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        """Offsets become visible to OffsetFetch only once they are on every in-sync replica."""
         group = self.group(group_id, create=True)
         records = [(offsets_topic.offset_key(group_id, topic, partition), offsets_topic.offset_value(committed))
                    for (topic, partition), committed in offsets.items()]
         if records:
-            self._append(group, records)
+            await self._append_replicated(group, records)
         group.offsets.update(offsets)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:

@@ -41,7 +41,7 @@ async def handle(broker, header, request):
         results.append((topic, name, codes))
     if accepted:
         try:
-            broker.groups.commit(request.group_id, accepted)
+            await broker.groups.commit(request.group_id, accepted)
         except (GroupError, OSError) as exc:
             log.error("cannot store offsets of group %s: %s", request.group_id, exc)
             failed = exc.code if isinstance(exc, GroupError) else ErrorCode.COORDINATOR_NOT_AVAILABLE
