@@ -247,3 +247,59 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tm
         wait_for_partition(cluster, topic, lambda p: sorted(p["isr"]) == [1, 2, 3])
         wait_for_partition(cluster, strict, lambda p: sorted(p["isr"]) == [1, 2, 3])
         assert read_partition(cluster.bootstrap_servers, topic) == [b"while cut off"]
+
+
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_them(tmp_path):
+    from kafka.protocol.consumer import (
+        OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    )
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+    from node.offsets_topic import OFFSETS_TOPIC, partition_for_group
+
+    config = {"offsets.commit.timeout.ms": "1500", "replica.lag.time.max.ms": "60000"}
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=config) as cluster:
+        topic, group = new_topic(cluster, "committed"), "acks-all-group"
+        # Finding the coordinator creates __consumer_offsets; until it has leaders the answer is 15.
+        find = FindCoordinatorRequest[3](key=group, key_type=0)
+        deadline = time.monotonic() + 20
+        while exchange_once(address_of(cluster, 1), find, FindCoordinatorResponse, 3).error_code:
+            assert time.monotonic() < deadline, "no group coordinator"
+            time.sleep(0.1)
+        assert cluster.wait_in_sync(OFFSETS_TOPIC)
+        offsets_partition = partition_for_group(group, 50)
+        state = next(p for t in cluster.status()["topics"] if t["name"] == OFFSETS_TOPIC
+                     for p in t["partitions"] if p["partition"] == offsets_partition)
+        coordinator = state["leader"]
+        followers = [r for r in state["replicas"] if r != coordinator]
+
+        def commit(offset: int) -> int:
+            T = OffsetCommitRequest.OffsetCommitRequestTopic
+            request = OffsetCommitRequest[8](
+                group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                retention_time_ms=-1, topics=[T(name=topic, partitions=[T.OffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata="")])])
+            response = exchange_once(address_of(cluster, coordinator), request, OffsetCommitResponse, 8)
+            return response.topics[0].partitions[0].error_code
+
+        def committed() -> int:
+            T = OffsetFetchRequest.OffsetFetchRequestTopic
+            request = OffsetFetchRequest[7](group_id=group, require_stable=False,
+                                            topics=[T(name=topic, partition_indexes=[0])])
+            response = exchange_once(address_of(cluster, coordinator), request, OffsetFetchResponse, 7)
+            return response.topics[0].partitions[0].committed_offset
+
+        assert commit(5) == 0 and committed() == 5
+        for follower in followers:
+            cluster.isolate_node(follower, [coordinator])
+        try:
+            # Written on the coordinator only: not acknowledged, and not what OffsetFetch answers.
+            assert commit(9) == COORDINATOR_NOT_AVAILABLE
+            assert committed() == 5
+        finally:
+            for follower in followers:
+                cluster.heal_node(follower)
+        assert cluster.wait_in_sync(OFFSETS_TOPIC)
+        assert commit(9) == 0 and committed() == 9
