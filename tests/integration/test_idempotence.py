@@ -172,3 +172,29 @@ def test_idempotent_producer_retried_after_a_disconnect_writes_once(make_produce
         proxy.close()
     assert values == [f"before-{i}".encode() for i in range(5)] + [b"retried", b"after"]
     assert offsets == list(range(7))
+
+
+def test_a_new_leader_recognises_a_retry_of_a_batch_the_old_leader_acknowledged(tmp_path):
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster") as cluster:
+        topic = f"idem-failover-{uuid.uuid4().hex[:6]}"
+        cluster.create_topic(topic, partitions=1, replication_factor=3)
+        assert cluster.wait_in_sync(topic)
+        state = next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"][0]
+        old_leader = state["leader"]
+        address = (cluster.host, cluster.nodes[old_leader].port)
+        init = exchange_once(address, InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60000,
+                                                               producer_id=-1, producer_epoch=-1),
+                             InitProducerIdResponse, 4)
+        pid = init.producer_id
+        assert produce(address, topic, pid, 0, b"first") == (0, 0)
+        assert produce(address, topic, pid, 1, b"second") == (0, 1)
+
+        cluster.kill_node(old_leader)  # the controller moves the leadership before this returns
+        new_leader = next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"][0]["leader"]
+        assert new_leader != old_leader
+        address = (cluster.host, cluster.nodes[new_leader].port)
+        # The producer never saw the answer for sequence 1 and retries it on the new leader.
+        assert produce(address, topic, pid, 1, b"second") == (0, 1)
+        assert produce(address, topic, pid, 2, b"third") == (0, 2)
+        assert produce(address, topic, pid, 5, b"gap")[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert [v for _, v in read_values(f"{address[0]}:{address[1]}", topic)] == [b"first", b"second", b"third"]
