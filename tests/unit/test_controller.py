@@ -116,3 +116,51 @@ def test_controller_process_registers_creates_and_keeps_metadata(tmp_path):
         assert [t["topic_id"] for t in status["topics"] if t["name"] == "orders"] == [result["topic_id"]]
     finally:
         stop(process)
+
+
+def image_with_topic(replicas_by_partition: list[list[int]], live: list[int]) -> MetadataImage:
+    """Brokers 1-3 registered (only `live` unfenced) and topic "t" with the given replica lists."""
+    from controller.brokers import register_broker_record
+
+    image = MetadataImage()
+    records = []
+    for node_id in (1, 2, 3):
+        records.append(register_broker_record({"node_id": node_id, "incarnation_id": topic_id_to_kafka_string(
+            uuid.uuid4()), "host": "127.0.0.1", "port": 9091 + node_id}, node_id))
+        if node_id in live:
+            records.append(("UnfenceBrokerRecord", {"id": node_id, "epoch": node_id}))
+    assignments = dict(enumerate(replicas_by_partition))
+    records += topics.create_topics(image, [1, 2, 3], [{"name": "t", "num_partitions": -1, "replication_factor": -1,
+                                                        "assignments": assignments, "configs": {}}], DEFAULTS).records
+    for offset, (name, fields) in enumerate(records):
+        image.apply(offset, name, fields)
+    return image
+
+
+def test_preferred_election_outcomes():
+    from controller.brokers import PREFERRED, elect_leader, imbalanced_leader_changes
+
+    image = image_with_topic([[1, 2, 3], [2, 3, 1]], live=[1, 2, 3])
+    image.apply(100, "PartitionChangeRecord", {"partition_id": 0, "topic_id": image.topics["t"].topic_id,
+                                               "leader": 2})
+    outcome, record = elect_leader(image, "t", 0, PREFERRED)
+    assert outcome == ErrorCode.NONE and record[1]["leader"] == 1
+    assert elect_leader(image, "t", 1, PREFERRED) == (ErrorCode.ELECTION_NOT_NEEDED, None)
+    assert elect_leader(image, "t", 7, PREFERRED) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+    assert [r[1]["partition_id"] for r in imbalanced_leader_changes(image)] == [0]
+
+    image.apply(101, "PartitionChangeRecord", {"partition_id": 0, "topic_id": image.topics["t"].topic_id,
+                                               "isr": [2, 3]})
+    assert elect_leader(image, "t", 0, PREFERRED) == (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None)
+    assert imbalanced_leader_changes(image) == []
+
+
+def test_unclean_election_takes_a_live_replica_only_without_a_leader():
+    from controller.brokers import UNCLEAN, elect_leader
+
+    image = image_with_topic([[1, 2, 3]], live=[3])
+    topic_id = image.topics["t"].topic_id
+    assert elect_leader(image, "t", 0, UNCLEAN) == (ErrorCode.ELECTION_NOT_NEEDED, None)
+    image.apply(100, "PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "leader": -1, "isr": [1]})
+    outcome, record = elect_leader(image, "t", 0, UNCLEAN)
+    assert outcome == ErrorCode.NONE and record[1]["leader"] == 3 and record[1]["isr"] == [3]
