@@ -231,7 +231,8 @@ class Cluster:
 
     def wait_in_sync(self, topic: str, timeout: float = 30) -> bool:
         """True once every partition of topic has a leader and all its replicas in sync; False on timeout."""
-        return self._control("wait_in_sync", topic=topic, timeout_ms=int(timeout * 1000), timeout=timeout + 5)["in_sync"]
+        reply = self._control("wait_in_sync", topic=topic, timeout_ms=int(timeout * 1000), timeout=timeout + 5)
+        return reply["in_sync"]
 
     def running(self) -> bool:
         return self.controller_pid is not None and pid_alive(self.controller_pid)

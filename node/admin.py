@@ -46,7 +46,8 @@ class AdminServer:
 
     async def isolate(self, args: dict, conn) -> dict:
         """args["parties"]: "controller", "clients" and/or peer node ids; default the controller and every peer."""
-        parties = args.get("parties") or [CONTROLLER, *(n for n in self.broker.image.brokers if n != self.broker.node_id)]
+        peers = [n for n in self.broker.image.brokers if n != self.broker.node_id]
+        parties = args.get("parties") or [CONTROLLER, *peers]
         for party in parties:
             if party not in (CONTROLLER, CLIENTS) and not isinstance(party, int):
                 raise ValueError(f"cannot isolate from {party!r}: expected controller, clients or a node id")

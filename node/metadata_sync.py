@@ -13,10 +13,10 @@ import uuid
 
 from cluster.control import ControlClient, ControlError
 from cluster.log import PartitionLog, topic_id_to_kafka_string
-from node.faults import CONTROLLER
 from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
+from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
 

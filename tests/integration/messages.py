@@ -56,3 +56,16 @@ def assert_read_back_exactly(delivered: list[Delivered], consumed: list[Consumed
     for partition in used:
         offsets = sorted(o for p, o in expected if p == partition)
         assert offsets == list(range(len(offsets))), f"partition {partition} offsets are not dense from 0"
+
+
+def read_partition(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:
+    """Every value of one partition, read from its start by a kafka-python consumer."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+    try:
+        consumer.assign([TopicPartition(topic, partition)])
+        consumer.seek_to_beginning()
+        return [record.value for record in consumer]
+    finally:
+        consumer.close()

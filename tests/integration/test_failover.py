@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from cluster.launcher import Cluster
+from tests.integration.messages import read_partition
 
 TOPIC = "kill-under-load"
 SEND_INTERVAL_S = 0.005
@@ -85,16 +86,6 @@ def leader_of(cluster) -> int:
     return next(t for t in cluster.status()["topics"] if t["name"] == TOPIC)["partitions"][0]["leader"]
 
 
-def read_log(bootstrap: str) -> list[bytes]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
-    try:
-        consumer.assign([TopicPartition(TOPIC, 0)])
-        consumer.seek_to_beginning()
-        return [record.value for record in consumer]
-    finally:
-        consumer.close()
-
-
 @pytest.mark.timeout(180)
 def test_kill_9_of_the_leader_loses_no_acknowledged_write_of_either_client(tmp_path):
     with Cluster(nodes=3, data_dir=tmp_path / "cluster") as cluster:
@@ -121,7 +112,7 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_write_of_either_client(tmp_p
                 thread.join(60)
         new_leader = leader_of(cluster)
         assert new_leader not in (old_leader, -1)
-        log = read_log(cluster.bootstrap_servers)
+        log = read_partition(cluster.bootstrap_servers, TOPIC)
 
         print(f"\nkill -9 of leader {old_leader}; node {new_leader} took over")
         copies = Counter(log)

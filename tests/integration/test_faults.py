@@ -8,13 +8,14 @@ import time
 import uuid
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.launcher import Cluster
 from cluster.records import encode_batch
-from tests.integration.wire import exchange, exchange_once, read_response, send_request
+from tests.integration.messages import read_partition
+from tests.integration.wire import exchange, exchange_once, fetch_values, read_response, send_request
 
 NOT_LEADER_OR_FOLLOWER = 6
 NOT_ENOUGH_REPLICAS = 19
@@ -58,16 +59,6 @@ def produce_acks_all(bootstrap: str, topic: str, values: list[bytes]) -> list[in
         producer.close()
 
 
-def read_partition(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=2000)
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        return [record.value for record in consumer]
-    finally:
-        consumer.close()
-
-
 def segment_bytes(cluster, node_id: int, topic: str) -> bytes:
     directory = cluster.nodes[node_id].data_dir / f"{topic}-0"
     return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
@@ -89,19 +80,24 @@ def new_topic(cluster, prefix: str) -> str:
     return topic
 
 
-def test_an_isolated_leader_is_replaced_and_drops_its_unreplicated_tail_on_healing(cluster):
-    topic = new_topic(cluster, "isolated")
+def topic_with_ten_messages(cluster, prefix: str) -> tuple[str, list[bytes], int, list[int]]:
+    """(topic, its messages, its leader, the other nodes)."""
+    topic = new_topic(cluster, prefix)
     first = [f"before-{i}".encode() for i in range(10)]
     assert produce_acks_all(cluster.bootstrap_servers, topic, first) == list(range(10))
-    old_leader = partition_state(cluster, topic)["leader"]
-    others = [n for n in cluster.nodes if n != old_leader]
+    leader = partition_state(cluster, topic)["leader"]
+    return topic, first, leader, [n for n in cluster.nodes if n != leader]
+
+
+def test_an_isolated_leader_is_replaced_and_drops_its_unreplicated_tail_on_healing(cluster):
+    topic, first, old_leader, others = topic_with_ten_messages(cluster, "isolated")
 
     cluster.isolate_node(old_leader)  # from the controller and its peers; clients still reach it
     # A client that still believes in the old leader gets acks=1 writes acknowledged there, as
     # with Kafka: they exist on that node only, above its high watermark.
     stranded = [raw_produce(address_of(cluster, old_leader), topic, f"stranded-{i}".encode()) for i in range(3)]
     assert stranded == [(0, 10), (0, 11), (0, 12)]
-    assert read_partition(bootstrap_of(cluster, old_leader), topic) == first  # never visible
+    assert fetch_values(address_of(cluster, old_leader), topic) == first  # never visible
 
     started = time.monotonic()
     state = wait_for_partition(cluster, topic, lambda p: p["leader"] in others)
@@ -119,11 +115,7 @@ def test_an_isolated_leader_is_replaced_and_drops_its_unreplicated_tail_on_heali
 
 
 def test_a_paused_leader_is_fenced_replaced_and_catches_up_after_resuming(cluster):
-    topic = new_topic(cluster, "paused")
-    first = [f"before-{i}".encode() for i in range(10)]
-    assert produce_acks_all(cluster.bootstrap_servers, topic, first) == list(range(10))
-    old_leader = partition_state(cluster, topic)["leader"]
-    others = [n for n in cluster.nodes if n != old_leader]
+    topic, first, old_leader, others = topic_with_ten_messages(cluster, "paused")
 
     cluster.pause_node(old_leader)
     try:
@@ -134,7 +126,7 @@ def test_a_paused_leader_is_fenced_replaced_and_catches_up_after_resuming(cluste
     finally:
         cluster.resume_node(old_leader)
     wait_for_partition(cluster, topic, lambda p: old_leader in p["isr"])
-    assert read_partition(bootstrap_of(cluster, old_leader), topic) == first + after
+    assert fetch_values(address_of(cluster, old_leader), topic) == first + after
     assert len({segment_bytes(cluster, n, topic) for n in cluster.nodes}) == 1
 
 
