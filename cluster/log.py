@@ -507,6 +507,9 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding an offset >= offset, as Kafka's LogSegment.truncateTo."""
         if offset >= self.log_end_offset:
+            # Nothing to cut, but an epoch this node began as leader without writing anything in
+            # it must go, or followers keep naming it (Kafka's UnifiedLog.truncateTo does the same).
+            self._truncate_epochs_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self._truncate_fully_and_start_at(offset)

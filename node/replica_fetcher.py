@@ -144,9 +144,9 @@ class ReplicaFetchers:
             log.debug("fetching %s-%d from node %d: error %d", *key, leader, data.error_code)
             return False
         if data.diverging_epoch is not None:  # the leader sends it only when our tail diverged
-            end = max(data.diverging_epoch.end_offset, partition_log.log_start_offset)
+            end = _truncation_offset(partition_log, data.diverging_epoch.epoch, data.diverging_epoch.end_offset)
             log.info("%s-%d diverged from leader %d after offset %d: truncating", *key, leader, end)
-            partition_log.truncate_to(min(end, partition_log.log_end_offset))
+            partition_log.truncate_to(end)
             # Rare: rebuilt from what is left, so that a later leadership here knows every producer.
             self.broker.replicas.producers[key] = PartitionProducers.from_log(partition_log)
             return True
@@ -155,3 +155,24 @@ class ReplicaFetchers:
             self._track_producers(key, data.records)
         partition_log.high_watermark = min(data.high_watermark, partition_log.log_end_offset)
         return True
+
+
+def _truncation_offset(partition_log, leader_epoch: int, leader_end_offset: int) -> int:
+    """Where a diverged follower cuts its log, as Kafka's AbstractFetcherThread does.
+
+    The leader names the largest epoch it has up to ours and where that epoch ends. When we know
+    that epoch too, the logs agree up to the smaller of the two ends; when we do not, everything
+    from our end of it onwards goes, and the next fetch compares again from there. A leader that
+    knows none of our epochs leaves us the high watermark.
+    """
+    if leader_epoch < 0:
+        target = partition_log.high_watermark
+    else:
+        own_epoch, own_end = partition_log.end_offset_for_epoch(leader_epoch)
+        if own_epoch < 0:
+            target = partition_log.high_watermark
+        elif own_epoch == leader_epoch:
+            target = min(leader_end_offset, own_end)
+        else:
+            target = own_end
+    return max(partition_log.log_start_offset, min(target, partition_log.log_end_offset))
