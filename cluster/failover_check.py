@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 from cluster.launcher import Cluster
 
@@ -24,6 +25,7 @@ DEFAULT_TOPIC = "kraftwerk-failover-check"
 UNAVAILABLE_AFTER_S = 1.0  # a gap between acknowledgements longer than this is reported
 SEND_INTERVAL_S = 0.01
 HEALTHY_TIMEOUT_S = 30
+FLUSH_TIMEOUT_S = 60
 
 
 @dataclass
@@ -156,9 +158,15 @@ class FailoverCheck:
                 producer.sent += 1
                 sequence += 1
                 self._stop.wait(SEND_INTERVAL_S)  # the writers' pace, not a wait for an event
-            client.flush(120)
+            client.flush(FLUSH_TIMEOUT_S)
+        except KafkaTimeoutError:
+            self.log(f"warning: producer {producer.name} still had unacknowledged messages after "
+                     f"{FLUSH_TIMEOUT_S}s; they count as unacknowledged")
         finally:
-            client.close(timeout=10)
+            try:
+                client.close(timeout=5)
+            except KafkaTimeoutError:
+                pass  # what it could not deliver is unacknowledged, which the audit reports
 
     def _acknowledged(self, producer: _Producer, value: str, metadata) -> None:
         with producer.lock:
