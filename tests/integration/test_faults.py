@@ -126,7 +126,7 @@ def test_a_paused_leader_is_fenced_replaced_and_catches_up_after_resuming(cluste
     finally:
         cluster.resume_node(old_leader)
     wait_for_partition(cluster, topic, lambda p: old_leader in p["isr"])
-    assert fetch_values(address_of(cluster, old_leader), topic) == first + after
+    assert read_partition(cluster.bootstrap_servers, topic) == first + after
     assert len({segment_bytes(cluster, n, topic) for n in cluster.nodes}) == 1
 
 
