@@ -49,7 +49,11 @@ class ReplicaManager:
         # requests waiting for the high watermark to pass their last offset.
         self.follower_offsets: dict[tuple[str, int], dict[int, int]] = {}
         self._commit_waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
-        self._isr_changes: set[tuple[str, int]] = set()
+        # ISRs asked of the controller and not yet in the image. Until a change lands, the high
+        # watermark counts the union of both (Kafka's "maximal ISR", KIP-497): a replica being
+        # added may be elected the moment the controller commits it, so nothing it lacks may be
+        # acknowledged meanwhile.
+        self._isr_changes: dict[tuple[str, int], list[int]] = {}
         self._leader_epochs: dict[tuple[str, int], int] = {}
         # Per led partition, per follower: when it was last caught up (for ISR shrink).
         self.progress: dict[tuple[str, int], dict[int, FollowerProgress]] = {}
@@ -186,9 +190,8 @@ class ReplicaManager:
         self.update_high_watermark(key)
         if (info is not None and partition_log is not None and follower in info.replicas
                 and follower not in info.isr and log_end_offset >= partition_log.high_watermark
-                and key not in self._isr_changes):
-            self._isr_changes.add(key)
-            asyncio.get_running_loop().create_task(self._add_to_isr(key, follower, info))
+                and self.broker.is_alive(follower) and key not in self._isr_changes):  # fenced: ineligible
+            self._request_isr(key, info, sorted(set(info.isr) | {follower}), f"adding node {follower} to")
 
     def _progress_of(self, key: tuple[str, int], follower: int) -> FollowerProgress:
         # A follower not heard from since this term began counts as caught up when it began.
@@ -197,9 +200,9 @@ class ReplicaManager:
             followers[follower] = FollowerProgress(caught_up_ms=_now_ms())
         return followers[follower]
 
-    async def _add_to_isr(self, key: tuple[str, int], follower: int, info) -> None:
-        """A follower that caught up rejoins the ISR through the controller."""
-        await self._alter_isr(key, info, sorted(set(info.isr) | {follower}), f"adding node {follower} to")
+    def _request_isr(self, key: tuple[str, int], info, isr: list[int], action: str) -> None:
+        self._isr_changes[key] = isr
+        asyncio.get_running_loop().create_task(self._alter_isr(key, info, isr, action))
 
     async def _alter_isr(self, key: tuple[str, int], info, isr: list[int], action: str) -> None:
         topic = self.broker.topic(key[0])
@@ -212,7 +215,8 @@ class ReplicaManager:
         except Exception as exc:
             log.warning("%s the ISR of %s-%d failed: %s", action, *key, exc)
         finally:
-            self._isr_changes.discard(key)
+            self._isr_changes.pop(key, None)
+            self.update_high_watermark(key)
 
     async def run_isr_expiration(self) -> None:
         """Every replica.lag.time.max.ms / 2, drop followers that have not been caught up for
@@ -232,9 +236,7 @@ class ReplicaManager:
                        and now_ms - self._progress_of(key, f).caught_up_ms > lag_ms]
             if lagging:
                 log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
-                self._isr_changes.add(key)
-                asyncio.get_running_loop().create_task(
-                    self._alter_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from"))
+                self._request_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from")
 
     def update_high_watermark(self, key: tuple[str, int]) -> None:
         """High watermark = the smallest log end offset over the ISR; it never moves back."""
@@ -243,7 +245,8 @@ class ReplicaManager:
         if partition_log is None or info is None or info.leader != self.broker.node_id:
             return
         known = self.follower_offsets.get(key, {})
-        ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0) for r in info.isr]
+        maximal_isr = set(info.isr) | set(self._isr_changes.get(key, ()))
+        ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0) for r in maximal_isr]
         high_watermark = min(ends, default=partition_log.log_end_offset)
         if high_watermark > partition_log.high_watermark:
             partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)

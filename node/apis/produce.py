@@ -106,6 +106,10 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
         producers = broker.replicas.producers_of((topic, index))
         duplicate = _duplicate_of(producers, batches)
         if duplicate is not None:
+            header = batches[0][1]
+            log.info("%s-%d: producer %d epoch %d sequences %d+%d already written at offset %d", topic, index,
+                     header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset_delta,
+                     duplicate)
             return _success(index, duplicate, check.log), duplicate + 1
         for _, header in batches:
             if header.producer_id >= 0:
@@ -113,6 +117,7 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
         appended = check.log.append(records, leader_epoch=check.info.leader_epoch, now_ms=broker.now_ms(),
                                     batches=batches)
     except SequenceError as exc:
+        log.info("%s-%d: producer %d refused: %s", topic, index, batches[0][1].producer_id, exc)
         return _error(index, exc.code, str(exc)), None
     except UnsupportedMagicError as exc:
         return _error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)), None
