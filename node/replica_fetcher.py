@@ -94,6 +94,7 @@ class ReplicaFetchers:
             return
         faults = self.broker.faults
         await faults.wait_reachable(leader)  # isolated from the leader: nothing goes out, nothing comes back
+        fetched_from = {key: partition_log.log_end_offset for key, partition_log in logs.items()}
         request = self._request(logs)
         request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
         payload = bytes(request.encode(version=FETCH_VERSION, header=True))
@@ -107,7 +108,9 @@ class ReplicaFetchers:
         failed = False
         for topic in response.responses:
             for data in topic.partitions:
-                failed |= not self._apply(leader, (topic.topic, data.partition_index), data, logs)
+                key = (topic.topic, data.partition_index)
+                if self._still_following(leader, key, logs.get(key), fetched_from.get(key)):
+                    failed |= not self._apply(leader, key, data, logs[key])
         if failed:
             # The leader answers errors at once; back off instead of spinning until metadata changes.
             await asyncio.sleep(RETRY_DELAY_S)
@@ -136,10 +139,15 @@ class ReplicaFetchers:
             if header.producer_id >= 0 and not header.is_control:
                 producers.record(header, header.base_offset)
 
-    def _apply(self, leader: int, key: tuple[str, int], data, logs) -> bool:
-        partition_log = logs.get(key)
-        if partition_log is None:
-            return True
+    def _still_following(self, leader: int, key: tuple[str, int], partition_log, fetch_offset) -> bool:
+        """A response is applied only while it still answers our question: the partition is
+        followed from this leader (leadership may have moved, even to us, while the request was
+        out) and our log ends where the request said (Kafka's fetcher checks the same)."""
+        info = self.broker.partition(*key)
+        return (partition_log is not None and info is not None and info.leader == leader
+                and key in self.followed.get(leader, ()) and partition_log.log_end_offset == fetch_offset)
+
+    def _apply(self, leader: int, key: tuple[str, int], data, partition_log) -> bool:
         if data.error_code != ErrorCode.NONE:
             log.debug("fetching %s-%d from node %d: error %d", *key, leader, data.error_code)
             return False
