@@ -109,6 +109,11 @@ class ReplicaManager:
             if partition_log.topic_id not in (None, topic.topic_id):
                 partition_log.delete()
                 partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
+            if len(info.replicas) > 1:
+                # A replica's log may end in writes that were never committed; Kafka keeps the high
+                # watermark in a checkpoint, we start from nothing: the leader's fetch answers (as a
+                # follower) or the followers' fetches (as leader) raise it again within moments.
+                partition_log.high_watermark = partition_log.log_start_offset
             self.logs[key] = partition_log
             self.producers[key] = PartitionProducers.from_log(partition_log)
         else:
