@@ -95,7 +95,12 @@ class Controller:
     async def fence(self, session: Session) -> None:
         """Fence a broker and, in the same batch, move its leaderships and ISR places."""
         records = [("FenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
-        await self.writer.append(records + changes_for_fenced_broker(self.image, session.node_id))
+        changes = changes_for_fenced_broker(self.image, session.node_id)
+        for _, change in changes:
+            log.info("fencing node %d: partition %s-%d leader %s isr %s", session.node_id,
+                     self.image.topics_by_id[change["topic_id"]].name, change["partition_id"],
+                     change.get("leader", "unchanged"), change.get("isr", "unchanged"))
+        await self.writer.append(records + changes)
 
     async def controlled_shutdown(self, args: dict, conn: ControlConnection) -> dict:
         """A node about to stop: fence it now so its leaderships move before it goes."""
@@ -198,6 +203,8 @@ class Controller:
                  for b in set(isr) - set(partition.isr)):
             code = ErrorCode.INELIGIBLE_REPLICA
         else:
+            log.info("node %d: ISR of %s-%d %s -> %s", args["node_id"], topic.name, args["partition"],
+                     partition.isr, isr)
             offset = await self.writer.append([("PartitionChangeRecord", {
                 "partition_id": args["partition"], "topic_id": topic.topic_id, "isr": isr})])
             return {"error_code": 0, "metadata_offset": offset}
