@@ -72,6 +72,8 @@ def test_consumers_see_only_what_every_in_sync_replica_has(cluster):
         cluster.resume_node(follower)
     producer.close()
     # Once the follower fetches again the high watermark moves and the write becomes visible.
+    address = (cluster.host, cluster.nodes[leader].port)
+    assert fetch_values(address, topic, offset=1, wait_ms=10_000) == [b"waiting"]
     assert visible(cluster, topic, via=leader) == [b"committed", b"waiting"]
 
 

@@ -47,17 +47,20 @@ def exchange_once(address: tuple[str, int], request, response_class, version: in
         return exchange(sock, request, response_class, version)
 
 
-def fetch_values(address: tuple[str, int], topic: str, partition: int = 0) -> list[bytes]:
-    """The values one node serves to consumers from offset 0 (up to its high watermark), in one
-    Fetch: unlike a client, this never wanders off to another node of the cluster."""
+def fetch_values(address: tuple[str, int], topic: str, partition: int = 0, offset: int = 0,
+                 wait_ms: int = 0) -> list[bytes]:
+    """The values one node serves to consumers from offset (up to its high watermark), in one
+    Fetch: unlike a client, this never wanders off to another node of the cluster. With wait_ms
+    the node holds the Fetch until something is there to read (or the time is up)."""
     from kafka.protocol.consumer import FetchRequest, FetchResponse
     from kafka.record import MemoryRecords
 
     request = FetchRequest[12](
-        cluster_id=None, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=8 << 20, isolation_level=0,
+        cluster_id=None, replica_id=-1, max_wait_ms=wait_ms, min_bytes=1 if wait_ms else 0, max_bytes=8 << 20,
+        isolation_level=0,
         session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
         topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-            partition=partition, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
             log_start_offset=-1, partition_max_bytes=8 << 20)])])
     data = exchange_once(address, request, FetchResponse, 12).responses[0].partitions[0]
     assert data.error_code == 0, f"fetch from {address} failed with error {data.error_code}"
