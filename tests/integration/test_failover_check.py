@@ -3,15 +3,24 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from cluster.failover_check import FAULTS, FailoverCheck, render
 from cluster.launcher import Cluster
-from tests.integration.test_cli import KRAFTWERK, kraftwerk
 
 CHECK_SECONDS = float(os.environ.get("KRAFTWERK_FAILOVER_CHECK_SECONDS", "60"))
+CHECKOUT = Path(__file__).resolve().parents[2]
+# This checkout's CLI: an installed `kraftwerk` script may belong to another checkout.
+CLI = [sys.executable, "-m", "cluster.cli"]
+
+
+def kraftwerk(*args: str, data_dir: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args, "--data-dir", str(data_dir)], cwd=CHECKOUT,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.timeout(CHECK_SECONDS * 3 + 120)
@@ -20,11 +29,16 @@ def test_random_faults_lose_no_acknowledged_message(tmp_path, capsys):
         report = FailoverCheck(cluster, duration_s=CHECK_SECONDS).run()
     with capsys.disabled():  # the fault log and unavailability windows belong in every run's output
         Console(width=120).print(render(report))
-    assert not report.lost and not report.duplicated and not report.misplaced and not report.reordered
+        print(f"cluster data and logs: {tmp_path / 'cluster'}")
+    assert not report.lost, f"acknowledged but lost: {report.lost[:20]}"
+    assert not report.duplicated, f"written more than once: {report.duplicated[:20]}"
+    assert not report.misplaced, f"not at their acknowledged offsets: {report.misplaced[:20]}"
+    assert not report.reordered, f"out of order: {report.reordered[:20]}"
     assert report.ok
     assert len(report.faults) >= 3 and len({f.fault for f in report.faults}) >= 2, report.faults
     assert {f.fault for f in report.faults} <= set(FAULTS)
-    assert all(f.healed_s is not None for f in report.faults)
+    assert all(f.healed_s is not None and f.error is None for f in report.faults), report.faults
+    assert report.in_sync_at_end and not report.unread
     assert report.acknowledged > 1000
     assert report.acknowledged_after_last_heal > 0, "writes did not recover after the last fault"
 
@@ -32,14 +46,18 @@ def test_random_faults_lose_no_acknowledged_message(tmp_path, capsys):
 @pytest.mark.timeout(300)
 def test_check_failover_command_against_a_detached_cluster(tmp_path):
     data_dir = tmp_path / "cluster"
-    kraftwerk("up", "--nodes", "3", "--port", "0", "--detach", data_dir=data_dir)
+    started = kraftwerk("up", "--nodes", "3", "--port", "0", "--detach", data_dir=data_dir)
+    assert started.returncode == 0, started.stdout + started.stderr
     try:
-        result = subprocess.run([*KRAFTWERK, "check-failover", "--duration", "12", "--seed", "11",
-                                 "--faults", "kill,pause", "--data-dir", str(data_dir)],
-                                capture_output=True, text=True, timeout=240)
+        result = kraftwerk("check-failover", "--duration", "12", "--seed", "11", "--faults", "kill,pause",
+                           "--hold", "1-3", data_dir=data_dir, timeout=240)
         print(result.stdout)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "seed 11" in result.stdout and "PASS" in result.stdout
         assert "kill node" in result.stdout or "pause node" in result.stdout
+        assert "lost 0, duplicated 0, at another offset 0, out of order 0" in result.stdout
+        refused = kraftwerk("check-failover", "--faults", "kill,flood", data_dir=data_dir)
+        assert refused.returncode == 1 and "unknown faults ['flood']" in refused.stderr, refused.stderr
     finally:
-        kraftwerk("down", data_dir=data_dir)
+        stopped = kraftwerk("down", data_dir=data_dir)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
