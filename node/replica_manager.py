@@ -123,6 +123,11 @@ class ReplicaManager:
             # A new term: what followers told an earlier leader says nothing about this one.
             self._leader_epochs[key] = info.leader_epoch
             self.follower_offsets.pop(key, None)
+            # acks=all writes of an earlier term may be truncated by now: never let a later term's
+            # high watermark answer them (Kafka fails them with NOT_LEADER_OR_FOLLOWER).
+            for _, waiter in self._commit_waiters.pop(key, ()):
+                if not waiter.done():
+                    waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             # Every follower counts as caught up when a term begins (Kafka's makeLeader).
             self.progress[key] = {f: FollowerProgress(caught_up_ms=_now_ms()) for f in info.replicas
                                   if f != self.broker.node_id}
