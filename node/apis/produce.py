@@ -109,8 +109,9 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
             header = batches[0][1]
             log.info("%s-%d: producer %d epoch %d sequences %d+%d already written at offset %d", topic, index,
                      header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset_delta,
-                     duplicate)
-            return _success(index, duplicate, check.log), duplicate + 1
+                     duplicate[0])
+            # acks=all: answered once the whole original batch is on the in-sync replicas.
+            return _success(index, duplicate[0], check.log), duplicate[1] + 1
         for _, header in batches:
             if header.producer_id >= 0:
                 producers.check(header)
@@ -136,12 +137,11 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
     ), appended.last_offset + 1
 
 
-def _duplicate_of(producers, batches) -> int | None:
-    """First offset of an idempotent batch that was already written (a client retry)."""
+def _duplicate_of(producers, batches) -> tuple[int, int] | None:
+    """(first, last) offsets of an idempotent batch that was already written (a client retry)."""
     if len(batches) != 1 or batches[0][1].producer_id < 0:
         return None
-    found = producers.find_duplicate(batches[0][1])
-    return found[0] if found else None
+    return producers.find_duplicate(batches[0][1])
 
 
 def _remember_sequences(producers, batches, first_offset: int) -> None:
