@@ -590,8 +590,15 @@ def bench(nodes, messages, value_size, partitions):
     run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console)
 
 
-if __name__ == "__main__":
-    main()
+def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
+    """"2-5" -> (2.0, 5.0): the range a random duration is drawn from."""
+    try:
+        low, high = (float(part) for part in value.split("-"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected MIN-MAX in seconds, such as 2-5") from None
+    if not 0 <= low <= high:
+        raise click.BadParameter(f"{value!r}: expected 0 <= MIN <= MAX")
+    return low, high
 
 
 @main.command("check-failover")
@@ -599,24 +606,32 @@ if __name__ == "__main__":
 @click.option("--seed", type=int, default=None, help="replay the faults of an earlier run")
 @click.option("--faults", default="kill,stop,pause,isolate", show_default=True,
               help="comma-separated faults the nemesis picks from")
+@click.option("--hold", default="2-5", show_default=True, callback=_seconds_range,
+              help="MIN-MAX seconds each fault lasts")
+@click.option("--gap", default="1-3", show_default=True, callback=_seconds_range,
+              help="MIN-MAX seconds between faults, once every replica is back in sync")
 @click.option("--producers", type=int, default=2, show_default=True)
 @click.option("--partitions", type=int, default=3, show_default=True)
 @click.option("--topic", default=None, help="a new topic to write [default: kraftwerk-failover-check-<time>]")
 @data_dir_option
-def check_failover(duration, seed, faults, producers, partitions, topic, data_dir):
+def check_failover(duration, seed, faults, hold, gap, producers, partitions, topic, data_dir):
     """Write numbered messages with acks=all while random nodes are killed, stopped, paused and
     isolated one at a time; then check that every acknowledged message is there once and in order.
-    Exits 1 if any was lost, duplicated or reordered."""
+    Exits 1 if any was lost, duplicated, moved or reordered."""
     from cluster.failover_check import FailoverCheck, render
 
     cluster = attached(data_dir)
     try:
         check = FailoverCheck(cluster, duration_s=duration, seed=seed,
                               faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
-                              producers=producers, partitions=partitions,
+                              hold_s=hold, gap_s=gap, producers=producers, partitions=partitions,
                               topic=topic or f"kraftwerk-failover-check-{int(time.time())}", log=console.print)
         report = check.run()
     except (ValueError, ClusterError) as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(render(report))
     sys.exit(0 if report.ok else 1)
+
+
+if __name__ == "__main__":
+    main()
