@@ -125,9 +125,7 @@ class ReplicaManager:
             self.follower_offsets.pop(key, None)
             # acks=all writes of an earlier term may be truncated by now: never let a later term's
             # high watermark answer them (Kafka fails them with NOT_LEADER_OR_FOLLOWER).
-            for _, waiter in self._commit_waiters.pop(key, ()):
-                if not waiter.done():
-                    waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._fail_commit_waiters(key)
             # Every follower counts as caught up when a term begins (Kafka's makeLeader).
             self.progress[key] = {f: FollowerProgress(caught_up_ms=_now_ms()) for f in info.replicas
                                   if f != self.broker.node_id}
@@ -149,9 +147,7 @@ class ReplicaManager:
         self.follower_offsets.pop(key, None)
         self.progress.pop(key, None)
         self._leader_epochs.pop(key, None)
-        for _, waiter in self._commit_waiters.pop(key, ()):
-            if not waiter.done():
-                waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._fail_commit_waiters(key)
         log.info("deleting partition %s-%d", *key)
         partition_log.delete()
         for waiter in self._waiters.pop(key, ()):
@@ -262,6 +258,11 @@ class ReplicaManager:
             partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
             self._release_commit_waiters(key, partition_log.high_watermark)
             self.notify_append(key)
+
+    def _fail_commit_waiters(self, key: tuple[str, int]) -> None:
+        for _, waiter in self._commit_waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def _release_commit_waiters(self, key: tuple[str, int], high_watermark: int) -> None:
         waiting = self._commit_waiters.get(key)
