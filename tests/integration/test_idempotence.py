@@ -85,7 +85,11 @@ class DroppingProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.target)
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:  # the node is gone (the cluster is stopping): refuse this client only
+                client.close()
+                continue
             threading.Thread(target=self._client_to_server, args=(client, server), daemon=True).start()
             threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
 
@@ -94,11 +98,15 @@ class DroppingProxy:
             while True:
                 header = recv_exactly(client, 4)
                 frame = recv_exactly(client, struct.unpack(">i", header)[0])
-                server.sendall(header + frame)
                 if struct.unpack(">h", frame[:2])[0] == 0 and self.armed.is_set():
+                    # Cut the client off before the node can answer, so that the answer is surely
+                    # lost; the node still gets the request and writes it.
                     self.armed.clear()
+                    client.shutdown(socket.SHUT_RDWR)
+                    server.sendall(header + frame)
                     self.dropped.set()
                     raise ConnectionError("dropped on purpose")
+                server.sendall(header + frame)
         except OSError:
             pass
         finally:
