@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,7 +84,6 @@ class Cluster:
         self.controller_pid: int | None = None
         self.controller_port: int | None = None
         self._processes: dict[str, subprocess.Popen] = {}
-        self._stopping = False
 
     # --- starting ---
 
@@ -143,8 +141,6 @@ class Cluster:
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
                                           log_path, fixed_port=bool(self.base_port),
                                           admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"])
-        threading.Thread(target=self._report_death_when_gone, args=(self.nodes[node_id],), daemon=True,
-                         name=f"watch-node-{node_id}").start()
 
     def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
@@ -260,18 +256,13 @@ class Cluster:
         self._report_death(node)
 
     def _report_death(self, node: NodeProcess) -> None:
-        """Tell the controller that this incarnation of the node is gone, so it need not wait for the
-        heartbeat timeout; it ignores a report about a node that has registered again since."""
+        """Tell the controller that this incarnation of the node is gone. Its own watch on the node's
+        pid usually fenced it already; answering this report only after that fence is what lets
+        kill_node return with the leaderships moved. A node that registered again is left alone."""
         try:
             self._control("process_died", node_id=node.node_id, incarnation_id=node.incarnation_id, timeout=10)
         except (ControlError, OSError):
             pass  # the controller is down too: nothing to fence
-
-    def _report_death_when_gone(self, node: NodeProcess) -> None:
-        """Watches one node process this launcher started (a pidfd becomes readable at exit)."""
-        _wait_exit(node.pid, None)
-        if not self._stopping:
-            self._report_death(node)
 
     def stop_node(self, node_id: int) -> None:
         """Graceful stop (SIGTERM): the node hands its leaderships over before it exits."""
@@ -335,7 +326,6 @@ class Cluster:
 
     def stop(self) -> None:
         """Graceful stop of every node then the controller; anything left in the group is killed."""
-        self._stopping = True
         # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
         group_is_ours = "controller" in self._processes or any(
             self._in_group(pid) for pid in [self.controller_pid, *(n.pid for n in self.nodes.values())] if pid)

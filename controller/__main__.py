@@ -87,6 +87,7 @@ async def run(args) -> None:
     await stop.wait()
     fencing.cancel()
     balancing.cancel()
+    controller.process_watch.close()
     await server.close()
     writer.close()
     log.info("controller stopped")

@@ -6,6 +6,7 @@ import logging
 import time
 
 from cluster.control import ControlConnection
+from cluster.process_table import process_table_id
 from cluster.errors import ErrorCode
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
 from controller import topics
@@ -15,6 +16,7 @@ from controller.brokers import (
     register_broker_record,
 )
 from controller.metadata_writer import MetadataWriter
+from controller.process_watch import ProcessWatch
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,8 @@ class Controller:
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.config = config or BrokerConfig()
         self.sessions: dict[int, Session] = {}
+        self.process_watch = ProcessWatch(self._fence_dead_incarnation)
+        self._process_table = process_table_id()
 
     def handlers(self) -> dict:
         return {
@@ -62,6 +66,9 @@ class Controller:
         self.sessions[args["node_id"]] = Session(args["node_id"], broker_epoch, self.writer.last_offset,
                                                  last_heartbeat=time.monotonic())
         log.info("node %d registered with broker epoch %d", args["node_id"], broker_epoch)
+        if args.get("pid") and self._process_table is not None and args.get("process_table") == self._process_table:
+            incarnation_id = str(topic_id_from_kafka_string(args["incarnation_id"]))
+            self.process_watch.watch(args["node_id"], incarnation_id, args["pid"])
         return {"broker_epoch": broker_epoch, "cluster_id": self.image.cluster_id}
 
     async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
@@ -143,19 +150,24 @@ class Controller:
         return {"results": results, "metadata_offset": offset}
 
     async def process_died(self, args: dict, conn: ControlConnection) -> dict:
-        """The launcher saw a node's process exit: fence it now rather than after the session timeout.
+        """The launcher saw a node's process exit: fence it now rather than after the session timeout."""
+        fenced = await self._fence_dead_incarnation(args["node_id"], args["incarnation_id"])
+        return {"fenced": fenced, "metadata_offset": self.writer.last_offset}
 
-        Only the incarnation that died is fenced; a node that has registered again since is left alone.
+    async def _fence_dead_incarnation(self, node_id: int, incarnation_id: str) -> bool:
+        """Fence a node whose process exited, seen by our own watch or reported by a launcher.
+
+        Only the incarnation that died is fenced; a node that has registered again since is left
+        alone, and one already fenced (a controlled shutdown, or the other report) is not fenced twice.
         """
-        node_id = args["node_id"]
         broker = self.image.brokers.get(node_id)
         session = self.sessions.get(node_id)
         if (broker is None or session is None or broker.fenced
-                or str(broker.incarnation_id) != args["incarnation_id"]):
-            return {"fenced": False, "metadata_offset": self.writer.last_offset}
-        log.warning("node %d: its process died, fencing it", node_id)
+                or str(broker.incarnation_id) != incarnation_id):
+            return False
+        log.warning("node %d: its process exited, fencing it", node_id)
         await self.fence(session)
-        return {"fenced": True, "metadata_offset": self.writer.last_offset}
+        return True
 
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
         offset = args["offset"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 
 from cluster.control import ControlClient, ControlError
@@ -16,6 +17,7 @@ from cluster.log import PartitionLog, topic_id_to_kafka_string
 from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
+from cluster.process_table import process_table_id
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,9 @@ class MetadataSync:
             host=listener.host,
             port=listener.port,
             rack=self.broker.config.get("broker.rack") or None,
+            # A controller on the same process table watches our pid and fences us the moment we exit.
+            pid=os.getpid(),
+            process_table=process_table_id(),
         )
         self.broker_epoch = reply["broker_epoch"]
         self._adopt_cluster_id(reply["cluster_id"])
