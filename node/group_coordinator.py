@@ -216,14 +216,30 @@ class GroupCoordinator:
         if error:
             raise GroupError(APPEND_ERRORS_FOR_GROUPS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
 
-    def _persist_group(self, group: Group) -> None:
+    def _group_record(self, group: Group) -> tuple[bytes, bytes]:
         stored = StoredGroup(group.protocol_type or "", group.generation, group.protocol, group.leader,
                              group.state_timestamp, [
                                  StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                               m.rebalance_timeout_ms, m.session_timeout_ms,
                                               m.metadata_for(group.protocol or ""), m.assignment)
                                  for m in group.members.values()])
-        self._append(group, [(offsets_topic.group_key(group.group_id), offsets_topic.group_value(stored))])
+        return offsets_topic.group_key(group.group_id), offsets_topic.group_value(stored)
+
+    def _persist_group(self, group: Group) -> None:
+        self._append(group, [self._group_record(group)])
+
+    async def _store_assignment(self, group: Group) -> ErrorCode:
+        """The leader's assignment, written with acks=all before any member is answered (Kafka's
+        storeGroup): a coordinator that takes over after a crash then knows this generation."""
+        try:
+            await self._append_replicated(group, [self._group_record(group)])
+        except GroupError as exc:
+            log.error("cannot store group %s: error %d", group.group_id, exc.code)
+            return exc.code
+        except OSError as exc:
+            log.error("cannot store group %s: %s", group.group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
 
     # --- JoinGroup ---
 
@@ -398,19 +414,28 @@ class GroupCoordinator:
         if member_id == group.leader:
             for target in group.members.values():
                 target.assignment = assignments.get(target.member_id, b"")
-            try:
-                self._persist_group(group)
-            except (GroupError, OSError) as exc:
-                log.error("cannot store group %s: %s", group.group_id, exc)
-                self._prepare_rebalance(group)
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE, b""
-            group.transition(STABLE)
-            for target in group.members.values():
-                if target.sync_future is not None and not target.sync_future.done():
-                    target.sync_future.set_result((ErrorCode.NONE, target.assignment))
-                target.sync_future = None
-        self._arm_session(group, member)
+            error = await self._store_assignment(group)
+            # Members that joined or left while it was written started a new rebalance, which
+            # has answered every waiting member already.
+            if group.state == COMPLETING and group.generation == generation:
+                if error:
+                    for target in group.members.values():
+                        target.assignment = b""
+                    self._answer_syncs(group, error)
+                    self._prepare_rebalance(group)
+                else:
+                    group.transition(STABLE)
+                    self._answer_syncs(group, ErrorCode.NONE)
+        if group.members.get(member_id) is member:
+            self._arm_session(group, member)
         return await future
+
+    @staticmethod
+    def _answer_syncs(group: Group, error: ErrorCode) -> None:
+        for target in group.members.values():
+            if target.sync_future is not None and not target.sync_future.done():
+                target.sync_future.set_result((error, target.assignment))
+            target.sync_future = None
 
     # --- Heartbeat, sessions, LeaveGroup ---
 

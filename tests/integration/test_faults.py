@@ -19,6 +19,7 @@ from tests.integration.wire import exchange, exchange_once, fetch_values, read_r
 
 NOT_LEADER_OR_FOLLOWER = 6
 NOT_ENOUGH_REPLICAS = 19
+COORDINATOR_NOT_AVAILABLE = 15
 
 
 @pytest.fixture(scope="module")
@@ -249,31 +250,42 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tm
         assert read_partition(cluster.bootstrap_servers, topic) == [b"while cut off"]
 
 
-COORDINATOR_NOT_AVAILABLE = 15
+def offsets_partition_state(cluster, group: str) -> dict:
+    from node.offsets_topic import OFFSETS_TOPIC, partition_for_group
+
+    return next(p for t in cluster.status()["topics"] if t["name"] == OFFSETS_TOPIC
+                for p in t["partitions"] if p["partition"] == partition_for_group(group, 50))
+
+
+def group_coordinator(cluster, group: str) -> tuple[int, list[int]]:
+    """(the coordinator of group, the followers of its __consumer_offsets partition), once all are in sync."""
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+    from node.offsets_topic import OFFSETS_TOPIC
+
+    # Finding the coordinator creates __consumer_offsets; until it has leaders the answer is 15.
+    find = FindCoordinatorRequest[3](key=group, key_type=0)
+    deadline = time.monotonic() + 20
+    while exchange_once(address_of(cluster, 1), find, FindCoordinatorResponse, 3).error_code:
+        assert time.monotonic() < deadline, "no group coordinator"
+        time.sleep(0.1)
+    assert cluster.wait_in_sync(OFFSETS_TOPIC)
+    state = offsets_partition_state(cluster, group)
+    return state["leader"], [r for r in state["replicas"] if r != state["leader"]]
+
+
+# Followers that cannot fetch, but stay in the ISR while the coordinator waits for them.
+UNREPLICATED_GROUP_WRITES = {"offsets.commit.timeout.ms": "1500", "replica.lag.time.max.ms": "60000"}
 
 
 def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_them(tmp_path):
     from kafka.protocol.consumer import (
         OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     )
-    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-    from node.offsets_topic import OFFSETS_TOPIC, partition_for_group
+    from node.offsets_topic import OFFSETS_TOPIC
 
-    config = {"offsets.commit.timeout.ms": "1500", "replica.lag.time.max.ms": "60000"}
-    with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=config) as cluster:
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=UNREPLICATED_GROUP_WRITES) as cluster:
         topic, group = new_topic(cluster, "committed"), "acks-all-group"
-        # Finding the coordinator creates __consumer_offsets; until it has leaders the answer is 15.
-        find = FindCoordinatorRequest[3](key=group, key_type=0)
-        deadline = time.monotonic() + 20
-        while exchange_once(address_of(cluster, 1), find, FindCoordinatorResponse, 3).error_code:
-            assert time.monotonic() < deadline, "no group coordinator"
-            time.sleep(0.1)
-        assert cluster.wait_in_sync(OFFSETS_TOPIC)
-        offsets_partition = partition_for_group(group, 50)
-        state = next(p for t in cluster.status()["topics"] if t["name"] == OFFSETS_TOPIC
-                     for p in t["partitions"] if p["partition"] == offsets_partition)
-        coordinator = state["leader"]
-        followers = [r for r in state["replicas"] if r != coordinator]
+        coordinator, followers = group_coordinator(cluster, group)
 
         def commit(offset: int) -> int:
             T = OffsetCommitRequest.OffsetCommitRequestTopic
@@ -303,3 +315,57 @@ def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_the
                 cluster.heal_node(follower)
         assert cluster.wait_in_sync(OFFSETS_TOPIC)
         assert commit(9) == 0 and committed() == 9
+
+
+def test_a_group_assignment_is_answered_only_once_every_in_sync_replica_has_it(tmp_path):
+    from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse
+    from node.offsets_topic import OFFSETS_TOPIC
+
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=UNREPLICATED_GROUP_WRITES) as cluster:
+        group = "replicated-assignment"
+        coordinator, followers = group_coordinator(cluster, group)
+        address = address_of(cluster, coordinator)
+
+        def join(member_id: str = "") -> tuple[str, int]:
+            P = JoinGroupRequest.JoinGroupRequestProtocol
+            request = JoinGroupRequest[3](group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=10000,
+                                          member_id=member_id, protocol_type="consumer",
+                                          protocols=[P(name="range", metadata=b"subscription")])
+            response = exchange_once(address, request, JoinGroupResponse, 3)
+            assert response.error_code == 0
+            return response.member_id, response.generation_id
+
+        def sync(member_id: str, generation: int, assignment: bytes) -> tuple[int, bytes]:
+            A = SyncGroupRequest.SyncGroupRequestAssignment
+            request = SyncGroupRequest[3](group_id=group, generation_id=generation, member_id=member_id,
+                                          group_instance_id=None,
+                                          assignments=[A(member_id=member_id, assignment=assignment)])
+            response = exchange_once(address, request, SyncGroupResponse, 3)
+            return response.error_code, response.assignment
+
+        for follower in followers:
+            cluster.isolate_node(follower, [coordinator])
+        try:
+            member, generation = join()
+            # Stored on the coordinator only: the member is not told its assignment.
+            assert sync(member, generation, b"first") == (COORDINATOR_NOT_AVAILABLE, b"")
+        finally:
+            for follower in followers:
+                cluster.heal_node(follower)
+        assert cluster.wait_in_sync(OFFSETS_TOPIC)
+        member, generation = join(member)  # the failed store began a new rebalance
+        assert sync(member, generation, b"second") == (0, b"second")
+
+        # The coordinator that takes over after a crash knows the acknowledged assignment.
+        cluster.kill_node(coordinator)
+        new_coordinator = offsets_partition_state(cluster, group)["leader"]
+        assert new_coordinator != coordinator
+        describe = DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False)
+        deadline = time.monotonic() + 20
+        while (described := exchange_once(address_of(cluster, new_coordinator), describe,
+                                          DescribeGroupsResponse, 5).groups[0]).error_code:
+            assert time.monotonic() < deadline, f"group never loaded: error {described.error_code}"
+            time.sleep(0.1)
+        assert described.group_state == "Stable"
+        assert [(m.member_id, m.member_assignment) for m in described.members] == [(member, b"second")]
