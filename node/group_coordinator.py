@@ -188,7 +188,20 @@ class GroupCoordinator:
     def unload_partition(self, partition: int) -> None:
         self.loaded_partitions.discard(partition)
         for group_id in [g.group_id for g in self.groups.values() if g.partition == partition]:
-            self._cancel_timers(self.groups.pop(group_id))
+            group = self.groups.pop(group_id)
+            self._cancel_timers(group)
+            self._resign(group)
+
+    @staticmethod
+    def _resign(group: Group) -> None:
+        """Members waiting on a group coordinated elsewhere now go and find the new coordinator
+        (Kafka's onGroupUnloaded)."""
+        group.transition(DEAD)
+        for member in group.members.values():
+            if member.join_future is not None and not member.join_future.done():
+                member.join_future.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=member.member_id))
+            if member.sync_future is not None and not member.sync_future.done():
+                member.sync_future.set_result((ErrorCode.NOT_COORDINATOR, b""))
 
     # --- writing to __consumer_offsets ---
 
