@@ -20,6 +20,7 @@ from tests.integration.wire import exchange, exchange_once, fetch_values, read_r
 NOT_LEADER_OR_FOLLOWER = 6
 NOT_ENOUGH_REPLICAS = 19
 COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 
 
 @pytest.fixture(scope="module")
@@ -317,9 +318,37 @@ def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_the
         assert commit(9) == 0 and committed() == 9
 
 
+def join_request(group: str, member_id: str = ""):
+    from kafka.protocol.consumer import JoinGroupRequest
+
+    P = JoinGroupRequest.JoinGroupRequestProtocol
+    return JoinGroupRequest[3](group_id=group, session_timeout_ms=60000, rebalance_timeout_ms=60000,
+                               member_id=member_id, protocol_type="consumer",
+                               protocols=[P(name="range", metadata=b"subscription")])
+
+
+def join_group(address, group: str, member_id: str = "") -> tuple[str, int]:
+    """(member id, generation) of a JoinGroup v3 that completes at once."""
+    from kafka.protocol.consumer import JoinGroupResponse
+
+    response = exchange_once(address, join_request(group, member_id), JoinGroupResponse, 3)
+    assert response.error_code == 0
+    return response.member_id, response.generation_id
+
+
+def sync_group(address, group: str, member_id: str, generation: int, assignment: bytes) -> tuple[int, bytes]:
+    """(error code, assignment) of the group leader's SyncGroup v3 assigning to itself."""
+    from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
+
+    A = SyncGroupRequest.SyncGroupRequestAssignment
+    request = SyncGroupRequest[3](group_id=group, generation_id=generation, member_id=member_id,
+                                  group_instance_id=None, assignments=[A(member_id=member_id, assignment=assignment)])
+    response = exchange_once(address, request, SyncGroupResponse, 3)
+    return response.error_code, response.assignment
+
+
 def test_a_group_assignment_is_answered_only_once_every_in_sync_replica_has_it(tmp_path):
     from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
-    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse
     from node.offsets_topic import OFFSETS_TOPIC
 
     with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=UNREPLICATED_GROUP_WRITES) as cluster:
@@ -327,35 +356,18 @@ def test_a_group_assignment_is_answered_only_once_every_in_sync_replica_has_it(t
         coordinator, followers = group_coordinator(cluster, group)
         address = address_of(cluster, coordinator)
 
-        def join(member_id: str = "") -> tuple[str, int]:
-            P = JoinGroupRequest.JoinGroupRequestProtocol
-            request = JoinGroupRequest[3](group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=10000,
-                                          member_id=member_id, protocol_type="consumer",
-                                          protocols=[P(name="range", metadata=b"subscription")])
-            response = exchange_once(address, request, JoinGroupResponse, 3)
-            assert response.error_code == 0
-            return response.member_id, response.generation_id
-
-        def sync(member_id: str, generation: int, assignment: bytes) -> tuple[int, bytes]:
-            A = SyncGroupRequest.SyncGroupRequestAssignment
-            request = SyncGroupRequest[3](group_id=group, generation_id=generation, member_id=member_id,
-                                          group_instance_id=None,
-                                          assignments=[A(member_id=member_id, assignment=assignment)])
-            response = exchange_once(address, request, SyncGroupResponse, 3)
-            return response.error_code, response.assignment
-
         for follower in followers:
             cluster.isolate_node(follower, [coordinator])
         try:
-            member, generation = join()
+            member, generation = join_group(address, group)
             # Stored on the coordinator only: the member is not told its assignment.
-            assert sync(member, generation, b"first") == (COORDINATOR_NOT_AVAILABLE, b"")
+            assert sync_group(address, group, member, generation, b"first") == (COORDINATOR_NOT_AVAILABLE, b"")
         finally:
             for follower in followers:
                 cluster.heal_node(follower)
         assert cluster.wait_in_sync(OFFSETS_TOPIC)
-        member, generation = join(member)  # the failed store began a new rebalance
-        assert sync(member, generation, b"second") == (0, b"second")
+        member, generation = join_group(address, group, member)  # the failed store began a new rebalance
+        assert sync_group(address, group, member, generation, b"second") == (0, b"second")
 
         # The coordinator that takes over after a crash knows the acknowledged assignment.
         cluster.kill_node(coordinator)
@@ -369,3 +381,26 @@ def test_a_group_assignment_is_answered_only_once_every_in_sync_replica_has_it(t
             time.sleep(0.1)
         assert described.group_state == "Stable"
         assert [(m.member_id, m.member_assignment) for m in described.members] == [(member, b"second")]
+
+
+def test_a_member_waiting_on_a_coordinator_that_loses_the_group_is_sent_to_find_the_new_one(tmp_path):
+    from kafka.protocol.consumer import JoinGroupResponse
+
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster",
+                 node_config={"leader.imbalance.check.interval.seconds": "1"}) as cluster:
+        group = "moving-coordinator"
+        preferred, _ = group_coordinator(cluster, group)
+        assert offsets_partition_state(cluster, group)["replicas"][0] == preferred
+        cluster.stop_node(preferred)
+        interim = offsets_partition_state(cluster, group)["leader"]
+        address = address_of(cluster, interim)
+        first, generation = join_group(address, group)
+        assert sync_group(address, group, first, generation, b"first") == (0, b"first")
+        with socket.create_connection(address, timeout=30) as sock:
+            # A second member starts a rebalance and waits in JoinGroup for the first to rejoin,
+            # which it never does: only the coordinator's resignation answers it.
+            send_request(sock, join_request(group), 3)
+            cluster.restart_node(preferred)  # once back in sync it leads the partition again
+            _, response = read_response(sock, JoinGroupResponse, 3)
+        assert response.error_code == NOT_COORDINATOR
+        assert offsets_partition_state(cluster, group)["leader"] == preferred
