@@ -142,7 +142,7 @@ def status_tables(state: dict, cluster: Cluster):
     for node_id, node in sorted(cluster.nodes.items()):
         broker = brokers.get(node_id, {})
         nodes.add_row(str(node_id), str(node.pid), f"{cluster.host}:{node.port}",
-                      "[green]running[/]" if node.alive() else "[red]dead[/]",
+                      _process_column(node),
                       "fenced" if broker.get("fenced", True) else "unfenced", str(led.get(node_id, 0)))
     offsets = replica_offsets(cluster.replica_states(timeout=0.5))
     topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
@@ -161,6 +161,12 @@ def status_tables(state: dict, cluster: Cluster):
                            str(leader["high_watermark"]) if leader else "?",
                            " ".join(f"{r}:{_lag(leader, known.get(r))}" for r in p["replicas"]))
     return Group(nodes, topics)
+
+
+def _process_column(node) -> str:
+    if not node.alive():
+        return "[red]dead[/]"
+    return "[yellow]paused[/]" if node.paused() else "[green]running[/]"
 
 
 def replica_offsets(states: dict[int, dict]) -> dict[tuple[str, int], dict[int, dict]]:

@@ -43,15 +43,23 @@ class NodeProcess:
     def alive(self) -> bool:
         return pid_alive(self.pid)
 
+    def paused(self) -> bool:
+        """Stopped by SIGSTOP (kraftwerk node pause): alive, but running nothing."""
+        return process_state(self.pid) == "T"
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of pid (R, S, T, Z, ...), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
 
 def pid_alive(pid: int) -> bool:
     """True while pid runs; an exited process nobody has reaped yet (a zombie) counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    return process_state(pid) not in (None, "Z", "X")
 
 
 def read_ready_line(process: subprocess.Popen, log_path: Path, timeout: float) -> dict:

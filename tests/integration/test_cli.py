@@ -132,6 +132,7 @@ def test_node_fault_commands(data_dir):
     assert kraftwerk("status", data_dir=data_dir).stdout.count("dead") == 1
     kraftwerk("node", "start", "2", data_dir=data_dir)
     kraftwerk("node", "pause", "3", data_dir=data_dir)
+    assert kraftwerk("status", data_dir=data_dir).stdout.count("paused") == 1
     kraftwerk("node", "resume", "3", data_dir=data_dir)
     kraftwerk("node", "stop", "1", data_dir=data_dir)
     status = kraftwerk("status", data_dir=data_dir).stdout
