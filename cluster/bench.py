@@ -1,4 +1,5 @@
-"""`kraftwerk bench`: start-up time, produce and fetch throughput, and node memory, printed.
+"""`kraftwerk bench`: start-up time, produce and fetch throughput, failover time and node
+memory, printed.
 
 Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
 cluster, not the client; kafka-python otherwise.
@@ -6,6 +7,7 @@ cluster, not the client; kafka-python otherwise.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -118,6 +120,93 @@ def _consume_kafka_python(bootstrap: str, topic: str, partitions: int, messages:
     return elapsed
 
 
+class AckRecorder:
+    """One acks=all producer writing to partition 0 a message at a time, noting when each is acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, confluent_kafka):
+        self.acked_at: list[float] = []
+        self._stop = threading.Event()
+        self._send_one = self._confluent(bootstrap, topic, confluent_kafka) if confluent_kafka else \
+            self._kafka_python(bootstrap, topic)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-acks")
+
+    @staticmethod
+    def _confluent(bootstrap: str, topic: str, confluent_kafka):
+        # log_level 0: the disconnects this measurement causes are expected, not worth a line each.
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                                             "log_level": 0})
+
+        def send_one() -> bool:
+            delivered = []
+            producer.produce(topic, b"tick", partition=0, on_delivery=lambda error, _: delivered.append(error))
+            producer.flush(10)
+            return delivered == [None]
+        return send_one
+
+    @staticmethod
+    def _kafka_python(bootstrap: str, topic: str):
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+
+        def send_one() -> bool:
+            try:
+                producer.send(topic, b"tick", partition=0).get(10)
+                return True
+            except KafkaError:
+                return False
+        return send_one
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._send_one():
+                self.acked_at.append(time.monotonic())
+
+    def start(self) -> "AckRecorder":
+        self._thread.start()
+        return self
+
+    def wait_for_acks(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        target = len(self.acked_at) + count
+        while len(self.acked_at) < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"acks=all writes did not resume within {timeout:.0f}s")
+            time.sleep(0.05)
+
+    def longest_gap_since(self, since: float) -> float:
+        """The longest time without an acknowledgement from `since` on: how long writes were unavailable."""
+        times = [since] + [t for t in self.acked_at if t > since]
+        return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def measure_failover(cluster: Cluster, confluent_kafka) -> list[tuple[str, float]]:
+    """Seconds without acks=all acknowledgements when the leader is killed (-9), then stopped gracefully."""
+    topic = "bench-failover"
+    cluster.create_topic(topic, partitions=1, replication_factor=min(3, len(cluster.nodes)))
+    cluster.wait_in_sync(topic)
+    recorder = AckRecorder(cluster.bootstrap_servers, topic, confluent_kafka).start()
+    figures = []
+    try:
+        for what, fault in (("kill -9", cluster.kill_node), ("graceful stop", cluster.stop_node)):
+            recorder.wait_for_acks(200)
+            leader = next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"][0]["leader"]
+            faulted_at = time.monotonic()
+            fault(leader)
+            recorder.wait_for_acks(200)
+            figures.append((f"leader {what}: writes unavailable", recorder.longest_gap_since(faulted_at)))
+            cluster.restart_node(leader)
+            cluster.wait_in_sync(topic)
+    finally:
+        recorder.stop()
+    return figures
+
+
 def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, console: Console | None = None):
     console = console or Console()
     try:
@@ -145,6 +234,7 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
         figures.append(Figure("fetch (consume all)", messages, seconds, value_size))
         rss_loaded = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
         startup = cluster.startup_seconds
+        failover = measure_failover(cluster, confluent_kafka) if nodes > 1 else []
 
     table = Table(title=f"kraftwerk bench: {nodes} nodes, {partitions} partitions, {messages:,} x {value_size} B "
                         f"values, client {client}")
@@ -153,6 +243,8 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
     table.add_row("cluster start-up", f"{startup:.2f}", "", "")
     for figure in figures:
         table.add_row(figure.what, f"{figure.seconds:.2f}", f"{figure.rate:,.0f}", f"{figure.megabytes_per_second:.1f}")
+    for what, seconds in failover:
+        table.add_row(what, f"{seconds:.2f}", "", "")
     console.print(table)
     memory = Table(title="node memory (RSS)")
     for column in ("node", "idle MB", "after load MB"):

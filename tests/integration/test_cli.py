@@ -221,3 +221,18 @@ def test_up_refuses_a_running_cluster_and_down_spares_reused_pids(data_dir):
         bystander.kill()
         bystander.wait()
         state_path.unlink()  # the fixture must not killpg the bystander either
+
+
+def test_bench_prints_every_figure():
+    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {}
+    for line in result.stdout.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) == 4:
+            rows[cells[0]] = cells[1:]
+    for measure in ("cluster start-up", "produce acks=1", "produce acks=-1", "fetch (consume all)",
+                    "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable"):
+        assert float(rows[measure][0]) >= 0, f"{measure}: {rows[measure]}"
+    assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
