@@ -55,6 +55,9 @@ class ReplicaManager:
         # acknowledged meanwhile.
         self._isr_changes: dict[tuple[str, int], list[int]] = {}
         self._leader_epochs: dict[tuple[str, int], int] = {}
+        # Per led partition: our log end offset when this term began (Kafka's leaderEpochStartOffset).
+        # A follower below it may lack writes acknowledged in the last term, even above our HW.
+        self.epoch_start_offsets: dict[tuple[str, int], int] = {}
         # Per led partition, per follower: when it was last caught up (for ISR shrink).
         self.progress: dict[tuple[str, int], dict[int, FollowerProgress]] = {}
         # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
@@ -129,6 +132,10 @@ class ReplicaManager:
             # Every follower counts as caught up when a term begins (Kafka's makeLeader).
             self.progress[key] = {f: FollowerProgress(caught_up_ms=_now_ms()) for f in info.replicas
                                   if f != self.broker.node_id}
+            if info.leader == self.broker.node_id:
+                self.epoch_start_offsets[key] = partition_log.log_end_offset
+            else:
+                self.epoch_start_offsets.pop(key, None)
         if info.leader == self.broker.node_id:
             self.update_high_watermark(key)
         if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
@@ -147,6 +154,7 @@ class ReplicaManager:
         self.follower_offsets.pop(key, None)
         self.progress.pop(key, None)
         self._leader_epochs.pop(key, None)
+        self.epoch_start_offsets.pop(key, None)
         self._fail_commit_waiters(key)
         log.info("deleting partition %s-%d", *key)
         partition_log.delete()
@@ -195,9 +203,15 @@ class ReplicaManager:
             self._progress_of(key, follower).fetched(log_end_offset, partition_log.log_end_offset, _now_ms())
         self.update_high_watermark(key)
         if (info is not None and partition_log is not None and follower in info.replicas
-                and follower not in info.isr and log_end_offset >= partition_log.high_watermark
+                and follower not in info.isr and self._in_sync(key, partition_log, log_end_offset)
                 and self.broker.is_alive(follower) and key not in self._isr_changes):  # fenced: ineligible
             self._request_isr(key, info, sorted(set(info.isr) | {follower}), f"adding node {follower} to")
+
+    def _in_sync(self, key: tuple[str, int], partition_log: PartitionLog, log_end_offset: int) -> bool:
+        """A follower may join the ISR once it has our high watermark and everything written before
+        this term began (Kafka's Partition.isFollowerInSync): our HW can lag what the last leader
+        acknowledged, and a member lacking that could be elected next and lose it."""
+        return log_end_offset >= max(partition_log.high_watermark, self.epoch_start_offsets.get(key, 0))
 
     def _progress_of(self, key: tuple[str, int], follower: int) -> FollowerProgress:
         # A follower not heard from since this term began counts as caught up when it began.
