@@ -15,41 +15,54 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+CONSUMER_REPLICA_ID = -1
 
 TopicResponse = RESPONSE.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 
 
 async def handle(broker, header, request):
+    from_client = request.replica_id == CONSUMER_REPLICA_ID
     topics = []
     for topic in request.topics:
-        partitions = [_lookup(broker, topic.name, part, header.api_version) for part in topic.partitions]
+        partitions = [_lookup(broker, topic.name, part, header.api_version, from_client) for part in topic.partitions]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=topics)
 
 
-def _lookup(broker, topic: str, part, version: int):
+def _lookup(broker, topic: str, part, version: int, from_client: bool):
     check = check_leader(broker, topic, part.partition_index, part.current_leader_epoch)
     if check.error:
-        return PartitionResponse(partition_index=part.partition_index, error_code=check.error,
-                                 timestamp=-1, offset=-1, leader_epoch=-1)
+        return _answer(part, check.error)
     partition_log = check.log
-    timestamp, offset = -1, -1
     if part.timestamp == LATEST_TIMESTAMP:
-        offset = partition_log.high_watermark
-    elif part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-        offset = partition_log.log_start_offset
-    elif part.timestamp == LATEST_TIERED_TIMESTAMP:
-        offset = -1  # nothing is tiered
-    elif part.timestamp == MAX_TIMESTAMP:
+        lagging = _lagging(broker, (topic, part.partition_index), partition_log, version, from_client)
+        return _answer(part, lagging) if lagging else _answer(part, offset=partition_log.high_watermark, info=check.info)
+    if part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return _answer(part, offset=partition_log.log_start_offset, info=check.info)
+    if part.timestamp == LATEST_TIERED_TIMESTAMP:
+        return _answer(part)  # nothing is tiered
+    if part.timestamp == MAX_TIMESTAMP:
         timestamp, offset = partition_log.max_timestamp_and_offset()
     elif part.timestamp < 0:
-        return PartitionResponse(partition_index=part.partition_index, error_code=ErrorCode.INVALID_REQUEST,
-                                 timestamp=-1, offset=-1, leader_epoch=-1)
+        return _answer(part, ErrorCode.INVALID_REQUEST)
     else:
-        found = partition_log.offset_for_timestamp(part.timestamp)
-        if found is not None and found[0] < partition_log.high_watermark:
-            offset, timestamp = found
-    return PartitionResponse(partition_index=part.partition_index, error_code=ErrorCode.NONE,
-                             timestamp=timestamp, offset=offset,
-                             leader_epoch=check.info.leader_epoch if offset >= 0 else -1)
+        offset, timestamp = partition_log.offset_for_timestamp(part.timestamp) or (-1, -1)
+    if 0 <= offset < partition_log.high_watermark:
+        return _answer(part, timestamp=timestamp, offset=offset, info=check.info)
+    # Nothing found below the high watermark: perhaps only because it lags this term's start.
+    return _answer(part, _lagging(broker, (topic, part.partition_index), partition_log, version, from_client))
+
+
+def _lagging(broker, key: tuple[str, int], partition_log, version: int, from_client: bool) -> ErrorCode:
+    """A new leader whose high watermark has not yet reached where its term began cannot say what
+    is committed: clients are told to retry (Kafka's Partition.fetchOffsetForTimestamp)."""
+    epoch_start = broker.replicas.epoch_start_offsets.get(key, 0)
+    if not from_client or partition_log.high_watermark >= epoch_start:
+        return ErrorCode.NONE
+    return ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
+
+
+def _answer(part, error: ErrorCode = ErrorCode.NONE, timestamp: int = -1, offset: int = -1, info=None):
+    return PartitionResponse(partition_index=part.partition_index, error_code=error, timestamp=timestamp,
+                             offset=offset, leader_epoch=info.leader_epoch if info is not None and offset >= 0 else -1)
