@@ -223,7 +223,7 @@ class Cluster:
         return call_sync(self.host, node.admin_port, op, timeout=timeout, **args)
 
     def replica_states(self, timeout: float = 2) -> dict[int, dict]:
-        """Per node, each hosted partition's log start, log end and high watermark, and (on leaders)
+        """Per node, each hosted partition's log start, log end, high watermark and ISR as the node sees them, and (on leaders)
         the followers' fetch offsets; nodes that are down or do not answer are left out."""
         states = {}
         for node_id in sorted(self.nodes):

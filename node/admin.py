@@ -76,6 +76,7 @@ class AdminServer:
                 "topic": topic, "partition": index,
                 "leader": info.leader if info else -1,
                 "leader_epoch": info.leader_epoch if info else -1,
+                "isr": info.isr if info else [],
                 "log_start_offset": partition_log.log_start_offset,
                 "log_end_offset": partition_log.log_end_offset,
                 "high_watermark": partition_log.high_watermark,

@@ -213,7 +213,7 @@ class GroupCoordinator:
         if partition_log is None or info is None or info.leader != self.broker.node_id:
             raise GroupError(ErrorCode.NOT_COORDINATOR)
         partition_log.append(encode_batch(records, timestamp=int(time.time() * 1000)), leader_epoch=info.leader_epoch)
-        self.broker.replicas.notify_append(key)
+        self.broker.replicas.appended_as_leader(key)
         return partition_log.log_end_offset
 
     async def _append_replicated(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> None:

@@ -319,6 +319,12 @@ class ReplicaManager:
             if waiting:
                 self._commit_waiters[key] = [(o, w) for o, w in waiting if w is not waiter]
 
+    def appended_as_leader(self, key: tuple[str, int]) -> None:
+        """New data in a partition led here: wake the fetches waiting on it, and move the high
+        watermark, which may already be ours alone to decide (an ISR of just this node)."""
+        self.notify_append(key)
+        self.update_high_watermark(key)
+
     def notify_append(self, key: tuple[str, int]) -> None:
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():

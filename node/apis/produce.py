@@ -128,8 +128,7 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
         log.error("cannot append to %s-%d: %s", topic, index, exc)
         return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), None
     _remember_sequences(producers, batches, appended.first_offset)
-    broker.replicas.notify_append((topic, index))
-    broker.replicas.update_high_watermark((topic, index))
+    broker.replicas.appended_as_leader((topic, index))
     return PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=appended.first_offset,
         log_append_time_ms=appended.log_append_time, log_start_offset=appended.log_start_offset,

@@ -14,6 +14,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.launcher import Cluster
 from cluster.records import encode_batch
+from node.replica_fetcher import FETCH_MAX_WAIT_MS
 from tests.integration.messages import read_partition
 from tests.integration.wire import exchange, exchange_once, fetch_values, read_response, send_request
 
@@ -316,6 +317,19 @@ def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_the
                 cluster.heal_node(follower)
         assert cluster.wait_in_sync(OFFSETS_TOPIC)
         assert commit(9) == 0 and committed() == 9
+
+        # With its followers dead the coordinator is the whole ISR: its own write is the commit.
+        for follower in followers:
+            cluster.kill_node(follower)
+        offsets_partition = offsets_partition_state(cluster, group)["partition"]
+        deadline = time.monotonic() + 20
+        while next(p["isr"] for p in cluster.replica_states()[coordinator]["partitions"]
+                   if (p["topic"], p["partition"]) == (OFFSETS_TOPIC, offsets_partition)) != [coordinator]:
+            assert time.monotonic() < deadline, "the coordinator never saw its followers leave the ISR"
+            time.sleep(0.05)
+        # Fetches the followers had parked on the coordinator expire: nothing of theirs moves it now.
+        time.sleep(2 * FETCH_MAX_WAIT_MS / 1000)
+        assert commit(12) == 0 and committed() == 12
 
 
 def join_request(group: str, member_id: str = ""):
