@@ -40,7 +40,8 @@ async def read_frame(reader: asyncio.StreamReader) -> dict:
     (length,) = _LENGTH.unpack(await reader.readexactly(4))
     if length > MAX_FRAME_BYTES:
         raise ControlError(f"control frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
-    message = msgpack.unpackb(await reader.readexactly(length), raw=False)
+    # Integer map keys are allowed: partition -> replicas maps, for one, travel as they are.
+    message = msgpack.unpackb(await reader.readexactly(length), raw=False, strict_map_key=False)
     if not isinstance(message, dict):
         raise ControlError("control frame is not a map")
     return message

@@ -44,6 +44,20 @@ def test_create_topic_errors_and_validate_only(admin):
         admin.create_topics([NewTopic("not a valid name", 1, 1)])
 
 
+def test_create_topic_with_a_replica_assignment_of_its_own(cluster, admin):
+    name = unique("placed")
+    admin.create_topics([NewTopic(name, -1, -1, replica_assignments={0: [2, 3], 1: [3, 1]})])
+    state = cluster.status()
+    placed = next(t for t in state["topics"] if t["name"] == name)["partitions"]
+    assert [(p["replicas"], p["leader"]) for p in placed] == [([2, 3], 2), ([3, 1], 3)]
+    assert not any(b["fenced"] for b in state["brokers"])  # the request did not cut a node off
+    client = confluent_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    other = unique("placed")
+    list(client.create_topics([confluent_admin.NewTopic(other, num_partitions=2, replica_assignment=[[1], [2]])]).values())[0].result(10)
+    placed = next(t for t in cluster.status()["topics"] if t["name"] == other)["partitions"]
+    assert [p["replicas"] for p in placed] == [[1], [2]]
+
+
 def test_replication_factor_larger_than_the_cluster_is_refused(cluster):
     client = confluent_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     future = client.create_topics([confluent_admin.NewTopic(unique("too-many"), 1, 4)])
