@@ -32,7 +32,11 @@ class Controller:
         self.defaults = defaults
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.config = config or BrokerConfig()
-        self.sessions: dict[int, Session] = {}
+        # Brokers the log says are unfenced get a session as of now, as Kafka's controller does when it
+        # takes over: one that never heartbeats to us is fenced after the timeout like any other.
+        self.sessions: dict[int, Session] = {
+            b.node_id: Session(b.node_id, b.broker_epoch, b.broker_epoch, last_heartbeat=time.monotonic())
+            for b in self.image.brokers.values() if not b.fenced}
         self.process_watch = ProcessWatch(self._fence_dead_incarnation)
         self._process_table = process_table_id()
 
@@ -61,6 +65,7 @@ class Controller:
     # --- brokers ---
 
     async def register(self, args: dict, conn: ControlConnection) -> dict:
+        await self._fence_previous_incarnation(args["node_id"], args["incarnation_id"])
         broker_epoch = self.writer.end_offset  # Kafka uses the offset of the registration record
         await self.writer.append([register_broker_record(args, broker_epoch)])
         self.sessions[args["node_id"]] = Session(args["node_id"], broker_epoch, self.writer.last_offset,
@@ -70,6 +75,16 @@ class Controller:
             incarnation_id = str(topic_id_from_kafka_string(args["incarnation_id"]))
             self.process_watch.watch(args["node_id"], incarnation_id, args["pid"])
         return {"broker_epoch": broker_epoch, "cluster_id": self.image.cluster_id}
+
+    async def _fence_previous_incarnation(self, node_id: int, incarnation_id: str) -> None:
+        """A new process registering under a node id that is still unfenced means the old one is gone
+        without a word (Kafka's handleBrokerUncleanShutdown): its leaderships and ISR places go first."""
+        broker = self.image.brokers.get(node_id)
+        if broker is None or broker.fenced or topic_id_to_kafka_string(broker.incarnation_id) == incarnation_id:
+            return
+        log.warning("node %d registers as a new process while the old one was unfenced: fencing the old one",
+                    node_id)
+        await self.fence(self.sessions.get(node_id) or Session(node_id, broker.broker_epoch, broker.broker_epoch))
 
     async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
         session = self.sessions.get(args["node_id"])

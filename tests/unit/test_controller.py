@@ -4,6 +4,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 
@@ -59,8 +60,9 @@ def test_create_topic_records():
     assert outcome.results[0]["num_partitions"] == 6 and outcome.results[0]["replication_factor"] == 2
 
 
-def start_controller(data_dir) -> tuple[subprocess.Popen, int]:
-    process = subprocess.Popen([sys.executable, "-m", "controller", "--data-dir", str(data_dir), "--port", "0"],
+def start_controller(data_dir, *options: str) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen([sys.executable, "-m", "controller", "--data-dir", str(data_dir), "--port", "0",
+                                *options],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     ready, _, _ = select.select([process.stdout], [], [], 30)
     assert ready
@@ -77,6 +79,55 @@ def register(port: int, node_id: int) -> int:
                       incarnation_id=topic_id_to_kafka_string(uuid.uuid4()), host="127.0.0.1", port=9000 + node_id,
                       rack=None)
     return reply["broker_epoch"]
+
+
+def two_live_nodes_and_a_topic(port: int) -> dict[int, int]:
+    """Nodes 1 and 2 registered and unfenced, topic "t" with one partition on both; their broker epochs."""
+    epochs = {n: register(port, n) for n in (1, 2)}
+    for node_id, epoch in epochs.items():
+        call_sync("127.0.0.1", port, "heartbeat", node_id=node_id, broker_epoch=epoch, applied_offset=1 << 30)
+    created = call_sync("127.0.0.1", port, "create_topics", validate_only=False, topics=[
+        {"name": "t", "num_partitions": 1, "replication_factor": 2, "assignments": None, "configs": {}}])
+    assert created["results"][0]["error_code"] == 0
+    return epochs
+
+
+def partition_0(port: int) -> dict:
+    return next(t for t in call_sync("127.0.0.1", port, "status")["topics"] if t["name"] == "t")["partitions"][0]
+
+
+def test_a_restarted_controller_fences_a_node_that_never_heartbeats_to_it(tmp_path):
+    process, port = start_controller(tmp_path)
+    try:
+        epochs = two_live_nodes_and_a_topic(port)
+        silent = partition_0(port)["leader"]
+        other = 3 - silent
+    finally:
+        stop(process)
+
+    process, port = start_controller(tmp_path, "--heartbeat-timeout-ms", "500")
+    try:
+        deadline = time.monotonic() + 20
+        while partition_0(port)["leader"] == silent:  # the other node keeps heartbeating
+            assert time.monotonic() < deadline, "the silent node kept its leadership"
+            call_sync("127.0.0.1", port, "heartbeat", node_id=other, broker_epoch=epochs[other],
+                      applied_offset=1 << 30)
+            time.sleep(0.1)
+        assert partition_0(port)["leader"] == other and partition_0(port)["isr"] == [other]
+    finally:
+        stop(process)
+
+
+def test_a_node_registering_as_a_new_process_first_loses_what_the_old_one_held(tmp_path):
+    process, port = start_controller(tmp_path, "--heartbeat-timeout-ms", "60000")
+    try:
+        two_live_nodes_and_a_topic(port)
+        leader = partition_0(port)["leader"]
+        register(port, leader)  # a new incarnation: the old process died unseen
+        state = partition_0(port)
+        assert state["leader"] == 3 - leader and state["isr"] == [3 - leader] and state["leader_epoch"] == 1
+    finally:
+        stop(process)
 
 
 def test_controller_process_registers_creates_and_keeps_metadata(tmp_path):
