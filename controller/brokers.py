@@ -40,18 +40,32 @@ def register_broker_record(args: dict, broker_epoch: int) -> tuple[str, dict]:
 
 
 def leaderless_partition_changes(image: MetadataImage, node_id: int) -> list[tuple[str, dict]]:
-    """When a broker comes back, it leads partitions that had no leader and keep it in their ISR.
-
-    This is what a restarted single-broker Kafka does after a controlled shutdown left
-    its partitions leaderless; electing among several live replicas is failover work.
+    """When a broker comes back, it leads partitions that had no leader and keep it in their ISR,
+    and, where the topic allows unclean election, leaderless partitions it is a replica of (its
+    data becomes the partition's, so the ISR is reset to it, as Kafka's unclean election does).
     """
     changes = []
     for topic in image.topics.values():
+        unclean = _unclean_allowed(image, topic.name)
         for index, partition in topic.partitions.items():
-            if partition.leader == -1 and node_id in partition.isr:
-                changes.append(("PartitionChangeRecord", {"partition_id": index, "topic_id": topic.topic_id,
-                                                          "leader": node_id}))
+            if partition.leader != -1 or node_id not in partition.replicas:
+                continue
+            change = {"partition_id": index, "topic_id": topic.topic_id, "leader": node_id}
+            if node_id not in partition.isr:
+                if not unclean:
+                    continue
+                change["isr"] = [node_id]
+            changes.append(("PartitionChangeRecord", change))
     return changes
+
+
+def _unclean_allowed(image: MetadataImage, topic_name: str) -> bool:
+    return image.topic_configs(topic_name).get("unclean.leader.election.enable") == "true"
+
+
+def _in_replica_order(partition, members) -> list[int]:
+    """Candidates in the partition's replica order: Kafka elects the first eligible replica."""
+    return [r for r in partition.replicas if r in members]
 
 
 def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[str, dict]]:
@@ -64,7 +78,7 @@ def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[
     live = {b.node_id for b in image.brokers.values() if not b.fenced and b.node_id != node_id}
     changes = []
     for topic in image.topics.values():
-        unclean = image.topic_configs(topic.name).get("unclean.leader.election.enable") == "true"
+        unclean = _unclean_allowed(image, topic.name)
         for index, partition in topic.partitions.items():
             if node_id not in partition.replicas:
                 continue
@@ -73,10 +87,11 @@ def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[
             if isr != partition.isr:
                 change["isr"] = isr
             if partition.leader == node_id:
-                candidates = [r for r in isr if r in live]
+                candidates = _in_replica_order(partition, set(isr) & live)
                 if not candidates and unclean:
-                    candidates = [r for r in partition.replicas if r in live]
-                    change["isr"] = candidates[:1]
+                    candidates = _in_replica_order(partition, live)
+                    if candidates:  # with no live replica at all the ISR keeps its last member
+                        change["isr"] = candidates[:1]
                 change["leader"] = candidates[0] if candidates else -1
             if len(change) > 2:
                 changes.append(("PartitionChangeRecord", change))
@@ -110,8 +125,8 @@ def elect_leader(image: MetadataImage, topic_name: str, index: int, election_typ
     else:
         if partition.leader >= 0:
             return ErrorCode.ELECTION_NOT_NEEDED, None
-        in_sync = [r for r in partition.isr if r in live]
-        candidates = in_sync or [r for r in partition.replicas if r in live]
+        in_sync = _in_replica_order(partition, set(partition.isr) & live)
+        candidates = in_sync or _in_replica_order(partition, live)
         if not candidates:
             return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
         change["leader"] = candidates[0]

@@ -169,7 +169,8 @@ def test_controller_process_registers_creates_and_keeps_metadata(tmp_path):
         stop(process)
 
 
-def image_with_topic(replicas_by_partition: list[list[int]], live: list[int]) -> MetadataImage:
+def image_with_topic(replicas_by_partition: list[list[int]], live: list[int], configs: dict | None = None
+                     ) -> MetadataImage:
     """Brokers 1-3 registered (only `live` unfenced) and topic "t" with the given replica lists."""
     from controller.brokers import register_broker_record
 
@@ -182,7 +183,8 @@ def image_with_topic(replicas_by_partition: list[list[int]], live: list[int]) ->
             records.append(("UnfenceBrokerRecord", {"id": node_id, "epoch": node_id}))
     assignments = dict(enumerate(replicas_by_partition))
     records += topics.create_topics(image, [1, 2, 3], [{"name": "t", "num_partitions": -1, "replication_factor": -1,
-                                                        "assignments": assignments, "configs": {}}], DEFAULTS).records
+                                                        "assignments": assignments, "configs": configs or {}}],
+                                 DEFAULTS).records
     for offset, (name, fields) in enumerate(records):
         image.apply(offset, name, fields)
     return image
@@ -215,3 +217,32 @@ def test_unclean_election_takes_a_live_replica_only_without_a_leader():
     image.apply(100, "PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "leader": -1, "isr": [1]})
     outcome, record = elect_leader(image, "t", 0, UNCLEAN)
     assert outcome == ErrorCode.NONE and record[1]["leader"] == 3 and record[1]["isr"] == [3]
+
+
+def test_fenced_leaders_are_replaced_in_replica_order():
+    from controller.brokers import changes_for_fenced_broker
+
+    image = image_with_topic([[3, 2, 1]], live=[1, 2, 3])
+    (_, change), = changes_for_fenced_broker(image, 3)
+    assert change["leader"] == 2 and sorted(change["isr"]) == [1, 2]
+
+
+def test_an_unclean_topic_keeps_its_last_isr_member_until_a_replica_returns():
+    from controller.brokers import changes_for_fenced_broker, leaderless_partition_changes
+
+    unclean = {"unclean.leader.election.enable": "true"}
+    image = image_with_topic([[1, 2, 3]], live=[1], configs=unclean)
+    topic_id = image.topics["t"].topic_id
+    image.apply(100, "PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "isr": [1]})
+    (_, change), = changes_for_fenced_broker(image, 1)  # the last live replica goes too
+    assert change["leader"] == -1 and "isr" not in change  # nobody to elect: the ISR still says who has the data
+    image.apply(101, "PartitionChangeRecord", change)
+    image.apply(102, "FenceBrokerRecord", {"id": 1, "epoch": 1})
+
+    (_, change), = leaderless_partition_changes(image, 3)  # an out-of-sync replica comes back first
+    assert change["leader"] == 3 and change["isr"] == [3]
+    clean = image_with_topic([[1, 2, 3]], live=[1])
+    clean.apply(100, "PartitionChangeRecord", {"partition_id": 0, "topic_id": clean.topics["t"].topic_id,
+                                               "leader": -1, "isr": [1]})
+    assert leaderless_partition_changes(clean, 3) == []
+    assert [c["leader"] for _, c in leaderless_partition_changes(clean, 1)] == [1]
