@@ -223,6 +223,8 @@ def test_fenced_leaders_are_replaced_in_replica_order():
     from controller.brokers import changes_for_fenced_broker
 
     image = image_with_topic([[3, 2, 1]], live=[1, 2, 3])
+    image.apply(100, "PartitionChangeRecord", {"partition_id": 0, "topic_id": image.topics["t"].topic_id,
+                                               "isr": [1, 2, 3]})  # as a leader's ISR change lists it
     (_, change), = changes_for_fenced_broker(image, 3)
     assert change["leader"] == 2 and sorted(change["isr"]) == [1, 2]
 
