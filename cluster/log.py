@@ -512,7 +512,7 @@ class PartitionLog:
             self._truncate_epochs_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
-            self._truncate_fully_and_start_at(offset)
+            self.truncate_fully_and_start_at(offset)
             return
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self.segments.pop().delete_files()
@@ -527,7 +527,8 @@ class PartitionLog:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self._truncate_epochs_from_end(self.log_end_offset)
 
-    def _truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything and continue as an empty log whose next offset is `offset`."""
         for segment in self.segments:
             segment.delete_files()
         self.segments = [self._new_segment(offset)]

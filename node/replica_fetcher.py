@@ -148,6 +148,14 @@ class ReplicaFetchers:
                 and key in self.followed.get(leader, ()) and partition_log.log_end_offset == fetch_offset)
 
     def _apply(self, leader: int, key: tuple[str, int], data, partition_log) -> bool:
+        if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and data.log_start_offset > partition_log.log_end_offset:
+            # Retention on the leader deleted everything we lack: start over where its log starts
+            # (Kafka's AbstractFetcherThread.handleOutOfRangeError).
+            log.info("%s-%d: leader %d's log starts at %d, after ours ends at %d: starting over there",
+                     *key, leader, data.log_start_offset, partition_log.log_end_offset)
+            partition_log.truncate_fully_and_start_at(data.log_start_offset)
+            self.broker.replicas.producers[key] = PartitionProducers()
+            return True
         if data.error_code != ErrorCode.NONE:
             log.debug("fetching %s-%d from node %d: error %d", *key, leader, data.error_code)
             return False

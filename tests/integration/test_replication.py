@@ -158,3 +158,35 @@ def test_graceful_stop_moves_leadership_before_the_node_exits(cluster):
         producer.close()
     finally:
         cluster.restart_node(leader)
+
+
+def test_a_follower_that_retention_left_behind_starts_over_at_the_leaders_log_start(tmp_path):
+    config = {"log.retention.check.interval.ms": "200"}
+    with Cluster(nodes=2, data_dir=tmp_path / "cluster", node_config=config) as cluster:
+        topic = f"retained-{uuid.uuid4().hex[:6]}"
+        # Small segments and a small byte budget: retention soon deletes what the follower lacks.
+        cluster.create_topic(topic, partitions=1, replication_factor=2,
+                             config={"segment.bytes": "1024", "retention.bytes": "2048"})
+        assert cluster.wait_in_sync(topic)
+        leader = partition_info(cluster, topic, 0)["leader"]
+        follower = 3 - leader
+        cluster.kill_node(follower)
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks=1, linger_ms=0)
+        for i in range(200):
+            producer.send(topic, f"message {i:03d} ".encode() * 4, partition=0).get(10)
+        producer.close()
+        leader_dir = cluster.nodes[leader].data_dir / f"{topic}-0"
+        deadline = time.monotonic() + 20
+        while (first := int(sorted(leader_dir.glob("*.log"))[0].stem)) == 0:  # retention has not run yet
+            assert time.monotonic() < deadline, "the leader never deleted its first segment"
+            time.sleep(0.1)
+
+        cluster.restart_node(follower)
+        assert cluster.wait_in_sync(topic)  # it caught up from the leader's log start and rejoined
+        states = {node: next(p for p in state["partitions"] if p["topic"] == topic)
+                  for node, state in cluster.replica_states().items()}
+        assert states[follower]["log_start_offset"] >= first
+        assert states[follower]["log_end_offset"] == states[leader]["log_end_offset"] == 200
+        now_leading = partition_info(cluster, topic, 0)["leader"]
+        assert fetch_values((cluster.host, cluster.nodes[now_leading].port), topic, offset=199) == \
+            [b"message 199 " * 4]
