@@ -157,9 +157,10 @@ class Cluster:
         self._processes[name] = process
         return process
 
-    def wait_ready(self, nodes: int | None = None) -> dict:
+    def wait_ready(self, node_ids: list[int] | None = None) -> dict:
+        """Until the given nodes (default: all) are registered, unfenced and caught up with the metadata."""
         try:
-            return self._control("wait_ready", nodes=nodes or len(self.nodes),
+            return self._control("wait_ready", node_ids=node_ids or sorted(self.nodes),
                                  timeout_ms=int(self.startup_timeout * 1000), timeout=self.startup_timeout + 5)
         except ControlError as exc:
             raise ClusterError(f"the cluster did not become ready: {exc}") from exc
@@ -315,7 +316,7 @@ class Cluster:
             self._reap(node.pid, STOP_GRACE_S)
         process, log_path = self._spawn_node(node_id)
         self._adopt_node(node_id, process, log_path)
-        self.wait_ready()
+        self.wait_ready([node_id])  # other nodes may be down on purpose
         self._write_state()
 
     # --- stopping ---

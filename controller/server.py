@@ -271,15 +271,17 @@ class Controller:
             } for _, t in sorted(self.image.topics.items())],
         }
 
-    def _ready(self, nodes: int) -> bool:
-        caught_up = [s for s in self.sessions.values()
+    def _ready(self, node_ids: list[int]) -> bool:
+        caught_up = {s.node_id for s in self.sessions.values()
                      if s.node_id in self.image.brokers and not self.image.brokers[s.node_id].fenced
-                     and s.applied_offset >= self.writer.last_offset]
-        return len(caught_up) >= nodes
+                     and s.applied_offset >= self.writer.last_offset}
+        return caught_up >= set(node_ids)
 
     async def wait_ready(self, args: dict, conn) -> dict:
-        if not await self.writer.wait_for(lambda: self._ready(args["nodes"]), args.get("timeout_ms", 30000) / 1000):
-            raise TimeoutError(f"{args['nodes']} nodes did not register and catch up in time")
+        """Until nodes args["node_ids"] are registered, unfenced and caught up with the metadata log."""
+        node_ids = args["node_ids"]
+        if not await self.writer.wait_for(lambda: self._ready(node_ids), args.get("timeout_ms", 30000) / 1000):
+            raise TimeoutError(f"nodes {node_ids} did not register and catch up in time")
         return await self.status(args, conn)
 
     def _in_sync(self, topic_name: str) -> bool:
