@@ -220,8 +220,7 @@ class GroupCoordinator:
         """Append with acks=all, as Kafka writes offsets: answered once every in-sync replica has it."""
         key = (offsets_topic.OFFSETS_TOPIC, group.partition)
         info = self.broker.partition(*key)
-        min_isr = int(self.broker.topic_configs(offsets_topic.OFFSETS_TOPIC)["min.insync.replicas"])
-        if info is not None and len(info.isr) < min_isr:
+        if info is not None and len(info.isr) < self.broker.replicas.effective_min_isr(key):
             raise GroupError(APPEND_ERRORS_FOR_GROUPS[ErrorCode.NOT_ENOUGH_REPLICAS])
         next_offset = self._append(group, records)
         error = await self.broker.replicas.wait_until_committed(

@@ -258,15 +258,25 @@ class ReplicaManager:
                 log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
                 self._request_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from")
 
+    def effective_min_isr(self, key: tuple[str, int]) -> int:
+        """min.insync.replicas, but never more than there are replicas (Kafka's effectiveMinIsr)."""
+        configured = int(self.broker.topic_configs(key[0])["min.insync.replicas"])
+        info = self.broker.partition(*key)
+        return min(configured, len(info.replicas)) if info is not None else configured
+
     def update_high_watermark(self, key: tuple[str, int]) -> None:
-        """High watermark = the smallest log end offset over the ISR; it never moves back."""
+        """High watermark = the smallest log end offset over the ISR; it never moves back, and it stays
+        put while the ISR is below min.insync.replicas: nothing written then counts as committed
+        until enough replicas have it (Kafka 3.7+, KAFKA-15583)."""
         partition_log = self.logs.get(key)
         info = self.broker.partition(*key)
         if partition_log is None or info is None or info.leader != self.broker.node_id:
             return
+        if len(info.isr) < self.effective_min_isr(key):
+            return
         known = self.follower_offsets.get(key, {})
-        maximal_isr = set(info.isr) | set(self._isr_changes.get(key, ()))
-        ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0) for r in maximal_isr]
+        ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0)
+                for r in self._maximal_isr(key)]
         high_watermark = min(ends, default=partition_log.log_end_offset)
         if high_watermark > partition_log.high_watermark:
             partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
@@ -294,11 +304,13 @@ class ReplicaManager:
     def _enough_replicas_error(self, key: tuple[str, int]) -> ErrorCode:
         """Once the high watermark covers a write: was it on min.insync.replicas copies
         (Kafka's Partition.checkEnoughReplicasReachOffset)?"""
-        info = self.broker.partition(*key)
-        min_isr = int(self.broker.topic_configs(key[0])["min.insync.replicas"])
-        if info is not None and len(info.isr) < min_isr:
+        if len(self._maximal_isr(key)) < self.effective_min_isr(key):
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
+
+    def _maximal_isr(self, key: tuple[str, int]) -> set[int]:
+        info = self.broker.partition(*key)
+        return (set(info.isr) if info is not None else set()) | set(self._isr_changes.get(key, ()))
 
     async def wait_until_committed(self, key: tuple[str, int], next_offset: int, timeout_s: float) -> ErrorCode:
         """acks=all: NONE once the high watermark reaches next_offset with enough replicas in sync;

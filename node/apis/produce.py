@@ -99,7 +99,7 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
     if len(records) > max_bytes:
         message = f"record batch exceeds max.message.bytes {max_bytes}"
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
-    if acks == -1 and len(check.info.isr) < int(configs["min.insync.replicas"]):
+    if acks == -1 and len(check.info.isr) < broker.replicas.effective_min_isr((topic, index)):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
     try:
         batches = validate_batches(records)

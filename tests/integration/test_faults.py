@@ -20,6 +20,7 @@ from tests.integration.wire import exchange, exchange_once, fetch_values, read_r
 
 NOT_LEADER_OR_FOLLOWER = 6
 NOT_ENOUGH_REPLICAS = 19
+REQUEST_TIMED_OUT = 7
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 
@@ -217,7 +218,6 @@ def test_an_injected_error_answers_once_without_executing_the_request(cluster):
     assert cluster.node_faults(leader)["injected_errors"] == []
 
 
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 
 
 def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tmp_path):
@@ -235,21 +235,25 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tm
         assert follower not in state["isr"] and len(state["isr"]) == 2
         assert cluster.status()["brokers"][follower - 1]["fenced"] is False
 
-        # With min.insync.replicas=3 the shrink itself makes a parked write fail after its append.
+        # With min.insync.replicas=3 the shrink leaves the ISR under it: the high watermark stops
+        # (Kafka 3.7+), so a parked write times out, unseen by consumers, until the ISR is whole again.
         strict = f"{topic}-strict"
         cluster.create_topic(strict, partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
         wait_for_partition(cluster, strict, lambda p: sorted(p["isr"]) == [1, 2, 3])
         strict_leader = partition_state(cluster, strict)["leader"]
         cut_off = next(n for n in cluster.nodes if n not in (strict_leader, follower))
         cluster.isolate_node(cut_off, [strict_leader])
-        assert raw_produce(address_of(cluster, strict_leader), strict, b"appended", acks=-1) == \
-            (NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0)
+        error, _ = raw_produce(address_of(cluster, strict_leader), strict, b"appended", acks=-1)
+        assert error == REQUEST_TIMED_OUT
+        assert cut_off not in partition_state(cluster, strict)["isr"]
+        assert fetch_values(address_of(cluster, strict_leader), strict) == []
 
         cluster.heal_node(follower)
         cluster.heal_node(cut_off)
         wait_for_partition(cluster, topic, lambda p: sorted(p["isr"]) == [1, 2, 3])
         wait_for_partition(cluster, strict, lambda p: sorted(p["isr"]) == [1, 2, 3])
         assert read_partition(cluster.bootstrap_servers, topic) == [b"while cut off"]
+        assert fetch_values(address_of(cluster, strict_leader), strict, wait_ms=5000) == [b"appended"]
 
 
 def offsets_partition_state(cluster, group: str) -> dict:

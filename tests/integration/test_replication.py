@@ -142,6 +142,20 @@ def test_min_insync_replicas_refuses_acks_all_but_not_acks_1():
         relaxed = KafkaProducer(bootstrap_servers=bootstrap, acks=1)
         assert relaxed.send(topic, b"one copy is enough", partition=0).get(10).offset == 0
         relaxed.close()
+        # Acknowledged, but not committed while the ISR is under min.insync.replicas (Kafka 3.7+):
+        # consumers see it once a second replica has it.
+        assert visible(running, topic, via=leader) == []
+        running.restart_node(followers[0])
+        assert fetch_values((running.host, running.nodes[leader].port), topic, wait_ms=10000) == \
+            [b"one copy is enough"]
+
+        # min.insync.replicas above the replication factor counts as the replication factor.
+        single = "min-isr-single-copy"
+        running.create_topic(single, partitions=1, replication_factor=1, config={"min.insync.replicas": "2"})
+        single_leader = partition_info(running, single, 0)["leader"]
+        strict = KafkaProducer(bootstrap_servers=f"127.0.0.1:{running.nodes[single_leader].port}", acks="all")
+        assert strict.send(single, b"the only copy", partition=0).get(10).offset == 0
+        strict.close()
 
 
 def test_graceful_stop_moves_leadership_before_the_node_exits(cluster):
