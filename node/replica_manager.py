@@ -312,16 +312,24 @@ class ReplicaManager:
         info = self.broker.partition(*key)
         return (set(info.isr) if info is not None else set()) | set(self._isr_changes.get(key, ()))
 
-    async def wait_until_committed(self, key: tuple[str, int], next_offset: int, timeout_s: float) -> ErrorCode:
-        """acks=all: NONE once the high watermark reaches next_offset with enough replicas in sync;
-        REQUEST_TIMED_OUT if it does not in time; NOT_LEADER_OR_FOLLOWER if the partition goes away."""
+    def commit_waiter(self, key: tuple[str, int], next_offset: int) -> asyncio.Future:
+        """acks=all: a future answered NONE once the high watermark reaches next_offset with enough
+        replicas in sync, or NOT_LEADER_OR_FOLLOWER if the partition goes or a new term begins.
+
+        Registered at once, in the same step as the append it waits for: a term change can then
+        never slip in between and leave it to a later term's high watermark."""
+        waiter = asyncio.get_running_loop().create_future()
         partition_log = self.logs.get(key)
         if partition_log is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if partition_log.high_watermark >= next_offset:
-            return self._enough_replicas_error(key)
-        waiter = asyncio.get_running_loop().create_future()
-        self._commit_waiters.setdefault(key, []).append((next_offset, waiter))
+            waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        elif partition_log.high_watermark >= next_offset:
+            waiter.set_result(self._enough_replicas_error(key))
+        else:
+            self._commit_waiters.setdefault(key, []).append((next_offset, waiter))
+        return waiter
+
+    async def wait_for_commit(self, key: tuple[str, int], waiter: asyncio.Future, timeout_s: float) -> ErrorCode:
+        """The outcome of a commit_waiter; REQUEST_TIMED_OUT if the high watermark does not come in time."""
         try:
             return await asyncio.wait_for(waiter, timeout_s)
         except asyncio.TimeoutError:
@@ -330,6 +338,9 @@ class ReplicaManager:
             waiting = self._commit_waiters.get(key)
             if waiting:
                 self._commit_waiters[key] = [(o, w) for o, w in waiting if w is not waiter]
+
+    async def wait_until_committed(self, key: tuple[str, int], next_offset: int, timeout_s: float) -> ErrorCode:
+        return await self.wait_for_commit(key, self.commit_waiter(key, next_offset), timeout_s)
 
     def appended_as_leader(self, key: tuple[str, int]) -> None:
         """New data in a partition led here: wake the fetches waiting on it, and move the high

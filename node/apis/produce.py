@@ -63,8 +63,10 @@ async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
     """acks=all: answer once every in-sync replica has the batch (a purgatory of futures)."""
     if not awaiting:
         return
-    outcomes = await asyncio.gather(*(broker.replicas.wait_until_committed(key, next_offset, timeout_ms / 1000)
-                                      for _, key, next_offset in awaiting))
+    # Registered before anything else runs, in the same step as the appends.
+    waiters = [(key, broker.replicas.commit_waiter(key, next_offset)) for _, key, next_offset in awaiting]
+    outcomes = await asyncio.gather(*(broker.replicas.wait_for_commit(key, waiter, timeout_ms / 1000)
+                                      for key, waiter in waiters))
     for (response, _, _), error in zip(awaiting, outcomes):
         if error:
             response.error_code = error
