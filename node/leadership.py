@@ -19,6 +19,9 @@ def check_leader(broker, topic: str, partition: int, current_leader_epoch: int =
     info = broker.partition(topic, partition)
     if info is None:
         return LeaderCheck(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if broker.node_id not in info.replicas:
+        # Not hosted here: the client's epoch says nothing about this node (Kafka's getPartitionOrError).
+        return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
     if current_leader_epoch >= 0:
         if current_leader_epoch < info.leader_epoch:
             return LeaderCheck(ErrorCode.FENCED_LEADER_EPOCH, info)

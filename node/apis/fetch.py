@@ -20,6 +20,8 @@ REQUEST = FetchRequest
 RESPONSE = FetchResponse
 VERSIONS = (4, 18)
 FETCH_SESSION_ID_NOT_FOUND = 70
+# Errors whose partition answer carries the current leader (KIP-951), so clients re-route at once.
+_NAMES_THE_LEADER = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 TopicResponse = RESPONSE.FetchableTopicResponse
 PartitionData = TopicResponse.PartitionData
@@ -90,7 +92,7 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
         fetch.error = check.error
         fetch.records = b""
         if check.error:
-            if check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and check.info is not None:
+            if check.error in _NAMES_THE_LEADER and check.info is not None:
                 fetch.leader = (check.info.leader, check.info.leader_epoch)
             continue
         limit = min(fetch.request.partition_max_bytes, max_bytes - total)

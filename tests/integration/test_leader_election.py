@@ -16,6 +16,7 @@ from tests.integration.wire import exchange
 ELECTION_NOT_NEEDED = 84
 PREFERRED_LEADER_NOT_AVAILABLE = 80
 FENCED_LEADER_EPOCH = 74
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 def partitions_of(cluster, topic: str) -> list[dict]:
@@ -121,3 +122,40 @@ def test_offset_for_leader_epoch_gives_where_each_epoch_ends(unbalanced):
         assert ask(0, current=0)[0] == FENCED_LEADER_EPOCH
     finally:
         unbalanced.restart_node(leader)
+
+
+def test_fetch_with_an_old_leader_epoch_is_told_who_leads_now(unbalanced):
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    from cluster.log import topic_id_from_kafka_string
+
+    unbalanced.create_topic("moved", partitions=1, replication_factor=2)
+    unbalanced.wait_in_sync("moved")
+    before = partitions_of(unbalanced, "moved")[0]
+    unbalanced.stop_node(before["leader"])
+    try:
+        now = partitions_of(unbalanced, "moved")[0]
+        assert now["leader_epoch"] > before["leader_epoch"]
+        topic_id = topic_id_from_kafka_string(
+            next(t["topic_id"] for t in unbalanced.status()["topics"] if t["name"] == "moved"))
+        Topic = FetchRequest.FetchTopic
+
+        def fetch(node_id: int):
+            request = FetchRequest[16](
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, forgotten_topics_data=[], rack_id="", topics=[Topic(topic_id=topic_id, partitions=[
+                    Topic.FetchPartition(partition=0, current_leader_epoch=before["leader_epoch"], fetch_offset=0,
+                                         last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+            with socket.create_connection((unbalanced.host, unbalanced.nodes[node_id].port), timeout=10) as sock:
+                response = exchange(sock, request, FetchResponse, 16)
+            data = response.responses[0].partitions[0]
+            return data.error_code, (data.current_leader.leader_id, data.current_leader.leader_epoch), \
+                sorted(e.node_id for e in response.node_endpoints)
+
+        # The new leader: fenced epoch, and here is who leads at which epoch, with its address.
+        assert fetch(now["leader"]) == (FENCED_LEADER_EPOCH, (now["leader"], now["leader_epoch"]), [now["leader"]])
+        # A node that holds no replica says so, whatever epoch the client names.
+        outsider = next(n for n in unbalanced.nodes if n not in now["replicas"])
+        assert fetch(outsider)[0] == NOT_LEADER_OR_FOLLOWER
+    finally:
+        unbalanced.restart_node(before["leader"])
