@@ -23,6 +23,11 @@ _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 
 ATTR_COMPRESSION_MASK = 0x07
+COMPRESSION_ZSTD = 4
+MAGIC_OFFSET = 16
+ATTRIBUTES_OFFSET = 21
+MIN_DECLARED_LENGTH = 14  # the smallest batch of any magic (a v0 message) declares this many bytes
+_ATTRIBUTES = struct.Struct(">h")
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
@@ -103,6 +108,33 @@ def iter_batch_headers(buf, start: int = 0, end: int | None = None) -> Iterator[
             return
         yield pos, header
         pos += header.size
+
+
+def leading_batches(data, limit: int = 2) -> list[tuple[int, int]]:
+    """(size, magic) of the first `limit` whole batches of a produce payload, walked as Kafka's
+    ByteBufferLogInputStream walks one: a partial batch ends the walk; a batch claiming fewer bytes
+    than any batch has, or a magic above 2, is corrupt."""
+    view = memoryview(data)
+    found: list[tuple[int, int]] = []
+    pos = 0
+    while len(found) < limit and len(view) - pos >= LOG_OVERHEAD:
+        _, length = peek_offset_and_length(view, pos)
+        if length < MIN_DECLARED_LENGTH:
+            raise CorruptRecordError(f"record batch length {length} is below the minimum {MIN_DECLARED_LENGTH}")
+        if len(view) - pos <= MAGIC_OFFSET:
+            break
+        magic = view[pos + MAGIC_OFFSET]
+        if magic > 2:
+            raise CorruptRecordError(f"invalid magic {magic}")
+        if len(view) - pos < LOG_OVERHEAD + length:
+            break
+        found.append((LOG_OVERHEAD + length, magic))
+        pos += LOG_OVERHEAD + length
+    return found
+
+
+def compression_of(batch, pos: int = 0) -> int:
+    return _ATTRIBUTES.unpack_from(batch, pos + ATTRIBUTES_OFFSET)[0] & ATTR_COMPRESSION_MASK
 
 
 def compute_crc(batch) -> int:

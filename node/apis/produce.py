@@ -10,7 +10,9 @@ import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from cluster.records import CorruptRecordError, UnsupportedMagicError, validate_batches
+from cluster.records import (
+    COMPRESSION_ZSTD, CorruptRecordError, UnsupportedMagicError, compression_of, leading_batches, validate_batches,
+)
 from cluster.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 from node.producer_state import SequenceError
@@ -35,7 +37,8 @@ async def handle(broker, header, request):
         name, topic_id = _topic_of(broker, topic_data, header.api_version)
         partitions = []
         for data in topic_data.partition_data:
-            response, next_offset = _produce_partition(broker, name, data, request.acks, leaders_named)
+            response, next_offset = _produce_partition(broker, name, data, request.acks, header.api_version,
+                                                       leaders_named)
             partitions.append(response)
             if request.acks == -1 and next_offset is not None:
                 awaiting.append((response, (name, data.index), next_offset))
@@ -82,20 +85,22 @@ def _topic_of(broker, topic_data, version):
     return topic_data.name, (info.topic_id if info else None)
 
 
-def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named: list[int]):
+def _produce_partition(broker, topic: str | None, data, acks: int, version: int, leaders_named: list[int]):
     """(partition response, the offset the high watermark must reach for acks=all, or None)."""
     index = data.index
     if topic is None:
         return _error(index, ErrorCode.UNKNOWN_TOPIC_ID), None
     check = check_leader(broker, topic, index)
+    if check.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return _error(index, check.error), None
+    records, invalid = _one_batch(data.records or b"", version)
+    if invalid is not None:
+        return _error(index, *invalid), None
     if check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and check.info is not None:
         leaders_named.append(check.info.leader)
         return _error(index, check.error, leader=(check.info.leader, check.info.leader_epoch)), None
     if check.error:
         return _error(index, check.error), None
-    records = data.records
-    if records is None or len(records) == 0:
-        return _error(index, ErrorCode.CORRUPT_MESSAGE, "empty record set"), None
     configs = broker.topic_configs(topic)
     max_bytes = int(configs["max.message.bytes"])
     if len(records) > max_bytes:
@@ -136,6 +141,26 @@ def _produce_partition(broker, topic: str | None, data, acks: int, leaders_named
         log_append_time_ms=appended.log_append_time, log_start_offset=appended.log_start_offset,
         record_errors=[], error_message=None,
     ), appended.last_offset + 1
+
+
+def _one_batch(records, version: int) -> tuple[memoryview | None, tuple[ErrorCode, str] | None]:
+    """(the one record batch a partition's records must be, or why they are refused), checked before
+    anything else as Kafka's ProduceRequest.validateRecords does. Bytes after that batch that do not
+    make a whole one are dropped, as Kafka trims them."""
+    try:
+        batches = leading_batches(records)
+    except CorruptRecordError as exc:
+        return None, (ErrorCode.CORRUPT_MESSAGE, str(exc))
+    if not batches:
+        return None, (ErrorCode.INVALID_RECORD, "a partition's records must hold one whole record batch")
+    size, magic = batches[0]
+    if magic != 2:
+        return None, (ErrorCode.INVALID_RECORD, f"only magic 2 record batches are accepted, not magic {magic}")
+    if version < 7 and compression_of(records) == COMPRESSION_ZSTD:
+        return None, (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"zstd needs Produce v7 or later, not v{version}")
+    if len(batches) > 1:
+        return None, (ErrorCode.INVALID_RECORD, "exactly one record batch per partition is allowed")
+    return memoryview(records)[:size], None
 
 
 def _duplicate_of(producers, batches) -> tuple[int, int] | None:

@@ -13,9 +13,11 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.records import encode_batch
-from tests.integration.wire import read_response, send_frame, send_request
+from tests.integration.wire import fetch_values, read_response, send_frame, send_request
 
 CORRUPT_MESSAGE = 2
+INVALID_RECORD = 87
+UNSUPPORTED_COMPRESSION_TYPE = 76
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
 UNSUPPORTED_VERSION = 35
@@ -127,7 +129,7 @@ def test_corrupt_crc_is_rejected_and_acknowledged_data_survives(single_node):
         bad = produce_raw(sock, topic, bytes(batch))
         assert bad.error_code == CORRUPT_MESSAGE
         truncated = produce_raw(sock, topic, bytes(encode_batch([(b"k", b"cut")], timestamp=1))[:-3])
-        assert truncated.error_code == CORRUPT_MESSAGE
+        assert truncated.error_code == INVALID_RECORD  # no whole batch at all, as Kafka sees it
         good = produce_raw(sock, topic, encode_batch([(b"k", b"good-3")], timestamp=1_700_000_000_000))
         assert (good.error_code, good.base_offset) == (0, 3)
 
@@ -137,6 +139,29 @@ def test_corrupt_crc_is_rejected_and_acknowledged_data_survives(single_node):
     values = [(r.offset, r.value) for r in consumer]
     consumer.close()
     assert values == [(0, b"good-0"), (1, b"good-1"), (2, b"good-2"), (3, b"good-3")]
+
+
+def with_magic(batch: bytes, magic: int) -> bytes:
+    return batch[:16] + bytes([magic]) + batch[17:]
+
+
+def test_a_partition_takes_exactly_one_magic_2_batch_as_kafka_validates_produce_requests(single_node):
+    topic = f"shape-{uuid.uuid4().hex[:8]}"
+    single_node.create_topic(topic, partitions=1)
+    one = encode_batch([(None, b"one")], timestamp=1_700_000_000_000)
+    zstd_flagged = encode_batch([(None, b"z")], timestamp=1_700_000_000_000, attributes=4)
+    with connect(single_node) as sock:
+        assert produce_raw(sock, topic, b"").error_code == INVALID_RECORD
+        assert produce_raw(sock, topic, one + one).error_code == INVALID_RECORD
+        assert produce_raw(sock, topic, with_magic(one, 1)).error_code == INVALID_RECORD
+        assert produce_raw(sock, topic, with_magic(one, 3)).error_code == CORRUPT_MESSAGE
+        assert produce_raw(sock, topic, zstd_flagged, version=6).error_code == UNSUPPORTED_COMPRESSION_TYPE
+        # An unknown partition is reported before its records are looked at, as in Kafka.
+        assert produce_raw(sock, "no-such-topic", b"").error_code == UNKNOWN_TOPIC_OR_PARTITION
+        # Stray bytes after one whole batch are dropped, as Kafka trims them.
+        kept = produce_raw(sock, topic, one + b"\0\0\0")
+        assert (kept.error_code, kept.base_offset) == (0, 0)
+        assert fetch_values((single_node.host, single_node.nodes[1].port), topic) == [b"one"]
 
 
 def test_unknown_topics_get_the_codes_of_their_api_version(single_node):
