@@ -167,13 +167,15 @@ class AckRecorder:
         self._thread.start()
         return self
 
-    def wait_for_acks(self, count: int, timeout: float = 30) -> None:
+    def wait_for_acks(self, count: int, timeout: float = 30) -> bool:
+        """False if `count` more acknowledgements did not come within timeout seconds."""
         deadline = time.monotonic() + timeout
         target = len(self.acked_at) + count
         while len(self.acked_at) < target:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"acks=all writes did not resume within {timeout:.0f}s")
+                return False
             time.sleep(0.05)
+        return True
 
     def longest_gap_since(self, since: float) -> float:
         """The longest time without an acknowledgement from `since` on: how long writes were unavailable."""
@@ -192,13 +194,21 @@ def measure_failover(cluster: Cluster, confluent_kafka) -> list[tuple[str, float
     cluster.wait_in_sync(topic)
     recorder = AckRecorder(cluster.bootstrap_servers, topic, confluent_kafka).start()
     figures = []
+    def partition_state() -> dict:
+        return next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"][0]
+
+    def acknowledged(count: int, when: str) -> None:
+        if not recorder.wait_for_acks(count):
+            raise RuntimeError(f"no acks=all acknowledgements for 30s {when}; partition now {partition_state()}, "
+                               f"replicas {cluster.replica_states()}")
+
     try:
         for what, fault in (("kill -9", cluster.kill_node), ("graceful stop", cluster.stop_node)):
-            recorder.wait_for_acks(200)
-            leader = next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"][0]["leader"]
+            acknowledged(200, f"before the leader {what}")
+            leader = partition_state()["leader"]
             faulted_at = time.monotonic()
             fault(leader)
-            recorder.wait_for_acks(200)
+            acknowledged(200, f"after the leader {what}")
             figures.append((f"leader {what}: writes unavailable", recorder.longest_gap_since(faulted_at)))
             cluster.restart_node(leader)
             cluster.wait_in_sync(topic)

@@ -91,6 +91,9 @@ def test_group_commands(data_dir):
     consumer = KafkaConsumer("events", bootstrap_servers=bootstrap, group_id="readers", client_id="reader-1",
                              enable_auto_commit=False, auto_offset_reset="earliest")
     try:
+        # Metadata first: a leader that joins before it knows the topic assigns nothing and must
+        # rejoin, a path where kafka-python 3.0.12 can wait forever on a lost wakeup.
+        assert consumer.partitions_for_topic("events") == {0, 1}
         while not consumer.assignment():
             consumer.poll(200)
         consumer.commit({TopicPartition("events", 0): OffsetAndMetadata(4, "", -1)})
