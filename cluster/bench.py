@@ -126,7 +126,7 @@ class AckRecorder:
     def __init__(self, bootstrap: str, topic: str, confluent_kafka):
         self.acked_at: list[float] = []
         self._stop = threading.Event()
-        self._send_one = self._confluent(bootstrap, topic, confluent_kafka) if confluent_kafka else \
+        self._send_one, self._close = self._confluent(bootstrap, topic, confluent_kafka) if confluent_kafka else \
             self._kafka_python(bootstrap, topic)
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-acks")
 
@@ -141,7 +141,7 @@ class AckRecorder:
             producer.produce(topic, b"tick", partition=0, on_delivery=lambda error, _: delivered.append(error))
             producer.flush(10)
             return delivered == [None]
-        return send_one
+        return send_one, lambda: producer.flush(5)
 
     @staticmethod
     def _kafka_python(bootstrap: str, topic: str):
@@ -156,7 +156,7 @@ class AckRecorder:
                 return True
             except KafkaError:
                 return False
-        return send_one
+        return send_one, lambda: producer.close(5)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -185,6 +185,7 @@ class AckRecorder:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(15)
+        self._close()
 
 
 def measure_failover(cluster: Cluster, confluent_kafka) -> list[tuple[str, float]]:

@@ -21,12 +21,16 @@ class ProcessWatch:
     def __init__(self, on_exit: OnExit):
         self._on_exit = on_exit
         self._pidfds: dict[int, int] = {}  # node id -> pidfd of its current incarnation
+        self._tasks: set[asyncio.Task] = set()
 
     def watch(self, node_id: int, incarnation_id: str, pid: int) -> None:
         self.forget(node_id)
         try:
             pidfd = os.pidfd_open(pid)
-        except (OSError, AttributeError) as exc:  # gone already, or no pidfds on this kernel
+        except ProcessLookupError:  # it exited between registering and now
+            self._exited(node_id, incarnation_id)
+            return
+        except (OSError, AttributeError) as exc:  # no pidfds on this kernel
             log.info("not watching node %d (pid %d): %s", node_id, pid, exc)
             return
         self._pidfds[node_id] = pidfd
@@ -34,7 +38,14 @@ class ProcessWatch:
 
     def _exited(self, node_id: int, incarnation_id: str) -> None:
         self.forget(node_id)
-        asyncio.get_running_loop().create_task(self._on_exit(node_id, incarnation_id))
+        task = asyncio.get_running_loop().create_task(self._on_exit(node_id, incarnation_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("fencing an exited node failed: %s", task.exception())
 
     def forget(self, node_id: int) -> None:
         pidfd = self._pidfds.pop(node_id, None)
@@ -45,3 +56,5 @@ class ProcessWatch:
     def close(self) -> None:
         for node_id in list(self._pidfds):
             self.forget(node_id)
+        for task in self._tasks:
+            task.cancel()

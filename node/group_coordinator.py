@@ -438,8 +438,8 @@ class GroupCoordinator:
                 else:
                     group.transition(STABLE)
                     self._answer_syncs(group, ErrorCode.NONE)
-        if group.members.get(member_id) is member:
-            self._arm_session(group, member)
+        if self.groups.get(group_id) is group and group.members.get(member_id) is member:
+            self._arm_session(group, member)  # unless it left, or the group moved away, meanwhile
         return await future
 
     @staticmethod

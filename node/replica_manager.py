@@ -272,8 +272,8 @@ class ReplicaManager:
         info = self.broker.partition(*key)
         if partition_log is None or info is None or info.leader != self.broker.node_id:
             return
-        if len(info.isr) < self.effective_min_isr(key):
-            return
+        if len(info.isr) < len(info.replicas) and len(info.isr) < self.effective_min_isr(key):
+            return  # (a full ISR is never under it: the configs are read only when it may be)
         known = self.follower_offsets.get(key, {})
         ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0)
                 for r in self._maximal_isr(key)]

@@ -35,9 +35,11 @@ def _lookup(broker, topic: str, part, version: int, from_client: bool):
     if check.error:
         return _answer(part, check.error)
     partition_log = check.log
+    # Clients may know only what is committed; replicas and tools asking as one, the whole log.
+    last_fetchable = partition_log.high_watermark if from_client else partition_log.log_end_offset
     if part.timestamp == LATEST_TIMESTAMP:
         lagging = _lagging(broker, (topic, part.partition_index), partition_log, version, from_client)
-        return _answer(part, lagging) if lagging else _answer(part, offset=partition_log.high_watermark, info=check.info)
+        return _answer(part, lagging) if lagging else _answer(part, offset=last_fetchable, info=check.info)
     if part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return _answer(part, offset=partition_log.log_start_offset, info=check.info)
     if part.timestamp == LATEST_TIERED_TIMESTAMP:
@@ -48,7 +50,7 @@ def _lookup(broker, topic: str, part, version: int, from_client: bool):
         return _answer(part, ErrorCode.INVALID_REQUEST)
     else:
         offset, timestamp = partition_log.offset_for_timestamp(part.timestamp) or (-1, -1)
-    if 0 <= offset < partition_log.high_watermark:
+    if 0 <= offset < last_fetchable:
         return _answer(part, timestamp=timestamp, offset=offset, info=check.info)
     # Nothing found below the high watermark: perhaps only because it lags this term's start.
     return _answer(part, _lagging(broker, (topic, part.partition_index), partition_log, version, from_client))

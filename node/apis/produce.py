@@ -11,7 +11,7 @@ import logging
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.records import (
-    COMPRESSION_ZSTD, CorruptRecordError, UnsupportedMagicError, compression_of, leading_batches, validate_batches,
+    COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
 from cluster.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
@@ -127,8 +127,6 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
     except SequenceError as exc:
         log.info("%s-%d: producer %d refused: %s", topic, index, batches[0][1].producer_id, exc)
         return _error(index, exc.code, str(exc)), None
-    except UnsupportedMagicError as exc:
-        return _error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)), None
     except CorruptRecordError as exc:
         return _error(index, ErrorCode.CORRUPT_MESSAGE, str(exc)), None
     except OSError as exc:

@@ -218,8 +218,6 @@ def test_an_injected_error_answers_once_without_executing_the_request(cluster):
     assert cluster.node_faults(leader)["injected_errors"] == []
 
 
-
-
 def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tmp_path):
     # The follower keeps heartbeating (it is not fenced): only ISR shrink can take it out.
     with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config={"replica.lag.time.max.ms": "1500"}) as cluster:
@@ -277,6 +275,21 @@ def group_coordinator(cluster, group: str) -> tuple[int, list[int]]:
     assert cluster.wait_in_sync(OFFSETS_TOPIC)
     state = offsets_partition_state(cluster, group)
     return state["leader"], [r for r in state["replicas"] if r != state["leader"]]
+
+
+def wait_until_followers_have_everything(cluster, coordinator: int, followers: list[int], group: str) -> None:
+    """Until the followers of the group's __consumer_offsets partition end where the coordinator does."""
+    from node.offsets_topic import OFFSETS_TOPIC
+
+    key = (OFFSETS_TOPIC, offsets_partition_state(cluster, group)["partition"])
+    deadline = time.monotonic() + 20
+    while True:
+        ends = {node: next(p["log_end_offset"] for p in state["partitions"] if (p["topic"], p["partition"]) == key)
+                for node, state in cluster.replica_states().items() if node in [coordinator, *followers]}
+        if len(set(ends.values())) == 1 and len(ends) == 1 + len(followers):
+            return
+        assert time.monotonic() < deadline, f"the followers never caught up: {ends}"
+        time.sleep(0.05)
 
 
 # Followers that cannot fetch, but stay in the ISR while the coordinator waits for them.
@@ -367,7 +380,6 @@ def sync_group(address, group: str, member_id: str, generation: int, assignment:
 
 def test_a_group_assignment_is_answered_only_once_every_in_sync_replica_has_it(tmp_path):
     from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
-    from node.offsets_topic import OFFSETS_TOPIC
 
     with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=UNREPLICATED_GROUP_WRITES) as cluster:
         group = "replicated-assignment"
@@ -383,7 +395,7 @@ def test_a_group_assignment_is_answered_only_once_every_in_sync_replica_has_it(t
         finally:
             for follower in followers:
                 cluster.heal_node(follower)
-        assert cluster.wait_in_sync(OFFSETS_TOPIC)
+        wait_until_followers_have_everything(cluster, coordinator, followers, group)
         member, generation = join_group(address, group, member)  # the failed store began a new rebalance
         assert sync_group(address, group, member, generation, b"second") == (0, b"second")
 

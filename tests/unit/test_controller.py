@@ -105,7 +105,7 @@ def test_a_restarted_controller_fences_a_node_that_never_heartbeats_to_it(tmp_pa
     finally:
         stop(process)
 
-    process, port = start_controller(tmp_path, "--heartbeat-timeout-ms", "500")
+    process, port = start_controller(tmp_path, "--heartbeat-timeout-ms", "2000")
     try:
         deadline = time.monotonic() + 20
         while partition_0(port)["leader"] == silent:  # the other node keeps heartbeating

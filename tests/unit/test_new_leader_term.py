@@ -62,6 +62,7 @@ def test_a_follower_joins_the_isr_only_with_everything_written_before_the_term_b
         for _ in range(3):
             await asyncio.sleep(0)
         assert proposed == [[1, 2, 3]]
+        broker.replicas.close()
 
     asyncio.run(scenario())
 
@@ -84,8 +85,9 @@ def test_list_offsets_asks_clients_to_retry_until_the_high_watermark_reaches_the
     assert ask(7, list_offsets.EARLIEST_TIMESTAMP) == (0, 0)
     assert ask(7, 1003) == (0, 3)  # found below the high watermark: known to be committed
     assert ask(7, 1008) == (OFFSET_NOT_AVAILABLE, -1)
-    assert ask(7, list_offsets.LATEST_TIMESTAMP, replica_id=2) == (0, 6)  # replicas are not clients
+    assert ask(7, list_offsets.LATEST_TIMESTAMP, replica_id=2) == (0, 10)  # replicas see the whole log
 
     broker.replicas.get_log("orders", 0).high_watermark = 10
     assert ask(7, list_offsets.LATEST_TIMESTAMP) == (0, 10)
     assert ask(7, 1008) == (0, 8)
+    broker.replicas.close()
