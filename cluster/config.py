@@ -31,6 +31,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
     # Kafka: 30000; a follower that stops catching up leaves the ISR sooner, so acks=all stalls less.
     "replica.lag.time.max.ms": "10000",
+    "replica.high.watermark.checkpoint.interval.ms": "5000",
     "auto.leader.rebalance.enable": "true",
     # Kafka: 300; preferred leaders return within seconds of a node coming back.
     "leader.imbalance.check.interval.seconds": "5",

@@ -279,7 +279,7 @@ class PartitionLog:
                 if key.strip() == "topic_id":
                     return topic_id_from_kafka_string(value.strip())
         if topic_id is not None:
-            _write_atomically(path, f"version: 0\ntopic_id: {topic_id_to_kafka_string(topic_id)}\n")
+            write_atomically(path, f"version: 0\ntopic_id: {topic_id_to_kafka_string(topic_id)}\n")
         return topic_id
 
     def _load_segments(self) -> None:
@@ -566,7 +566,7 @@ class PartitionLog:
 
     def _save_epochs(self) -> None:
         body = "".join(f"{epoch} {start}\n" for epoch, start in self.epochs)
-        _write_atomically(self.directory / "leader-epoch-checkpoint", f"0\n{len(self.epochs)}\n{body}")
+        write_atomically(self.directory / "leader-epoch-checkpoint", f"0\n{len(self.epochs)}\n{body}")
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         if self.epochs and self.epochs[-1][0] >= epoch:
@@ -654,7 +654,7 @@ def _stamp_log_append_time(buffer: bytearray, position: int, header, append_time
     _CRC.pack_into(buffer, position + 17, records.compute_crc(memoryview(buffer)[position:end]))
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     temp = path.with_suffix(path.suffix + ".tmp")
     temp.write_text(text)
     os.replace(temp, path)

@@ -67,6 +67,8 @@ async def run(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     retention = asyncio.create_task(broker.replicas.run_retention(config.get_int("log.retention.check.interval.ms")))
     isr_expiration = asyncio.create_task(broker.replicas.run_isr_expiration())
+    checkpoints = asyncio.create_task(broker.replicas.run_high_watermark_checkpoints(
+        config.get_int("replica.high.watermark.checkpoint.interval.ms")))
     offset_expiry = asyncio.create_task(broker.groups.run_offset_expiry(
         config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))
     await stop.wait()
@@ -74,6 +76,7 @@ async def run(config: BrokerConfig) -> None:
     await broker.metadata.controlled_shutdown()
     retention.cancel()
     isr_expiration.cancel()
+    checkpoints.cancel()
     offset_expiry.cancel()
     await server.close()
     await admin.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 from cluster.errors import ErrorCode
 from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
 from cluster.metadata_log import METADATA_PARTITION_DIR
+from cluster.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
@@ -64,6 +65,9 @@ class ReplicaManager:
         self._known_topics: set[str] | None = None
         # Fetch requests parked until one of their partitions gets new data.
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+        # High watermarks as last checkpointed, for logs opened after a restart.
+        self._checkpoint_path = Path(broker.log_dir) / HIGH_WATERMARK_CHECKPOINT
+        self._checkpointed = read_offset_checkpoint(self._checkpoint_path)
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
@@ -113,10 +117,11 @@ class ReplicaManager:
                 partition_log.delete()
                 partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
             if len(info.replicas) > 1:
-                # A replica's log may end in writes that were never committed; Kafka keeps the high
-                # watermark in a checkpoint, we start from nothing: the leader's fetch answers (as a
-                # follower) or the followers' fetches (as leader) raise it again within moments.
-                partition_log.high_watermark = partition_log.log_start_offset
+                # A replica's log may end in writes that were never committed: its high watermark
+                # starts where the last checkpoint put it, as in Kafka, and peers raise it from there.
+                checkpointed = self._checkpointed.get(key, partition_log.log_start_offset)
+                partition_log.high_watermark = max(partition_log.log_start_offset,
+                                                   min(checkpointed, partition_log.log_end_offset))
             self.logs[key] = partition_log
             self.producers[key] = PartitionProducers.from_log(partition_log)
         else:
@@ -172,9 +177,26 @@ class ReplicaManager:
                 shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
+        self.checkpoint_high_watermarks()
         for partition_log in self.logs.values():
             partition_log.close()
         self.logs.clear()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every hosted partition's high watermark to replication-offset-checkpoint, if any moved."""
+        offsets = {key: partition_log.high_watermark for key, partition_log in self.logs.items()}
+        if offsets != self._checkpointed:
+            write_offset_checkpoint(self._checkpoint_path, offsets)
+            self._checkpointed = offsets
+
+    async def run_high_watermark_checkpoints(self, interval_ms: int) -> None:
+        """Every replica.high.watermark.checkpoint.interval.ms, as Kafka's checkpoint task does."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as exc:
+                log.error("cannot checkpoint high watermarks: %s", exc)
 
     # --- waiting for new data ---
 

@@ -204,3 +204,24 @@ def test_a_follower_that_retention_left_behind_starts_over_at_the_leaders_log_st
         now_leading = partition_info(cluster, topic, 0)["leader"]
         assert fetch_values((cluster.host, cluster.nodes[now_leading].port), topic, offset=199) == \
             [b"message 199 " * 4]
+
+
+def test_a_replica_back_alone_under_min_isr_still_serves_what_was_committed(tmp_path):
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster") as cluster:
+        topic = f"alone-{uuid.uuid4().hex[:6]}"
+        cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        assert cluster.wait_in_sync(topic)
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+        committed = [f"committed {i}".encode() for i in range(3)]
+        for value in committed:
+            producer.send(topic, value, partition=0).get(10)
+        producer.close()
+        leader = partition_info(cluster, topic, 0)["leader"]
+        for follower in (n for n in cluster.nodes if n != leader):
+            cluster.kill_node(follower)
+        cluster.stop_node(leader)  # the last replica in the ISR: the partition has no leader now
+        cluster.restart_node(leader)
+        state = partition_info(cluster, topic, 0)
+        assert (state["leader"], state["isr"]) == (leader, [leader])  # alone, under min.insync.replicas
+        # Nothing new can commit, but what was committed before is still served, from the checkpoint.
+        assert visible(cluster, topic, via=leader) == committed
