@@ -20,6 +20,8 @@ class Session:
     applied_offset: int = -1
     last_heartbeat: float = 0.0
     shutting_down: bool = False  # fenced by a controlled shutdown: stays fenced until it registers again
+    # False for a session this controller only inferred from the log when it started.
+    heard_from: bool = True
 
     def heartbeat_age_ms(self) -> int:
         return int((time.monotonic() - self.last_heartbeat) * 1000)

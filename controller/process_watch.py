@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 from typing import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,11 @@ class ProcessWatch:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("fencing an exited node failed: %s", task.exception())
+
+    def has_exited(self, node_id: int) -> bool:
+        """True if the watched process of node_id has exited, even before the watch has acted on it."""
+        pidfd = self._pidfds.get(node_id)
+        return pidfd is not None and bool(select.select([pidfd], [], [], 0)[0])
 
     def forget(self, node_id: int) -> None:
         pidfd = self._pidfds.pop(node_id, None)

@@ -24,6 +24,10 @@ FETCH_MAX_BYTES = 1 << 20
 PRODUCER_ID_BLOCK = 1000
 
 
+class DuplicateBrokerRegistration(Exception):
+    """A node id is taken by another live process."""
+
+
 class Controller:
     def __init__(self, writer: MetadataWriter, defaults: dict, heartbeat_timeout_ms: int,
                  config: BrokerConfig | None = None):
@@ -35,7 +39,8 @@ class Controller:
         # Brokers the log says are unfenced get a session as of now, as Kafka's controller does when it
         # takes over: one that never heartbeats to us is fenced after the timeout like any other.
         self.sessions: dict[int, Session] = {
-            b.node_id: Session(b.node_id, b.broker_epoch, b.broker_epoch, last_heartbeat=time.monotonic())
+            b.node_id: Session(b.node_id, b.broker_epoch, b.broker_epoch, last_heartbeat=time.monotonic(),
+                               heard_from=False)
             for b in self.image.brokers.values() if not b.fenced}
         self.process_watch = ProcessWatch(self._fence_dead_incarnation)
         self._process_table = process_table_id()
@@ -77,20 +82,31 @@ class Controller:
         return {"broker_epoch": broker_epoch, "cluster_id": self.image.cluster_id}
 
     async def _fence_previous_incarnation(self, node_id: int, incarnation_id: str) -> None:
-        """A new process registering under a node id that is still unfenced means the old one is gone
-        without a word (Kafka's handleBrokerUncleanShutdown): its leaderships and ISR places go first."""
+        """A new process registering under a node id whose old process is still unfenced.
+
+        While the old one's session is alive it is refused: two live processes must not share a
+        node id (Kafka's DuplicateBrokerRegistrationException); it retries. Once that session has
+        expired, its process is known to have exited, or it never heartbeat to this controller
+        since it started, the old one went without a word: its leaderships and ISR places go
+        first (Kafka's unclean-shutdown handling).
+        """
         broker = self.image.brokers.get(node_id)
         if broker is None or broker.fenced or topic_id_to_kafka_string(broker.incarnation_id) == incarnation_id:
             return
+        session = self.sessions.get(node_id)
+        if (session is not None and session.heard_from and session.heartbeat_age_ms() <= self.heartbeat_timeout_ms
+                and not self.process_watch.has_exited(node_id)):
+            raise DuplicateBrokerRegistration(f"node {node_id} is registered by another live process")
         log.warning("node %d registers as a new process while the old one was unfenced: fencing the old one",
                     node_id)
-        await self.fence(self.sessions.get(node_id) or Session(node_id, broker.broker_epoch, broker.broker_epoch))
+        await self.fence(session or Session(node_id, broker.broker_epoch, broker.broker_epoch))
 
     async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
         session = self.sessions.get(args["node_id"])
         if session is None or session.broker_epoch != args["broker_epoch"]:
             raise ValueError(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
         session.last_heartbeat = time.monotonic()
+        session.heard_from = True
         session.applied_offset = args["applied_offset"]
         broker = self.image.brokers.get(session.node_id)
         if (broker is not None and broker.fenced and not session.shutting_down
