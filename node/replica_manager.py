@@ -177,7 +177,10 @@ class ReplicaManager:
                 shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
-        self.checkpoint_high_watermarks()
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as exc:
+            log.error("cannot checkpoint high watermarks: %s", exc)
         for partition_log in self.logs.values():
             partition_log.close()
         self.logs.clear()
