@@ -283,9 +283,10 @@ class ReplicaManager:
                 log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
                 self._request_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from")
 
-    def effective_min_isr(self, key: tuple[str, int]) -> int:
-        """min.insync.replicas, but never more than there are replicas (Kafka's effectiveMinIsr)."""
-        configured = int(self.broker.topic_configs(key[0])["min.insync.replicas"])
+    def effective_min_isr(self, key: tuple[str, int], configs: dict[str, str] | None = None) -> int:
+        """min.insync.replicas, but never more than there are replicas (Kafka's effectiveMinIsr).
+        `configs`: the topic's configs when the caller has them already."""
+        configured = int((configs or self.broker.topic_configs(key[0]))["min.insync.replicas"])
         info = self.broker.partition(*key)
         return min(configured, len(info.replicas)) if info is not None else configured
 

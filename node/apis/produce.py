@@ -106,7 +106,7 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
     if len(records) > max_bytes:
         message = f"record batch exceeds max.message.bytes {max_bytes}"
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
-    if acks == -1 and len(check.info.isr) < broker.replicas.effective_min_isr((topic, index)):
+    if acks == -1 and len(check.info.isr) < broker.replicas.effective_min_isr((topic, index), configs):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
     try:
         batches = validate_batches(records)
