@@ -1,0 +1,196 @@
+"""Old Go clients that are still widely deployed — Sarama 1.22 and segmentio kafka-go 0.2.1,
+as Debian bookworm packages them — against a 3-node cluster: what they write is read back
+exactly (by them and by kafka-python), and consumer groups commit offsets that a second
+run resumes from, no message twice and none missed.
+
+Sarama speaks the protocol of the Kafka version its config names: its default (0.8.2)
+produces magic-0 message sets with Produce v0, 0.10.2 magic-1 sets with Produce v2 and
+fetches with Fetch v3, 2.0 record batches; its ConsumerGroup commits with OffsetCommit v1.
+kafka-go 0.2.1 creates topics with CreateTopics v0, produces with Produce v2 (magic 1),
+fetches with Fetch v2 and commits with OffsetCommit v2.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from tests.integration import go_programs
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def go_bin():
+    reason = go_programs.missing_toolchain()
+    if reason:
+        pytest.skip(reason)
+    out_dir = Path(tempfile.mkdtemp(prefix="kraftwerk-go-"))
+    try:
+        yield go_programs.build(out_dir)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(go_bin):
+    from cluster.launcher import Cluster
+
+    with Cluster(nodes=3) as cluster:
+        yield cluster
+
+
+def new_topic(cluster, prefix: str) -> str:
+    """A 3-partition topic with 3 replicas: with 3 nodes each partition has its own leader."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(name, partitions=PARTITIONS, replication_factor=3)
+    return name
+
+
+def read_back(cluster, topic: str) -> dict[tuple[int, int], tuple[str, str]]:
+    """Every message of the topic as kafka-python reads it: (partition, offset) -> (key, value)."""
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
+    try:
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        end = consumer.end_offsets(partitions)
+        found = {}
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            for records in consumer.poll(timeout_ms=1000).values():
+                for r in records:
+                    found[(r.partition, r.offset)] = (r.key.decode(), r.value.decode())
+        return found
+    finally:
+        consumer.close()
+
+
+def produce_numbered(cluster, topic: str, per_partition: int) -> dict[tuple[int, int], tuple[str, str]]:
+    """per_partition messages in each partition, written by kafka-python: their known positions."""
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    try:
+        expected = {}
+        for i in range(per_partition * PARTITIONS):
+            key, value = f"key-{i}", f"value {i}"
+            sent = producer.send(topic, key=key.encode(), value=value.encode(), partition=i % PARTITIONS).get(30)
+            expected[(sent.partition, sent.offset)] = (key, value)
+        return expected
+    finally:
+        producer.close()
+
+
+def committed_offsets(cluster, group: str) -> dict[int, int]:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        return {tp.partition: meta.offset for tp, meta in admin.list_consumer_group_offsets(group).items()}
+    finally:
+        admin.close()
+
+
+def messages_of(lines: list[dict]) -> dict[tuple[int, int], tuple[str, str]]:
+    """The consumed messages of a program's output, checked to hold no message twice."""
+    consumed = [line for line in lines if "offset" in line]
+    positions = Counter((line["partition"], line["offset"]) for line in consumed)
+    assert [p for p, n in positions.items() if n > 1] == [], "a message was consumed twice"
+    return {(line["partition"], line["offset"]): (line["key"], line["value"]) for line in consumed}
+
+
+def assert_prefix_per_partition(consumed: dict, committed: dict[int, int]) -> None:
+    """Each partition was consumed from its start without a gap, and the commit points right after."""
+    by_partition = defaultdict(list)
+    for partition, offset in consumed:
+        by_partition[partition].append(offset)
+    for partition in range(PARTITIONS):
+        offsets = sorted(by_partition[partition])
+        assert offsets == list(range(len(offsets))), f"partition {partition} consumed with a gap: {offsets}"
+        if offsets:
+            assert committed.get(partition) == len(offsets), (partition, committed)
+
+
+@pytest.mark.parametrize("version", ["", "0.10.2.0", "2.0.0"], ids=["default-0.8.2", "0.10.2", "2.0"])
+def test_sarama_sync_producer_writes_where_it_was_told(shared_cluster, go_bin, version):
+    topic = new_topic(shared_cluster, "sarama-produce")
+    lines = go_programs.run(go_bin["sarama-produce"], "-brokers", shared_cluster.bootstrap_servers,
+                            "-topic", topic, "-version", version, "-count", "60", "-prefix", "sarama")
+    delivered = {(line["partition"], line["offset"]): (line["key"], line["value"]) for line in lines}
+    assert sorted(v for v in delivered.values()) == sorted((f"sarama-key-{i}", f"sarama value {i}") for i in range(60))
+    assert len(delivered) == 60, "two messages acknowledged at one offset"
+    assert len({p for p, _ in delivered}) == PARTITIONS, "the hash partitioner spread 60 keys over every partition"
+    assert read_back(shared_cluster, topic) == delivered
+
+
+@pytest.mark.parametrize("version", ["0.10.2.0", "2.0.0"], ids=["0.10.2", "2.0"])
+def test_sarama_consumer_group_resumes_after_its_committed_offsets(shared_cluster, go_bin, version):
+    topic = new_topic(shared_cluster, "sarama-group")
+    expected = produce_numbered(shared_cluster, topic, per_partition=30)
+    group = f"sarama-{uuid.uuid4().hex[:8]}"
+    args = ("-brokers", shared_cluster.bootstrap_servers, "-topic", topic, "-group", group, "-version", version)
+
+    first_lines = go_programs.run(go_bin["sarama-group"], *args, "-messages", "40")
+    assert [line for line in first_lines if "error" in line] == []
+    first = messages_of(first_lines)
+    assert len(first) == 40
+    assert_prefix_per_partition(first, committed_offsets(shared_cluster, group))
+
+    second_lines = go_programs.run(go_bin["sarama-group"], *args, "-messages", str(len(expected) - 40))
+    assert [line for line in second_lines if "error" in line] == []
+    second = messages_of(second_lines)
+    assert set(first) & set(second) == set(), "the second run read messages the first had committed"
+    assert {**first, **second} == expected
+    assert committed_offsets(shared_cluster, group) == {p: 30 for p in range(PARTITIONS)}
+
+
+def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin):
+    topic = f"kafka-go-{uuid.uuid4().hex[:8]}"
+    first_node = shared_cluster.bootstrap_servers.split(",")[0]
+    assert go_programs.run(go_bin["kafkago-create-topic"], "-broker", first_node, "-topic", topic,
+                           "-partitions", str(PARTITIONS), "-replication-factor", "3") == [{"created": topic}]
+    described = describe_topic(shared_cluster, topic)
+    assert [len(p["replicas"]) for p in described] == [3] * PARTITIONS
+
+    assert go_programs.run(go_bin["kafkago-produce"], "-brokers", shared_cluster.bootstrap_servers,
+                           "-topic", topic, "-count", "60", "-prefix", "kafka-go") == [{"written": 60}]
+    stored = read_back(shared_cluster, topic)
+    assert sorted(stored.values()) == sorted((f"kafka-go-key-{i}", f"kafka-go value {i}") for i in range(60))
+    per_partition = Counter(p for p, _ in stored)
+    for partition in range(PARTITIONS):
+        # Offsets are dense from 0: magic-1 message sets got one offset per message.
+        assert sorted(o for p, o in stored if p == partition) == list(range(per_partition[partition]))
+
+    read = {}
+    for partition, count in per_partition.items():
+        lines = go_programs.run(go_bin["kafkago-consume"], "-brokers", shared_cluster.bootstrap_servers,
+                                "-topic", topic, "-partition", str(partition), "-messages", str(count))
+        read.update(messages_of(lines))
+    assert read == stored
+
+
+def test_kafka_go_reader_group_resumes_after_its_committed_offsets(shared_cluster, go_bin):
+    topic = new_topic(shared_cluster, "kafka-go-group")
+    expected = produce_numbered(shared_cluster, topic, per_partition=20)
+    group = f"kafka-go-{uuid.uuid4().hex[:8]}"
+    args = ("-brokers", shared_cluster.bootstrap_servers, "-topic", topic, "-group", group)
+
+    first = messages_of(go_programs.run(go_bin["kafkago-consume"], *args, "-messages", "25"))
+    assert len(first) == 25
+    assert_prefix_per_partition(first, committed_offsets(shared_cluster, group))
+
+    second = messages_of(go_programs.run(go_bin["kafkago-consume"], *args, "-messages", str(len(expected) - 25)))
+    assert set(first) & set(second) == set(), "the second run read messages the first had committed"
+    assert {**first, **second} == expected
+    assert committed_offsets(shared_cluster, group) == {p: 20 for p in range(PARTITIONS)}
+
+
+def describe_topic(cluster, topic: str) -> list[dict]:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        [description] = admin.describe_topics([topic])
+        assert description["error_code"] == 0, description
+        return sorted(description["partitions"], key=lambda p: p["partition"])
+    finally:
+        admin.close()
