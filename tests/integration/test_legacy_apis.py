@@ -185,6 +185,24 @@ def test_consumers_pinned_to_old_brokers_commit_offsets_a_modern_consumer_reads(
         modern.close()
 
 
+@pytest.mark.parametrize("fallback", ["0.8.2.2", "0.9.0.1", "0.10.0.1"])
+def test_librdkafka_without_api_versions_looks_up_and_commits_offsets(cluster, fallback):
+    # Without ApiVersions librdkafka speaks what the fallback broker did: ListOffsets v0 for the
+    # watermarks, and OffsetCommit v1 (0.8.2) or v2 with OffsetFetch v1.
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    topic = filled_topic(cluster, messages=5)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": cluster.bootstrap_servers, "group.id": unique("fallback"), "api.version.request": False,
+        "broker.version.fallback": fallback, "enable.auto.commit": False})
+    try:
+        assert consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10) == (0, 5)
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 3)], asynchronous=False)
+        committed = consumer.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=10)
+        assert [(p.offset, p.error) for p in committed] == [(3, None)]
+    finally:
+        consumer.close()
+
+
 # --- CreateTopics v0-1, DeleteTopics v0, DescribeConfigs v0, OffsetForLeaderEpoch v0-1 ---
 
 def topic_in_metadata(sock, topic: str) -> bool:
