@@ -54,6 +54,7 @@ class Controller:
             "delete_topics": self.delete_topics,
             "create_partitions": self.create_partitions,
             "alter_configs": self.alter_configs,
+            "replace_configs": self.replace_configs,
             "allocate_producer_ids": self.allocate_producer_ids,
             "alter_partition": self.alter_partition,
             "controlled_shutdown": self.controlled_shutdown,
@@ -228,6 +229,10 @@ class Controller:
 
     async def alter_configs(self, args: dict, conn) -> dict:
         return await self._apply(topics.alter_configs(self.image, args["resources"]), args.get("validate_only", False))
+
+    async def replace_configs(self, args: dict, conn) -> dict:
+        outcome = topics.replace_configs(self.image, args["resources"])
+        return await self._apply(outcome, args.get("validate_only", False))
 
     async def alter_partition(self, args: dict, conn) -> dict:
         """A leader changes its ISR, as Kafka's AlterPartition: only at the current epochs."""

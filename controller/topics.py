@@ -201,6 +201,31 @@ def alter_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
     return outcome
 
 
+def replace_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
+    """Legacy AlterConfigs: each topic's dynamic configs become exactly the given set; those not
+    named go back to their defaults (Kafka's ConfigurationControlManager.legacyAlterConfigs)."""
+    outcome = Outcome()
+    for resource in resources:
+        kind, name = resource["resource_type"], resource["resource_name"]
+        reply = {"resource_type": kind, "resource_name": name}
+        try:
+            if kind != CONFIG_RESOURCE_TOPIC:
+                raise RequestError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
+            if not name:
+                raise RequestError(ErrorCode.INVALID_REQUEST, "default topic resources are not allowed")
+            wanted = validate_configs(resource["configs"])
+            if name not in image.topics:
+                raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
+            current = image.topic_configs(name)
+            outcome.records += [_config_record(name, key, value) for key, value in wanted.items()
+                                if current.get(key) != value]
+            outcome.records += [_config_record(name, key, None) for key in current if key not in wanted]
+            outcome.results.append({**reply, "error_code": 0, "error_message": None})
+        except RequestError as exc:
+            outcome.results.append({**reply, "error_code": int(exc.code), "error_message": str(exc)})
+    return outcome
+
+
 def _new_value(current: dict, change: dict) -> str | None:
     name, op, value = change["name"], change["op"], change.get("value")
     if op == DELETE:

@@ -39,6 +39,7 @@ API_MODULES = (
     "create_partitions",
     "describe_configs",
     "incremental_alter_configs",
+    "alter_configs",
     "describe_cluster",
     "describe_topic_partitions",
     "init_producer_id",

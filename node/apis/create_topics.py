@@ -9,7 +9,7 @@ from node.topic_configs import topic_config_entries
 
 REQUEST = CreateTopicsRequest
 RESPONSE = CreateTopicsResponse
-VERSIONS = (2, 7)
+VERSIONS = (0, 7)
 
 Result = RESPONSE.CreatableTopicResult
 

@@ -8,7 +8,7 @@ from cluster.errors import ErrorCode
 
 REQUEST = DeleteTopicsRequest
 RESPONSE = DeleteTopicsResponse
-VERSIONS = (1, 6)
+VERSIONS = (0, 6)
 
 Result = RESPONSE.DeletableTopicResult
 

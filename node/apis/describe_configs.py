@@ -9,7 +9,7 @@ from node.topic_configs import DEFAULT_CONFIG, broker_config_entries, topic_conf
 
 REQUEST = DescribeConfigsRequest
 RESPONSE = DescribeConfigsResponse
-VERSIONS = (1, 4)
+VERSIONS = (0, 4)
 
 Result = RESPONSE.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult

@@ -1,5 +1,14 @@
-"""ListOffsets: earliest, latest, max-timestamp, and offset-for-timestamp lookups."""
+"""ListOffsets: earliest, latest, max-timestamp, and offset-for-timestamp lookups.
+
+Version 0 (Burrow, clients pinned to brokers before 0.10.1) answers an array of up to
+max_num_offsets offsets, newest first, as Kafka's legacy lookup does: the base offset of each
+segment whose file was last modified at or before the timestamp, the log end when the active
+segment holds data, and for consumers nothing above the high watermark (which takes the place of
+whatever was above it). Only -1 (latest) and -2 (earliest) of the special timestamps exist there.
+"""
 from __future__ import annotations
+
+import os
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
@@ -8,7 +17,7 @@ from node.leadership import check_leader
 
 REQUEST = ListOffsetsRequest
 RESPONSE = ListOffsetsResponse
-VERSIONS = (1, 11)
+VERSIONS = (0, 11)
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -24,8 +33,9 @@ PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 async def handle(broker, header, request):
     from_client = request.replica_id == CONSUMER_REPLICA_ID
     topics = []
+    lookup = _legacy_lookup if header.api_version == 0 else _lookup
     for topic in request.topics:
-        partitions = [_lookup(broker, topic.name, part, header.api_version, from_client) for part in topic.partitions]
+        partitions = [lookup(broker, topic.name, part, header.api_version, from_client) for part in topic.partitions]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=topics)
 
@@ -68,3 +78,43 @@ def _lagging(broker, key: tuple[str, int], partition_log, version: int, from_cli
 def _answer(part, error: ErrorCode = ErrorCode.NONE, timestamp: int = -1, offset: int = -1, info=None):
     return PartitionResponse(partition_index=part.partition_index, error_code=error, timestamp=timestamp,
                              offset=offset, leader_epoch=info.leader_epoch if info is not None and offset >= 0 else -1)
+
+
+def _legacy_lookup(broker, topic: str, part, version: int, from_client: bool):
+    if part.timestamp < EARLIEST_TIMESTAMP:
+        return PartitionResponse(partition_index=part.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                 old_style_offsets=[])
+    check = check_leader(broker, topic, part.partition_index)
+    if check.error:
+        return PartitionResponse(partition_index=part.partition_index, error_code=check.error, old_style_offsets=[])
+    offsets = legacy_offsets_before(check.log, part.timestamp, part.max_num_offsets, broker.now_ms())
+    high_watermark = check.log.high_watermark
+    if from_client and any(offset > high_watermark for offset in offsets):
+        offsets = [high_watermark] + [offset for offset in offsets if offset <= high_watermark]
+    return PartitionResponse(partition_index=part.partition_index, error_code=ErrorCode.NONE,
+                             old_style_offsets=offsets)
+
+
+def legacy_offsets_before(partition_log, timestamp: int, max_num_offsets: int, now_ms: int) -> list[int]:
+    """Kafka's UnifiedLog.legacyFetchOffsetsBefore: candidates are (segment base, file mtime) per
+    segment, plus (log end, now) when the active segment is not empty; the answer walks back from
+    the newest candidate at or before the timestamp."""
+    segments = partition_log.segments
+    candidates = [(max(s.base_offset, partition_log.log_start_offset), _modified_ms(s)) for s in segments]
+    if segments[-1].size > 0:
+        candidates.append((partition_log.log_end_offset, now_ms))
+    if timestamp == LATEST_TIMESTAMP:
+        start = len(candidates) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        start = 0
+    else:
+        start = next((i for i in range(len(candidates) - 1, -1, -1) if candidates[i][1] <= timestamp), -1)
+    count = max(0, min(max_num_offsets, start + 1))
+    return sorted((candidates[start - j][0] for j in range(count)), reverse=True)
+
+
+def _modified_ms(segment) -> int:
+    try:
+        return int(os.stat(segment.path(".log")).st_mtime * 1000)
+    except OSError:
+        return -1  # deleted by retention meanwhile: as old as can be

@@ -1,4 +1,11 @@
-"""OffsetCommit: offsets written to `__consumer_offsets` before they are acknowledged."""
+"""OffsetCommit: offsets written to `__consumer_offsets` before they are acknowledged.
+
+Version 0 carries no generation or member id: it commits as a client outside the group protocol
+does (accepted while the group has no members). Version 1 names a commit timestamp per partition,
+stored as the commit's time (what offset expiry counts from) unless it is -1, as in Kafka 3.9.
+Kafka kept version 0 commits in ZooKeeper, apart from the others; here they are the group's
+offsets like every other version's.
+"""
 from __future__ import annotations
 
 import logging
@@ -12,10 +19,11 @@ from node.offsets_topic import CommittedOffset
 
 REQUEST = OffsetCommitRequest
 RESPONSE = OffsetCommitResponse
-VERSIONS = (2, 10)
+VERSIONS = (0, 10)
 
 log = logging.getLogger(__name__)
 Topic = RESPONSE.OffsetCommitResponseTopic
+DEFAULT_TIMESTAMP = -1  # a version 1 partition without a timestamp of its own: the time of the commit
 
 
 async def handle(broker, header, request):
@@ -36,7 +44,7 @@ async def handle(broker, header, request):
             if not code:
                 accepted[(name, part.partition_index)] = CommittedOffset(
                     part.committed_offset, part.committed_leader_epoch if version >= 6 else -1,
-                    part.committed_metadata or "", now)
+                    part.committed_metadata or "", _commit_timestamp(part, version, now))
             codes.append((part.partition_index, code))
         results.append((topic, name, codes))
     if accepted:
@@ -50,6 +58,12 @@ async def handle(broker, header, request):
         Topic(name=name if version < 10 else None, topic_id=getattr(topic, "topic_id", None), partitions=[
             Topic.OffsetCommitResponsePartition(partition_index=p, error_code=c) for p, c in codes])
         for topic, name, codes in results])
+
+
+def _commit_timestamp(part, version: int, now: int) -> int:
+    if version == 1 and part.commit_timestamp != DEFAULT_TIMESTAMP:
+        return part.commit_timestamp
+    return now
 
 
 def _partition_error(broker, topic: str | None, part, max_metadata: int, version: int) -> ErrorCode:

@@ -1,4 +1,8 @@
-"""OffsetFetch: committed offsets of one group (v1-7) or of several (v8+)."""
+"""OffsetFetch: committed offsets of one group (v0-7) or of several (v8+).
+
+Versions 0 and 1 have no group-level error code: a group error (NOT_COORDINATOR, ...) is
+answered in every partition asked for, as Kafka's OffsetFetchRequest.getErrorResponse does.
+"""
 from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
@@ -7,7 +11,7 @@ from cluster.errors import ErrorCode
 
 REQUEST = OffsetFetchRequest
 RESPONSE = OffsetFetchResponse
-VERSIONS = (1, 10)
+VERSIONS = (0, 10)
 
 OldTopic = RESPONSE.OffsetFetchResponseTopic
 Group = RESPONSE.OffsetFetchResponseGroup
@@ -18,6 +22,8 @@ async def handle(broker, header, request):
     if version < 8:
         wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
         error, offsets = _lookup(broker, request.group_id, wanted)
+        if error and version < 2:
+            offsets = [(topic, [(p, -1, -1, "", error) for p in partitions]) for topic, partitions in wanted or []]
         return RESPONSE[version](throttle_time_ms=0, error_code=error, topics=[
             OldTopic(name=topic, partitions=[OldTopic.OffsetFetchResponsePartition(
                 partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)

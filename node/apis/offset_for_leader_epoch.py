@@ -2,6 +2,8 @@
 
 Consumers (librdkafka since KIP-320) ask after a leader change to check that their position is
 still on the log; followers may ask to find where to truncate (ours use Fetch's DivergingEpoch).
+Versions 0-1 name no current leader epoch (nothing is fenced) and version 0 answers no epoch;
+every version asks the leader only, as Kafka's ReplicaManager.lastOffsetForLeaderEpoch does.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from node.leadership import check_leader
 
 REQUEST = OffsetForLeaderEpochRequest
 RESPONSE = OffsetForLeaderEpochResponse
-VERSIONS = (2, 4)
+VERSIONS = (0, 4)
 
 DEBUGGING_REPLICA_ID = -2  # may ask any replica, not only the leader (Kafka's DEBUGGING_REPLICA_ID)
 

@@ -100,6 +100,11 @@ def requests_for(version_of, topic_id):
         return admin_api.IncrementalAlterConfigsRequest[v](resources=[R(resource_type=2, resource_name=TOPIC, configs=[
             R.AlterableConfig(name="retention.ms", config_operation=0, value="86400000")])], validate_only=True)
 
+    def legacy_alter_configs(v):
+        R = admin_api.AlterConfigsRequest.AlterConfigsResource
+        return admin_api.AlterConfigsRequest[v](resources=[R(resource_type=2, resource_name=TOPIC, configs=[
+            R.AlterableConfig(name="retention.ms", value="86400000")])], validate_only=True)
+
     def describe_cluster(v):
         return admin_api.DescribeClusterRequest[v](include_cluster_authorized_operations=False, endpoint_type=1,
                                                    include_fenced_brokers=False)
@@ -191,6 +196,7 @@ def requests_for(version_of, topic_id):
         37: (create_partitions, admin_api.CreatePartitionsResponse),
         32: (describe_configs, admin_api.DescribeConfigsResponse),
         44: (alter_configs, admin_api.IncrementalAlterConfigsResponse),
+        33: (legacy_alter_configs, admin_api.AlterConfigsResponse),
         60: (describe_cluster, admin_api.DescribeClusterResponse),
         75: (describe_topic_partitions, admin_api.DescribeTopicPartitionsResponse),
         22: (init_producer_id, InitProducerIdResponse),
