@@ -337,3 +337,26 @@ def test_static_member_restarting_gets_its_partitions_back_without_a_rebalance(c
     assert revoked == [] and len(leader.assignment()) == 3
     for consumer in (leader, restarted):
         consumer.close()
+
+
+def test_a_metadata_request_naming_the_offsets_topic_creates_it_as_a_group_would():
+    # Burrow asks for `__consumer_offsets` before any group exists; Kafka then creates it with
+    # offsets.topic.num.partitions, not num.partitions, and compacted.
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from tests.integration.wire import exchange_once
+
+    with Cluster(nodes=3) as fresh:
+        host, port = fresh.bootstrap_servers.split(",")[0].rsplit(":", 1)
+        request = MetadataRequest[5](topics=[MetadataRequest[5].MetadataRequestTopic(name="__consumer_offsets")],
+                                     allow_auto_topic_creation=True)
+        [topic] = exchange_once((host, int(port)), request, MetadataResponse, 5).topics
+        assert (topic.error_code, topic.is_internal, len(topic.partitions)) == (0, True, 50)
+        assert {len(p.replica_nodes) for p in topic.partitions} == {3}
+        admin = KafkaAdminClient(bootstrap_servers=fresh.bootstrap_servers)
+        try:
+            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "__consumer_offsets")])
+        finally:
+            admin.close()
+        assert described["topic"]["__consumer_offsets"]["cleanup.policy"]["value"] == "compact"
