@@ -15,7 +15,7 @@ from cluster.message_sets import (
     encode_message, frame_messages, up_convert,
 )
 from cluster.records import (
-    ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, CorruptRecordError, encode_records, read_header, validate_batch,
+    ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, CorruptRecordError, compute_crc, encode_records, read_header, validate_batch,
 )
 
 CODECS = [compression.GZIP, compression.SNAPPY, compression.LZ4]
@@ -153,17 +153,17 @@ def test_sets_kafka_refuses_as_invalid_records():
 # --- down-conversion ---
 
 def stored(first_offset: int, entries, *, codec: int = 0, attributes: int = 0, headers=()) -> bytes:
-    batch = bytearray(encode_records([(t, k, v, list(headers)) for t, k, v in entries], compression=codec,
-                                     base_offset=first_offset, attributes=attributes))
-    return bytes(batch)
+    return encode_records([(t, k, v, list(headers)) for t, k, v in entries], compression=codec,
+                          base_offset=first_offset, attributes=attributes)
 
 
 @pytest.mark.parametrize("codec", [0] + CODECS)
 @pytest.mark.parametrize("magic", [0, 1])
 def test_down_convert_keeps_offsets_and_drops_headers(magic, codec):
-    batches = [stored(10, ENTRIES, codec=codec, headers=[("h", b"x")]), stored(13, [(2000, b"k", b"last")], codec=codec)]
+    last = (2000, b"k", b"last")
+    batches = [stored(10, ENTRIES, codec=codec, headers=[("h", b"x")]), stored(13, [last], codec=codec)]
     converted = b"".join(down_convert(batch, magic, 10) for batch in batches)
-    expected = [(10 + i, t if magic else None, k, v) for i, (t, k, v) in enumerate(ENTRIES + [(2000, b"k", b"last")])]
+    expected = [(10 + i, t if magic else None, k, v) for i, (t, k, v) in enumerate(ENTRIES + [last])]
     if magic == 0 and codec == compression.LZ4:  # kafka-python reads magic-0 lz4 only with xxhash installed
         outer = [decode_message(converted, pos, size) for pos, size, _ in frame_messages(converted)]
         assert [m.offset for m in outer] == [12, 13] and all(m.codec == codec for m in outer)
@@ -179,7 +179,8 @@ def test_down_convert_keeps_offsets_and_drops_headers(magic, codec):
 def test_compressed_magic_1_inner_offsets_are_relative_and_magic_0_absolute():
     data = stored(40, ENTRIES, codec=compression.GZIP)
     for magic, inner_offsets in ((1, [0, 1, 2]), (0, [40, 41, 42])):
-        outer = decode_message(down_convert(data, magic, 40), 0, len(down_convert(data, magic, 40)))
+        converted = down_convert(data, magic, 40)
+        outer = decode_message(converted, 0, len(converted))
         inner = compression.decompress(compression.GZIP, outer.value)
         assert [decode_message(inner, pos, size).offset for pos, size, _ in frame_messages(inner)] == inner_offsets
 
@@ -193,7 +194,6 @@ def test_records_before_the_fetch_offset_are_left_out_of_uncompressed_batches_on
 def test_log_append_time_batches_keep_their_type_and_time():
     batch = bytearray(stored(0, ENTRIES, attributes=ATTR_TIMESTAMP_TYPE))
     struct.pack_into(">q", batch, 35, 4242)  # the log's append time is the batch's max timestamp
-    from cluster.records import compute_crc
     struct.pack_into(">I", batch, 17, compute_crc(batch))
     converted = down_convert(bytes(batch), 1, 0)
     assert [r[1] for r in legacy_records_of(converted)] == [4242] * 3
