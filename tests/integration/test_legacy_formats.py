@@ -23,6 +23,8 @@ from tests.integration.wire import exchange
 
 CORRUPT_MESSAGE = 2
 INVALID_RECORD = 87
+UNSUPPORTED_VERSION = 35
+UNSUPPORTED_COMPRESSION_TYPE = 76
 OLD_KAFKA_PYTHON = [(0, 9), (0, 10, 0), (0, 10, 1)]
 CODECS = [None, "gzip", "snappy", "lz4"]
 CODEC_IDS = {None: 0, "gzip": compression.GZIP, "snappy": compression.SNAPPY, "lz4": compression.LZ4}
@@ -272,3 +274,19 @@ def test_bad_legacy_input_gets_kafkas_codes_and_the_node_keeps_serving(two_nodes
     assert (produce(leader, topic, batch, 2).error_code, produce(leader, topic, batch + batch, 2).error_code) == \
         (0, INVALID_RECORD)
     assert [m.value for m in messages_of(fetch(leader, topic, 2).records)] == [b"good", b"magic 2"]
+
+
+def test_what_cannot_be_down_converted_gets_kafkas_codes(two_nodes):
+    zstd = new_topic(two_nodes, "zstd-batches")
+    producer = KafkaProducer(bootstrap_servers=two_nodes.bootstrap_servers, compression_type="zstd", acks="all")
+    producer.send(zstd, b"squeezed" * 100, partition=0).get(10)
+    producer.close()
+    assert [h.compression for h in stored_batches(two_nodes, zstd)] == [compression.ZSTD]
+    leader = leader_address(two_nodes, zstd)
+    assert fetch(leader, zstd, 3).error_code == UNSUPPORTED_COMPRESSION_TYPE
+    assert fetch(leader, zstd, 4).error_code == 0
+    zstd_config = new_topic(two_nodes, "zstd-topic", **{"compression.type": "zstd"})
+    assert fetch(leader_address(two_nodes, zstd_config), zstd_config, 1).error_code == UNSUPPORTED_COMPRESSION_TYPE
+    disabled = new_topic(two_nodes, "no-down-conversion", **{"message.downconversion.enable": "false"})
+    assert fetch(leader_address(two_nodes, disabled), disabled, 2).error_code == UNSUPPORTED_VERSION
+    assert fetch(leader_address(two_nodes, disabled), disabled, 4).error_code == 0
