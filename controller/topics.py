@@ -183,46 +183,42 @@ def create_partitions(image: MetadataImage, brokers: list[int], topics: list[dic
 
 
 def alter_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
-    outcome = Outcome()
-    for resource in resources:
-        kind, name = resource["resource_type"], resource["resource_name"]
-        reply = {"resource_type": kind, "resource_name": name}
-        try:
-            if kind != CONFIG_RESOURCE_TOPIC:
-                raise RequestError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
-            if name not in image.topics:
-                raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
-            current = image.topic_configs(name)
-            records = [_config_record(name, c["name"], _new_value(current, c)) for c in resource["configs"]]
-            outcome.records += records
-            outcome.results.append({**reply, "error_code": 0, "error_message": None})
-        except RequestError as exc:
-            outcome.results.append({**reply, "error_code": int(exc.code), "error_message": str(exc)})
-    return outcome
+    def changed(name: str, resource: dict) -> list:
+        if name not in image.topics:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
+        current = image.topic_configs(name)
+        return [_config_record(name, c["name"], _new_value(current, c)) for c in resource["configs"]]
+    return _topic_config_outcome(resources, changed)
 
 
 def replace_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
     """Legacy AlterConfigs: each topic's dynamic configs become exactly the given set; those not
     named go back to their defaults (Kafka's ConfigurationControlManager.legacyAlterConfigs)."""
+    def replaced(name: str, resource: dict) -> list:
+        if not name:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "default topic resources are not allowed")
+        wanted = validate_configs(resource["configs"])  # before the topic's existence, as Kafka checks
+        if name not in image.topics:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
+        current = image.topic_configs(name)
+        return [_config_record(name, key, value) for key, value in wanted.items() if current.get(key) != value] + \
+            [_config_record(name, key, None) for key in current if key not in wanted]
+    return _topic_config_outcome(resources, replaced)
+
+
+def _topic_config_outcome(resources: list[dict], records_for) -> Outcome:
+    """A result per resource; one whose records_for(name, resource) raises writes nothing."""
     outcome = Outcome()
     for resource in resources:
         kind, name = resource["resource_type"], resource["resource_name"]
-        reply = {"resource_type": kind, "resource_name": name}
+        reply = {"resource_type": kind, "resource_name": name, "error_code": 0, "error_message": None}
         try:
             if kind != CONFIG_RESOURCE_TOPIC:
-                raise RequestError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
-            if not name:
-                raise RequestError(ErrorCode.INVALID_REQUEST, "default topic resources are not allowed")
-            wanted = validate_configs(resource["configs"])
-            if name not in image.topics:
-                raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
-            current = image.topic_configs(name)
-            outcome.records += [_config_record(name, key, value) for key, value in wanted.items()
-                                if current.get(key) != value]
-            outcome.records += [_config_record(name, key, None) for key in current if key not in wanted]
-            outcome.results.append({**reply, "error_code": 0, "error_message": None})
+                raise RequestError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
+            outcome.records += records_for(name, resource)
         except RequestError as exc:
-            outcome.results.append({**reply, "error_code": int(exc.code), "error_message": str(exc)})
+            reply.update(error_code=int(exc.code), error_message=str(exc))
+        outcome.results.append(reply)
     return outcome
 
 

@@ -57,7 +57,7 @@ def _local_error(broker, resource, named: Counter) -> tuple[ErrorCode, str | Non
     return None
 
 
-def _broker_error(broker, name: str, config_names: list[str]) -> tuple[ErrorCode, str] | None:
+def _broker_error(broker, name: str, config_names: list[str]) -> tuple[ErrorCode, str | None]:
     if name and name != str(broker.node_id):
         if not name.lstrip("-").isdigit():
             return ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"

@@ -2,8 +2,8 @@
 
 Consumers (librdkafka since KIP-320) ask after a leader change to check that their position is
 still on the log; followers may ask to find where to truncate (ours use Fetch's DivergingEpoch).
-Versions 0-1 name no current leader epoch (nothing is fenced) and version 0 answers no epoch;
-every version asks the leader only, as Kafka's ReplicaManager.lastOffsetForLeaderEpoch does.
+Versions 0-1 name no current leader epoch, so nothing is fenced, and version 0 answers the end
+offset without its epoch.
 """
 from __future__ import annotations
 

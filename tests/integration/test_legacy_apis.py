@@ -13,7 +13,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.protocol import admin as admin_api
 from kafka.protocol import consumer as group_api
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 
 from cluster.launcher import Cluster
@@ -99,8 +99,6 @@ def fetch_committed(sock, version: int, group: str, topic: str, partitions=(0,))
 
 
 def find_coordinator(sock, group: str) -> None:
-    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-
     assert exchange(sock, FindCoordinatorRequest[0](key=group), FindCoordinatorResponse, 0).error_code == 0
 
 
