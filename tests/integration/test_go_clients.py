@@ -49,7 +49,13 @@ def new_topic(cluster, prefix: str) -> str:
     """A 3-partition topic with 3 replicas: with 3 nodes each partition has its own leader."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(name, partitions=PARTITIONS, replication_factor=3)
+    assert len(set(leaders(cluster, name))) == PARTITIONS
     return name
+
+
+def leaders(cluster, topic: str) -> list[int]:
+    [described] = [t for t in cluster.status()["topics"] if t["name"] == topic]
+    return [p["leader"] for p in sorted(described["partitions"], key=lambda p: p["partition"])]
 
 
 def read_back(cluster, topic: str) -> dict[tuple[int, int], tuple[str, str]]:
@@ -87,7 +93,7 @@ def produce_numbered(cluster, topic: str, per_partition: int) -> dict[tuple[int,
 def committed_offsets(cluster, group: str) -> dict[int, int]:
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
-        return {tp.partition: meta.offset for tp, meta in admin.list_consumer_group_offsets(group).items()}
+        return {tp.partition: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
     finally:
         admin.close()
 
@@ -150,8 +156,9 @@ def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin
     first_node = shared_cluster.bootstrap_servers.split(",")[0]
     assert go_programs.run(go_bin["kafkago-create-topic"], "-broker", first_node, "-topic", topic,
                            "-partitions", str(PARTITIONS), "-replication-factor", "3") == [{"created": topic}]
-    described = describe_topic(shared_cluster, topic)
-    assert [len(p["replicas"]) for p in described] == [3] * PARTITIONS
+    [created] = [t for t in shared_cluster.status()["topics"] if t["name"] == topic]
+    assert [len(p["replicas"]) for p in created["partitions"]] == [3] * PARTITIONS
+    assert len(set(leaders(shared_cluster, topic))) == PARTITIONS
 
     assert go_programs.run(go_bin["kafkago-produce"], "-brokers", shared_cluster.bootstrap_servers,
                            "-topic", topic, "-count", "60", "-prefix", "kafka-go") == [{"written": 60}]
@@ -185,12 +192,3 @@ def test_kafka_go_reader_group_resumes_after_its_committed_offsets(shared_cluste
     assert {**first, **second} == expected
     assert committed_offsets(shared_cluster, group) == {p: 20 for p in range(PARTITIONS)}
 
-
-def describe_topic(cluster, topic: str) -> list[dict]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        [description] = admin.describe_topics([topic])
-        assert description["error_code"] == 0, description
-        return sorted(description["partitions"], key=lambda p: p["partition"])
-    finally:
-        admin.close()

@@ -38,6 +38,7 @@ func main() {
 	group := flag.String("group", "", "consumer group id (reads every partition)")
 	limit := flag.Int("messages", 1, "stop after this many messages")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after this long")
+	verbose := flag.Bool("verbose", false, "log the Reader's group handling to stderr")
 	flag.Parse()
 
 	config := kafka.ReaderConfig{
@@ -49,8 +50,15 @@ func main() {
 		config.GroupID = *group
 		// Heartbeats (and so rebalances) come at this pace; Kafka's 3 s would only slow the test.
 		config.HeartbeatInterval = 500 * time.Millisecond
+		// Reader.Close in 0.2.1 cancels its context before it dials the coordinator to send
+		// LeaveGroup, so a closed reader never leaves: the next member's join waits until the
+		// coordinator expires it. Kafka's smallest session timeout (6 s) keeps that wait short.
+		config.SessionTimeout = 6 * time.Second
 	} else {
 		config.Partition = *partition
+	}
+	if *verbose {
+		config.Logger = log.New(os.Stderr, "kafka-go: ", log.LstdFlags|log.Lmicroseconds)
 	}
 	reader := kafka.NewReader(config)
 
