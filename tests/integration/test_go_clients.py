@@ -118,11 +118,14 @@ def assert_prefix_per_partition(consumed: dict, committed: dict[int, int]) -> No
             assert committed.get(partition) == len(offsets), (partition, committed)
 
 
-@pytest.mark.parametrize("version", ["", "0.10.2.0", "2.0.0"], ids=["default-0.8.2", "0.10.2", "2.0"])
-def test_sarama_sync_producer_writes_where_it_was_told(shared_cluster, go_bin, version):
+@pytest.mark.parametrize("version, compression", [
+    ("", "none"), ("", "gzip"), ("0.10.2.0", "none"), ("0.10.2.0", "snappy"), ("0.10.2.0", "lz4"), ("2.0.0", "none"),
+], ids=["default-0.8.2", "default-0.8.2-gzip", "0.10.2", "0.10.2-snappy", "0.10.2-lz4", "2.0"])
+def test_sarama_sync_producer_writes_where_it_was_told(shared_cluster, go_bin, version, compression):
     topic = new_topic(shared_cluster, "sarama-produce")
     lines = go_programs.run(go_bin["sarama-produce"], "-brokers", shared_cluster.bootstrap_servers,
-                            "-topic", topic, "-version", version, "-count", "60", "-prefix", "sarama")
+                            "-topic", topic, "-version", version, "-compression", compression,
+                            "-count", "60", "-prefix", "sarama")
     delivered = {(line["partition"], line["offset"]): (line["key"], line["value"]) for line in lines}
     assert sorted(v for v in delivered.values()) == sorted((f"sarama-key-{i}", f"sarama value {i}") for i in range(60))
     assert len(delivered) == 60, "two messages acknowledged at one offset"
@@ -151,7 +154,8 @@ def test_sarama_consumer_group_resumes_after_its_committed_offsets(shared_cluste
     assert committed_offsets(shared_cluster, group) == {p: 30 for p in range(PARTITIONS)}
 
 
-def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin):
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4"])
+def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin, compression):
     topic = f"kafka-go-{uuid.uuid4().hex[:8]}"
     first_node = shared_cluster.bootstrap_servers.split(",")[0]
     assert go_programs.run(go_bin["kafkago-create-topic"], "-broker", first_node, "-topic", topic,
@@ -161,7 +165,8 @@ def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin
     assert len(set(leaders(shared_cluster, topic))) == PARTITIONS
 
     assert go_programs.run(go_bin["kafkago-produce"], "-brokers", shared_cluster.bootstrap_servers,
-                           "-topic", topic, "-count", "60", "-prefix", "kafka-go") == [{"written": 60}]
+                           "-topic", topic, "-count", "60", "-prefix", "kafka-go",
+                           "-compression", compression) == [{"written": 60}]
     stored = read_back(shared_cluster, topic)
     assert sorted(stored.values()) == sorted((f"kafka-go-key-{i}", f"kafka-go value {i}") for i in range(60))
     per_partition = Counter(p for p, _ in stored)

@@ -17,6 +17,10 @@ import (
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
+	// The codecs register themselves; a Reader without them cannot decode compressed sets.
+	_ "github.com/segmentio/kafka-go/gzip"
+	_ "github.com/segmentio/kafka-go/lz4"
+	_ "github.com/segmentio/kafka-go/snappy"
 )
 
 type consumed struct {

@@ -2,6 +2,8 @@
 // magic-1 message sets with Produce v2 to each partition's leader. The Writer does not say
 // where a message went, so the test reads the topic back to learn that.
 //
+// With -compression, each batch of a partition goes as one compressed wrapper message.
+//
 // Output: {"written": <count>} once WriteMessages returned without error.
 package main
 
@@ -16,6 +18,9 @@ import (
 	"time"
 
 	kafka "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/gzip"
+	"github.com/segmentio/kafka-go/lz4"
+	"github.com/segmentio/kafka-go/snappy"
 )
 
 func main() {
@@ -23,7 +28,15 @@ func main() {
 	topic := flag.String("topic", "", "topic to produce to")
 	count := flag.Int("count", 100, "number of messages")
 	prefix := flag.String("prefix", "kafka-go", "prefix of every key and value")
+	compression := flag.String("compression", "none", "none, gzip, snappy or lz4")
 	flag.Parse()
+
+	codecs := map[string]kafka.CompressionCodec{"none": nil, "gzip": gzip.NewCompressionCodec(),
+		"snappy": snappy.NewCompressionCodec(), "lz4": lz4.NewCompressionCodec()}
+	codec, known := codecs[*compression]
+	if !known {
+		log.Fatalf("unknown compression %q", *compression)
+	}
 
 	writer := kafka.NewWriter(kafka.WriterConfig{
 		Brokers:  strings.Split(*brokers, ","),
@@ -31,7 +44,8 @@ func main() {
 		Balancer: &kafka.Hash{},
 		// The Writer waits up to BatchTimeout (1 s by default) for a full batch; the test
 		// writes all its messages in one call, so a short flush keeps it quick.
-		BatchTimeout: 10 * time.Millisecond,
+		BatchTimeout:     10 * time.Millisecond,
+		CompressionCodec: codec,
 	})
 	messages := make([]kafka.Message, *count)
 	for i := range messages {

@@ -1,5 +1,6 @@
-// Command sarama-produce sends keyed messages with a Sarama 1.22 SyncProducer and prints,
-// for each one, where the broker says it was written.
+// Command sarama-produce sends keyed messages with a Sarama 1.22 SyncProducer, in groups
+// that SendMessages puts into one request (and, compressed, into one wrapper message per
+// partition), and prints, for each message, where the broker says it was written.
 //
 // The protocol Sarama speaks depends on Config.Version: its default (V0_8_2_0) produces
 // magic-0 message sets with Produce v0, V0_10_2_0 magic-1 sets with Produce v2, and
@@ -35,6 +36,8 @@ func main() {
 	version := flag.String("version", "", "Kafka version to speak, e.g. 0.10.2.0 or 2.0.0 (empty: Sarama's default)")
 	count := flag.Int("count", 100, "number of messages")
 	prefix := flag.String("prefix", "sarama", "prefix of every key and value")
+	batch := flag.Int("batch", 10, "messages per SendMessages call")
+	compression := flag.String("compression", "none", "none, gzip, snappy or lz4")
 	flag.Parse()
 
 	config := sarama.NewConfig()
@@ -49,22 +52,33 @@ func main() {
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Return.Successes = true // a SyncProducer requires it
 	config.Producer.Partitioner = sarama.NewHashPartitioner
+	codecs := map[string]sarama.CompressionCodec{"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
+		"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4}
+	codec, known := codecs[*compression]
+	if !known {
+		log.Fatalf("unknown compression %q", *compression)
+	}
+	config.Producer.Compression = codec
 
 	producer, err := sarama.NewSyncProducer(strings.Split(*brokers, ","), config)
 	if err != nil {
 		log.Fatalf("producer: %v", err)
 	}
 	out := json.NewEncoder(os.Stdout)
-	for i := 0; i < *count; i++ {
-		key := fmt.Sprintf("%s-key-%d", *prefix, i)
-		value := fmt.Sprintf("%s value %d", *prefix, i)
-		partition, offset, err := producer.SendMessage(&sarama.ProducerMessage{
-			Topic: *topic, Key: sarama.StringEncoder(key), Value: sarama.StringEncoder(value),
-		})
-		if err != nil {
-			log.Fatalf("send %d: %v", i, err)
+	for first := 0; first < *count; first += *batch {
+		var messages []*sarama.ProducerMessage
+		for i := first; i < first+*batch && i < *count; i++ {
+			messages = append(messages, &sarama.ProducerMessage{Topic: *topic,
+				Key:   sarama.StringEncoder(fmt.Sprintf("%s-key-%d", *prefix, i)),
+				Value: sarama.StringEncoder(fmt.Sprintf("%s value %d", *prefix, i))})
 		}
-		out.Encode(delivered{key, value, partition, offset})
+		if err := producer.SendMessages(messages); err != nil {
+			log.Fatalf("send from %d: %v", first, err)
+		}
+		for _, m := range messages {
+			out.Encode(delivered{string(m.Key.(sarama.StringEncoder)), string(m.Value.(sarama.StringEncoder)),
+				m.Partition, m.Offset})
+		}
 	}
 	if err := producer.Close(); err != nil {
 		log.Fatalf("close: %v", err)
