@@ -131,6 +131,13 @@ def test_sarama_sync_producer_writes_where_it_was_told(shared_cluster, go_bin, v
     assert len(delivered) == 60, "two messages acknowledged at one offset"
     assert len({p for p, _ in delivered}) == PARTITIONS, "the hash partitioner spread 60 keys over every partition"
     assert read_back(shared_cluster, topic) == delivered
+    # Sarama at the same version reads them back too (Fetch v0, v3 or v4), in offset order.
+    lines = go_programs.run(go_bin["sarama-consume"], "-brokers", shared_cluster.bootstrap_servers,
+                            "-topic", topic, "-version", version, "-messages", "60")
+    assert messages_of(lines) == delivered
+    for partition in range(PARTITIONS):
+        offsets = [line["offset"] for line in lines if line["partition"] == partition]
+        assert offsets == sorted(offsets)
 
 
 @pytest.mark.parametrize("version", ["0.10.2.0", "2.0.0"], ids=["0.10.2", "2.0"])
