@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
+from tests.integration.node_logs import node_errors
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CLUSTER_NAME = "kraftwerk"
 DEADLINE_SECONDS = 45
@@ -172,6 +174,9 @@ def kraftwerk():
 
     with Cluster(nodes=3) as cluster:
         yield cluster
+        # Read before stop(): what Burrow and the clients caused, not how the processes shut down.
+        logged = node_errors(cluster)
+    assert logged == {node_id: [] for node_id in logged}, "a node logged errors serving Burrow"
 
 
 @pytest.fixture(scope="module")

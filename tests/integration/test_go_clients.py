@@ -21,6 +21,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration import go_programs
+from tests.integration.node_logs import node_errors
 
 PARTITIONS = 3
 
@@ -43,6 +44,9 @@ def shared_cluster(go_bin):
 
     with Cluster(nodes=3) as cluster:
         yield cluster
+        # Read before stop(): what the clients caused, not how the processes shut down.
+        logged = node_errors(cluster)
+    assert logged == {node_id: [] for node_id in logged}, "a node logged errors serving these clients"
 
 
 def new_topic(cluster, prefix: str) -> str:
