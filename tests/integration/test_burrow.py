@@ -89,7 +89,7 @@ def start_zookeeper(work: Path) -> tuple[subprocess.Popen, int]:
     return process, port
 
 
-def burrow_config(work: Path, zookeeper_port: int, http_port: int, bootstrap: str) -> str:
+def burrow_config(work: Path, zookeeper_port: int, http_port: int, bootstrap: str, kafka_version: str) -> str:
     servers = json.dumps(bootstrap.split(","))
     return f"""
 [general]
@@ -105,7 +105,7 @@ root-path="/burrow"
 
 [client-profile.kraftwerk]
 client-id="burrow"
-kafka-version="2.0.0"
+kafka-version="{kafka_version}"
 
 [cluster.{CLUSTER_NAME}]
 class-name="kafka"
@@ -179,15 +179,18 @@ def kraftwerk():
     assert logged == {node_id: [] for node_id in logged}, "a node logged errors serving Burrow"
 
 
-@pytest.fixture(scope="module")
-def burrow(kraftwerk):
+# Burrow speaks the protocol of the Kafka version its client profile names: at 0.8.2 it reads
+# __consumer_offsets with Fetch v0 (magic-0 message sets), at 2.0 with Fetch v4.
+@pytest.fixture(scope="module", params=["0.8.2", "2.0.0"])
+def burrow(kraftwerk, request):
     work = Path(tempfile.mkdtemp(prefix="kraftwerk-burrow-"))
     processes = []
     try:
         zookeeper, zookeeper_port = start_zookeeper(work)
         processes.append(zookeeper)
         http_port = free_port()
-        (work / "burrow.toml").write_text(burrow_config(work, zookeeper_port, http_port, kraftwerk.bootstrap_servers))
+        config = burrow_config(work, zookeeper_port, http_port, kraftwerk.bootstrap_servers, request.param)
+        (work / "burrow.toml").write_text(config)
         log = work / "burrow.log"
         with log.open("w") as out:
             process = subprocess.Popen(["Burrow", "-config-dir", str(work)], cwd=work, stdout=out,
