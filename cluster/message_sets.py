@@ -20,11 +20,11 @@ Storage is always magic 2 (`message.format.version` is deprecated), so as Kafka 
   zstd cannot be converted (UNSUPPORTED_COMPRESSION_TYPE).
 
 This path decodes every record by necessity; it is only ever taken for those old API
-versions. kafka-python's `kafka.record.legacy_records` is not used for the legacy side: its
-reader trusts sizes with asserts and its builder writes wrappers at offset 0 with timestamp
-0, so neither gives Kafka's validation or Kafka's output. Its DefaultRecordBatch does read
-magic-2 batches (decompressing and walking records) exactly as a consumer would, so the
-down-conversion reads stored batches with it.
+versions. kafka-python's `kafka.record` is not used: its legacy reader trusts sizes with
+asserts, its legacy builder writes wrappers at offset 0 with timestamp 0, and its readers
+inflate compressed payloads without bound. Here no compressed payload may inflate past
+MAX_DECOMPRESSED_BYTES (MESSAGE_TOO_LARGE, found before inflating it all), a bound Kafka
+does not have, so that a small compressed bomb cannot exhaust a node's memory.
 """
 from __future__ import annotations
 
@@ -32,12 +32,11 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from kafka.errors import KafkaError
-from kafka.record.default_records import DefaultRecordBatch
-
 from cluster import compression
+from cluster.compression import DecompressedTooLargeError
 from cluster.records import (
-    ATTR_TIMESTAMP_TYPE, CorruptRecordError, encode_records, iter_batch_headers, MAGIC_OFFSET,
+    ATTR_TIMESTAMP_TYPE, HEADER_SIZE, CorruptRecordError, decode_records, encode_records, iter_batch_headers,
+    MAGIC_OFFSET,
 )
 
 LOG_OVERHEAD = 12  # offset + size, before each message
@@ -48,6 +47,9 @@ _TIMESTAMP = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 NO_TIMESTAMP = -1
 _CODEC_MASK = 0x07
+# Far above what producers batch (16 KiB by default, before compression), and bounding the
+# memory one conversion takes.
+MAX_DECOMPRESSED_BYTES = 32 << 20
 
 
 class InvalidRecordError(Exception):
@@ -156,7 +158,7 @@ def inner_messages(wrapper: LegacyMessage) -> list[LegacyMessage]:
         raise CorruptRecordError(f"unknown compression codec {wrapper.codec}")
     if wrapper.value is None:
         raise InvalidRecordError("compressed message with a null value")
-    data = compression.decompress(wrapper.codec, wrapper.value, magic=wrapper.magic)
+    data = compression.decompress(wrapper.codec, wrapper.value, magic=wrapper.magic, max_size=MAX_DECOMPRESSED_BYTES)
     messages = [decode_message(data, pos, size) for pos, size, _ in frame_messages(data, lenient_magic=True)]
     if not messages:
         raise InvalidRecordError("compressed message holds no messages")
@@ -228,7 +230,8 @@ def down_convert(records, to_magic: int, first_offset: int) -> bytes:
     anything is sent whole, and the rest while they fit in as many bytes as were read or as
     that first batch took, whichever is more. Kafka then streams a partial message or an
     overflow stub up to that size, which clients discard; here the set ends at a whole message.
-    A zstd batch ends the set, and is UNSUPPORTED_COMPRESSION_TYPE when it comes first.
+    A batch that cannot be converted (zstd, or inflating past MAX_DECOMPRESSED_BYTES) ends
+    the set, so the consumer gets its error when it fetches from that batch on.
     """
     budget = len(records)
     out = bytearray()
@@ -236,11 +239,12 @@ def down_convert(records, to_magic: int, first_offset: int) -> bytes:
     for pos, header in iter_batch_headers(records):
         if header.is_control:
             continue
-        if header.compression == compression.ZSTD:
+        try:
+            messages = convert_batch(memoryview(records)[pos:pos + header.size], header, to_magic, first_offset)
+        except (UnsupportedCompressionError, DecompressedTooLargeError, CorruptRecordError):
             if first:
-                raise UnsupportedCompressionError("zstd batches cannot be converted to a legacy message format")
+                raise
             break
-        messages = convert_batch(memoryview(records)[pos:pos + header.size], header, to_magic, first_offset)
         if not messages:
             continue
         if first:
@@ -259,10 +263,15 @@ def convert_batch(batch, header, to_magic: int, first_offset: int) -> list[bytes
     """One magic-2 batch as legacy messages: one message per record when uncompressed (those
     before first_offset left out), one wrapper when compressed (the consumer skips what it did
     not ask for, as with Kafka)."""
-    try:
-        records = list(DefaultRecordBatch(batch))
-    except (KafkaError, ValueError, IndexError, OSError) as exc:
-        raise CorruptRecordError(f"stored batch at offset {header.base_offset} cannot be read: {exc}") from exc
+    if header.compression == compression.ZSTD:
+        raise UnsupportedCompressionError("zstd batches cannot be converted to a legacy message format")
+    body = memoryview(batch)[HEADER_SIZE:]
+    if header.compression:
+        body = compression.decompress(header.compression, body, max_size=MAX_DECOMPRESSED_BYTES)
+    records = list(decode_records(header, body))
+    if header.uses_log_append_time:
+        for record in records:
+            record.timestamp = header.max_timestamp
     if not header.compression:
         records = [r for r in records if r.offset >= first_offset]
     if not records:
@@ -273,7 +282,7 @@ def convert_batch(batch, header, to_magic: int, first_offset: int) -> list[bytes
     base = records[0].offset if to_magic > 0 else 0
     inner = b"".join(encode_message(r.offset - base, to_magic, timestamp_bit, r.timestamp, r.key, r.value)
                      for r in records)
-    wrapper_timestamp = header.max_timestamp if header.uses_log_append_time else max(r.timestamp for r in records)
+    wrapper_timestamp = max(r.timestamp for r in records)
     value = compression.compress(header.compression, inner, magic=to_magic)
     return [encode_message(records[-1].offset, to_magic, timestamp_bit | header.compression,
                            max(wrapper_timestamp, NO_TIMESTAMP), None, value)]

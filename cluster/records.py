@@ -246,12 +246,18 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
     header = read_header(view, pos)
     if header.compression:
         raise CorruptRecordError("iter_records reads uncompressed batches only")
-    cursor = pos + HEADER_SIZE
-    end = pos + header.size
+    yield from decode_records(header, view[pos + HEADER_SIZE:pos + header.size])
+
+
+def decode_records(header: BatchHeader, body) -> Iterator[Record]:
+    """The records of a batch's records section, once uncompressed; timestamps as written
+    (a LogAppendTime batch's records take its max timestamp instead)."""
+    view = memoryview(body)
+    cursor = 0
     for _ in range(header.record_count):
         length, cursor = read_varint(view, cursor)
         record_end = cursor + length
-        if record_end > end:
+        if record_end > len(view):
             raise CorruptRecordError("record runs past the end of its batch")
         cursor += 1  # attributes, unused
         ts_delta, cursor = read_varint(view, cursor)

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster import message_sets
+from cluster.compression import DecompressedTooLargeError
 from cluster.log import OffsetOutOfRangeError
+from cluster.records import CorruptRecordError
 from cluster.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 
@@ -159,20 +161,24 @@ async def _down_convert(broker, fetches: list[PartitionFetch], version: int, fol
         return
     converted = await asyncio.to_thread(_convert_each, [(f.records, f.request.fetch_offset) for f in to_convert], magic)
     for fetch, records in zip(to_convert, converted):
-        if records is None:
-            _refuse(fetch, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        if isinstance(records, ErrorCode):
+            _refuse(fetch, records)
         else:
             fetch.records = records
 
 
-def _convert_each(reads: list[tuple[bytes, int]], magic: int) -> list[bytes | None]:
-    """Each (records, fetch offset) as a legacy message set; None where zstd prevents it."""
-    converted: list[bytes | None] = []
+def _convert_each(reads: list[tuple[bytes, int]], magic: int) -> list[bytes | ErrorCode]:
+    """Each (records, fetch offset) as a legacy message set, or the error that prevents it."""
+    converted: list[bytes | ErrorCode] = []
     for records, fetch_offset in reads:
         try:
             converted.append(message_sets.down_convert(records, magic, fetch_offset))
         except message_sets.UnsupportedCompressionError:
-            converted.append(None)
+            converted.append(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        except DecompressedTooLargeError:
+            converted.append(ErrorCode.MESSAGE_TOO_LARGE)
+        except CorruptRecordError:
+            converted.append(ErrorCode.CORRUPT_MESSAGE)
     return converted
 
 

@@ -18,6 +18,7 @@ import logging
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster import message_sets
+from cluster.compression import DecompressedTooLargeError
 from cluster.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
@@ -194,6 +195,8 @@ def _old_version_records(raw, configs, max_bytes: int):
         return None, (ErrorCode.INVALID_RECORD, str(exc))
     except message_sets.InvalidTimestampError as exc:
         return None, (ErrorCode.INVALID_TIMESTAMP, str(exc))
+    except DecompressedTooLargeError as exc:
+        return None, (ErrorCode.MESSAGE_TOO_LARGE, str(exc))
     if converted.largest_message > max_bytes:
         return None, (ErrorCode.MESSAGE_TOO_LARGE, f"a message exceeds max.message.bytes {max_bytes}")
     return converted.batch, None

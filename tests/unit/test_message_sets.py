@@ -9,7 +9,8 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from cluster import compression
+from cluster import compression, message_sets
+from cluster.compression import DecompressedTooLargeError
 from cluster.message_sets import (
     InvalidRecordError, InvalidTimestampError, UnsupportedCompressionError, decode_message, down_convert,
     encode_message, frame_messages, up_convert,
@@ -229,3 +230,23 @@ def test_up_and_down_conversion_round_trip():
     assert read_header(batch).compression == compression.SNAPPY
     assert legacy_records_of(down_convert(bytes(batch), 1, 7)) == [(7 + i, t, k, v) for i, (t, k, v) in
                                                                     enumerate(ENTRIES)]
+
+
+def test_compressed_payloads_may_not_inflate_past_the_bound(monkeypatch):
+    monkeypatch.setattr(message_sets, "MAX_DECOMPRESSED_BYTES", 1000)
+    inner = [encode_message(i, 1, 0, 5, None, b"v" * 100) for i in range(10)]  # 1300 bytes
+    for codec in CODECS:
+        with pytest.raises(DecompressedTooLargeError):
+            up_convert(wrapper(1, codec, inner, offset=9), log_append_time_topic=False)
+        bomb = stored(3, [(5, None, b"v" * 2000)], codec=codec)
+        with pytest.raises(DecompressedTooLargeError):
+            down_convert(bomb, 1, 3)
+        # after a batch that converts, it ends the set instead
+        assert [r[0] for r in legacy_records_of(down_convert(stored(0, ENTRIES) + bomb, 1, 0))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_truncated_compressed_payloads_are_corrupt(codec):
+    payload = compression.compress(codec, b"abc" * 1000)
+    with pytest.raises(CorruptRecordError, match="cannot decompress"):
+        compression.decompress(codec, payload[:-5])
