@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
-from tests.integration.node_logs import node_errors
+from tests.integration.observe import node_errors
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CLUSTER_NAME = "kraftwerk"

@@ -18,10 +18,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration import go_programs
-from tests.integration.node_logs import node_errors
+from tests.integration.observe import committed, node_errors
 
 PARTITIONS = 3
 
@@ -94,14 +94,6 @@ def produce_numbered(cluster, topic: str, per_partition: int) -> dict[tuple[int,
         producer.close()
 
 
-def committed_offsets(cluster, group: str) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        return {tp.partition: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
-    finally:
-        admin.close()
-
-
 def messages_of(lines: list[dict]) -> dict[tuple[int, int], tuple[str, str]]:
     """The consumed messages of a program's output, checked to hold no message twice."""
     consumed = [line for line in lines if "offset" in line]
@@ -145,7 +137,7 @@ def test_sarama_sync_producer_writes_where_it_was_told(shared_cluster, go_bin, v
 
 
 @pytest.mark.parametrize("version", ["0.10.2.0", "2.0.0"], ids=["0.10.2", "2.0"])
-def test_sarama_consumer_group_resumes_after_its_committed_offsets(shared_cluster, go_bin, version):
+def test_sarama_consumer_group_resumes_after_its_committed(shared_cluster, go_bin, version):
     topic = new_topic(shared_cluster, "sarama-group")
     expected = produce_numbered(shared_cluster, topic, per_partition=30)
     group = f"sarama-{uuid.uuid4().hex[:8]}"
@@ -155,14 +147,14 @@ def test_sarama_consumer_group_resumes_after_its_committed_offsets(shared_cluste
     assert [line for line in first_lines if "error" in line] == []
     first = messages_of(first_lines)
     assert len(first) == 40
-    assert_prefix_per_partition(first, committed_offsets(shared_cluster, group))
+    assert_prefix_per_partition(first, committed(shared_cluster, group))
 
     second_lines = go_programs.run(go_bin["sarama-group"], *args, "-messages", str(len(expected) - 40))
     assert [line for line in second_lines if "error" in line] == []
     second = messages_of(second_lines)
     assert set(first) & set(second) == set(), "the second run read messages the first had committed"
     assert {**first, **second} == expected
-    assert committed_offsets(shared_cluster, group) == {p: 30 for p in range(PARTITIONS)}
+    assert committed(shared_cluster, group) == {p: 30 for p in range(PARTITIONS)}
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4"])
@@ -193,7 +185,7 @@ def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin
     assert read == stored
 
 
-def test_kafka_go_reader_group_resumes_after_its_committed_offsets(shared_cluster, go_bin):
+def test_kafka_go_reader_group_resumes_after_its_committed(shared_cluster, go_bin):
     topic = new_topic(shared_cluster, "kafka-go-group")
     expected = produce_numbered(shared_cluster, topic, per_partition=20)
     group = f"kafka-go-{uuid.uuid4().hex[:8]}"
@@ -201,10 +193,10 @@ def test_kafka_go_reader_group_resumes_after_its_committed_offsets(shared_cluste
 
     first = messages_of(go_programs.run(go_bin["kafkago-consume"], *args, "-messages", "25"))
     assert len(first) == 25
-    assert_prefix_per_partition(first, committed_offsets(shared_cluster, group))
+    assert_prefix_per_partition(first, committed(shared_cluster, group))
 
     second = messages_of(go_programs.run(go_bin["kafkago-consume"], *args, "-messages", str(len(expected) - 25)))
     assert set(first) & set(second) == set(), "the second run read messages the first had committed"
     assert {**first, **second} == expected
-    assert committed_offsets(shared_cluster, group) == {p: 20 for p in range(PARTITIONS)}
+    assert committed(shared_cluster, group) == {p: 20 for p in range(PARTITIONS)}
 

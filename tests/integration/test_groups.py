@@ -19,6 +19,7 @@ from kafka.structs import OffsetAndMetadata
 
 from cluster.launcher import Cluster
 from node.offsets_topic import partition_for_group
+from tests.integration.observe import committed
 
 PARTITIONS = 6
 MESSAGES = 600
@@ -52,14 +53,6 @@ def all_positions(cluster, topic: str) -> set[tuple[int, int]]:
     finally:
         consumer.close()
     return {(tp.partition, offset) for tp, end in ends.items() for offset in range(end)}
-
-
-def committed(cluster, group: str) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        return {tp.partition: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
-    finally:
-        admin.close()
 
 
 def assert_two_sessions_read_everything_once(cluster, topic, group, first, second):
