@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -24,6 +25,8 @@ from tests.integration import go_programs
 from tests.integration.observe import committed, node_errors
 
 PARTITIONS = 3
+# Recent enough that time-based retention keeps the messages, fixed so that tests know them.
+TIMESTAMP_BASE = (int(time.time()) - 3600) * 1000
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +65,22 @@ def leaders(cluster, topic: str) -> list[int]:
     return [p["leader"] for p in sorted(described["partitions"], key=lambda p: p["partition"])]
 
 
-def read_back(cluster, topic: str) -> dict[tuple[int, int], tuple[str, str]]:
-    """Every message of the topic as kafka-python reads it: (partition, offset) -> (key, value)."""
+def read_back(cluster, topic: str) -> tuple[dict[tuple[int, int], tuple[str, str]], dict[tuple[int, int], int]]:
+    """Every message of the topic as kafka-python reads it: (partition, offset) -> (key, value),
+    and (partition, offset) -> timestamp."""
     partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
     try:
         consumer.assign(partitions)
         consumer.seek_to_beginning()
         end = consumer.end_offsets(partitions)
-        found = {}
+        found, timestamps = {}, {}
         while any(consumer.position(tp) < end[tp] for tp in partitions):
             for records in consumer.poll(timeout_ms=1000).values():
                 for r in records:
                     found[(r.partition, r.offset)] = (r.key.decode(), r.value.decode())
-        return found
+                    timestamps[(r.partition, r.offset)] = r.timestamp
+        return found, timestamps
     finally:
         consumer.close()
 
@@ -102,6 +107,15 @@ def messages_of(lines: list[dict]) -> dict[tuple[int, int], tuple[str, str]]:
     return {(line["partition"], line["offset"]): (line["key"], line["value"]) for line in consumed}
 
 
+def timestamps_of(lines: list[dict]) -> dict[tuple[int, int], int]:
+    return {(line["partition"], line["offset"]): line["timestamp"] for line in lines if "offset" in line}
+
+
+def expected_timestamps(messages: dict[tuple[int, int], tuple[str, str]], base: int) -> dict[tuple[int, int], int]:
+    """base + i for the message whose key ends in -i, as the Go producers stamp them."""
+    return {position: base + int(key.rsplit("-", 1)[1]) for position, (key, _) in messages.items()}
+
+
 def assert_prefix_per_partition(consumed: dict, committed: dict[int, int]) -> None:
     """Each partition was consumed from its start without a gap, and the commit points right after."""
     by_partition = defaultdict(list)
@@ -121,23 +135,28 @@ def test_sarama_sync_producer_writes_where_it_was_told(shared_cluster, go_bin, v
     topic = new_topic(shared_cluster, "sarama-produce")
     lines = go_programs.run(go_bin["sarama-produce"], "-brokers", shared_cluster.bootstrap_servers,
                             "-topic", topic, "-version", version, "-compression", compression,
-                            "-count", "60", "-prefix", "sarama")
+                            "-count", "60", "-prefix", "sarama", "-timestamp-base", str(TIMESTAMP_BASE))
     delivered = {(line["partition"], line["offset"]): (line["key"], line["value"]) for line in lines}
     assert sorted(v for v in delivered.values()) == sorted((f"sarama-key-{i}", f"sarama value {i}") for i in range(60))
     assert len(delivered) == 60, "two messages acknowledged at one offset"
     assert len({p for p, _ in delivered}) == PARTITIONS, "the hash partitioner spread 60 keys over every partition"
-    assert read_back(shared_cluster, topic) == delivered
+    stored, timestamps = read_back(shared_cluster, topic)
+    assert stored == delivered
+    # Magic 0 has no timestamp: Kafka stores such messages with none (-1).
+    stamped = {p: -1 for p in delivered} if version == "" else expected_timestamps(delivered, TIMESTAMP_BASE)
+    assert timestamps == stamped
     # Sarama at the same version reads them back too (Fetch v0, v3 or v4), in offset order.
     lines = go_programs.run(go_bin["sarama-consume"], "-brokers", shared_cluster.bootstrap_servers,
                             "-topic", topic, "-version", version, "-messages", "60")
     assert messages_of(lines) == delivered
+    assert timestamps_of(lines) == stamped
     for partition in range(PARTITIONS):
         offsets = [line["offset"] for line in lines if line["partition"] == partition]
         assert offsets == sorted(offsets)
 
 
 @pytest.mark.parametrize("version", ["0.10.2.0", "2.0.0"], ids=["0.10.2", "2.0"])
-def test_sarama_consumer_group_resumes_after_its_committed(shared_cluster, go_bin, version):
+def test_sarama_consumer_group_resumes_after_its_committed_offsets(shared_cluster, go_bin, version):
     topic = new_topic(shared_cluster, "sarama-group")
     expected = produce_numbered(shared_cluster, topic, per_partition=30)
     group = f"sarama-{uuid.uuid4().hex[:8]}"
@@ -168,24 +187,27 @@ def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin
     assert len(set(leaders(shared_cluster, topic))) == PARTITIONS
 
     assert go_programs.run(go_bin["kafkago-produce"], "-brokers", shared_cluster.bootstrap_servers,
-                           "-topic", topic, "-count", "60", "-prefix", "kafka-go",
-                           "-compression", compression) == [{"written": 60}]
-    stored = read_back(shared_cluster, topic)
+                           "-topic", topic, "-count", "60", "-prefix", "kafka-go", "-compression", compression,
+                           "-timestamp-base", str(TIMESTAMP_BASE)) == [{"written": 60}]
+    stored, timestamps = read_back(shared_cluster, topic)
     assert sorted(stored.values()) == sorted((f"kafka-go-key-{i}", f"kafka-go value {i}") for i in range(60))
     per_partition = Counter(p for p, _ in stored)
     for partition in range(PARTITIONS):
         # Offsets are dense from 0: magic-1 message sets got one offset per message.
         assert sorted(o for p, o in stored if p == partition) == list(range(per_partition[partition]))
+    assert timestamps == expected_timestamps(stored, TIMESTAMP_BASE)
 
-    read = {}
+    read, read_timestamps = {}, {}
     for partition, count in per_partition.items():
         lines = go_programs.run(go_bin["kafkago-consume"], "-brokers", shared_cluster.bootstrap_servers,
                                 "-topic", topic, "-partition", str(partition), "-messages", str(count))
         read.update(messages_of(lines))
+        read_timestamps.update(timestamps_of(lines))
     assert read == stored
+    assert read_timestamps == timestamps
 
 
-def test_kafka_go_reader_group_resumes_after_its_committed(shared_cluster, go_bin):
+def test_kafka_go_reader_group_resumes_after_its_committed_offsets(shared_cluster, go_bin):
     topic = new_topic(shared_cluster, "kafka-go-group")
     expected = produce_numbered(shared_cluster, topic, per_partition=20)
     group = f"kafka-go-{uuid.uuid4().hex[:8]}"

@@ -4,7 +4,7 @@
 //
 // Output: one JSON object per message, then {"closed": true, "consumed": <n>}:
 //
-//	{"partition": 0, "offset": 0, "key": "...", "value": "..."}
+//	{"partition": 0, "offset": 0, "key": "...", "value": "...", "timestamp": 1700000000000}
 package main
 
 import (
@@ -28,6 +28,7 @@ type consumed struct {
 	Offset    int64  `json:"offset"`
 	Key       string `json:"key"`
 	Value     string `json:"value"`
+	Timestamp int64  `json:"timestamp"` // milliseconds
 }
 
 type closed struct {
@@ -78,7 +79,8 @@ func main() {
 			log.Printf("read: %v", err)
 			break
 		}
-		out.Encode(consumed{message.Partition, message.Offset, string(message.Key), string(message.Value)})
+		out.Encode(consumed{message.Partition, message.Offset, string(message.Key), string(message.Value),
+			message.Time.UnixNano() / int64(time.Millisecond)})
 	}
 	if err := reader.Close(); err != nil {
 		log.Fatalf("close: %v", err)

@@ -29,6 +29,7 @@ func main() {
 	count := flag.Int("count", 100, "number of messages")
 	prefix := flag.String("prefix", "kafka-go", "prefix of every key and value")
 	compression := flag.String("compression", "none", "none, gzip, snappy or lz4")
+	timestampBase := flag.Int64("timestamp-base", 0, "message i gets this timestamp + i ms (0: the time it is written)")
 	flag.Parse()
 
 	codecs := map[string]kafka.CompressionCodec{"none": nil, "gzip": gzip.NewCompressionCodec(),
@@ -52,6 +53,9 @@ func main() {
 		messages[i] = kafka.Message{
 			Key:   []byte(fmt.Sprintf("%s-key-%d", *prefix, i)),
 			Value: []byte(fmt.Sprintf("%s value %d", *prefix, i)),
+		}
+		if *timestampBase != 0 {
+			messages[i].Time = time.Unix(0, (*timestampBase+int64(i))*int64(time.Millisecond))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

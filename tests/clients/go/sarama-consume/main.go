@@ -5,7 +5,9 @@
 //
 // Output: one JSON object per message, in the order each partition returned them:
 //
-//	{"partition": 0, "offset": 0, "key": "...", "value": "..."}
+//	{"partition": 0, "offset": 0, "key": "...", "value": "...", "timestamp": 1700000000000}
+//
+// The timestamp is in milliseconds, -1 for a message without one (magic 0).
 package main
 
 import (
@@ -24,6 +26,14 @@ type consumed struct {
 	Offset    int64  `json:"offset"`
 	Key       string `json:"key"`
 	Value     string `json:"value"`
+	Timestamp int64  `json:"timestamp"`
+}
+
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return -1
+	}
+	return t.UnixNano() / int64(time.Millisecond)
 }
 
 func main() {
@@ -76,7 +86,7 @@ func main() {
 	for taken := 0; taken < *limit; taken++ {
 		select {
 		case m := <-messages:
-			out.Encode(consumed{m.Partition, m.Offset, string(m.Key), string(m.Value)})
+			out.Encode(consumed{m.Partition, m.Offset, string(m.Key), string(m.Value), millis(m.Timestamp)})
 		case <-deadline:
 			log.Fatalf("timed out after %d of %d messages", taken, *limit)
 		}

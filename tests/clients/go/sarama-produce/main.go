@@ -19,6 +19,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/Shopify/sarama"
 )
@@ -37,6 +38,7 @@ func main() {
 	count := flag.Int("count", 100, "number of messages")
 	prefix := flag.String("prefix", "sarama", "prefix of every key and value")
 	batch := flag.Int("batch", 10, "messages per SendMessages call")
+	timestampBase := flag.Int64("timestamp-base", 0, "message i gets this timestamp + i ms (0: Sarama stamps the time it sends)")
 	compression := flag.String("compression", "none", "none, gzip, snappy or lz4")
 	flag.Parse()
 
@@ -68,9 +70,14 @@ func main() {
 	for first := 0; first < *count; first += *batch {
 		var messages []*sarama.ProducerMessage
 		for i := first; i < first+*batch && i < *count; i++ {
-			messages = append(messages, &sarama.ProducerMessage{Topic: *topic,
+			message := &sarama.ProducerMessage{Topic: *topic,
 				Key:   sarama.StringEncoder(fmt.Sprintf("%s-key-%d", *prefix, i)),
-				Value: sarama.StringEncoder(fmt.Sprintf("%s value %d", *prefix, i))})
+				Value: sarama.StringEncoder(fmt.Sprintf("%s value %d", *prefix, i))}
+			if *timestampBase != 0 {
+				// Only magic 1 and later carry it: at Sarama's default version it is dropped.
+				message.Timestamp = time.Unix(0, (*timestampBase+int64(i))*int64(time.Millisecond))
+			}
+			messages = append(messages, message)
 		}
 		if err := producer.SendMessages(messages); err != nil {
 			log.Fatalf("send from %d: %v", first, err)
