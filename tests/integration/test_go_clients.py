@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from tests.integration import go_programs
 from tests.integration.observe import committed, node_errors
@@ -107,6 +108,15 @@ def messages_of(lines: list[dict]) -> dict[tuple[int, int], tuple[str, str]]:
     return {(line["partition"], line["offset"]): (line["key"], line["value"]) for line in consumed}
 
 
+def topic_config(cluster, topic: str, name: str) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        return described["topic"][topic][name]["value"]
+    finally:
+        admin.close()
+
+
 def timestamps_of(lines: list[dict]) -> dict[tuple[int, int], int]:
     return {(line["partition"], line["offset"]): line["timestamp"] for line in lines if "offset" in line}
 
@@ -181,10 +191,12 @@ def test_kafka_go_creates_writes_and_reads_each_partition(shared_cluster, go_bin
     topic = f"kafka-go-{uuid.uuid4().hex[:8]}"
     first_node = shared_cluster.bootstrap_servers.split(",")[0]
     assert go_programs.run(go_bin["kafkago-create-topic"], "-broker", first_node, "-topic", topic,
-                           "-partitions", str(PARTITIONS), "-replication-factor", "3") == [{"created": topic}]
+                           "-partitions", str(PARTITIONS), "-replication-factor", "3",
+                           "-config", "retention.ms=86400000") == [{"created": topic}]
     [created] = [t for t in shared_cluster.status()["topics"] if t["name"] == topic]
     assert [len(p["replicas"]) for p in created["partitions"]] == [3] * PARTITIONS
     assert len(set(leaders(shared_cluster, topic))) == PARTITIONS
+    assert topic_config(shared_cluster, topic, "retention.ms") == "86400000"
 
     assert go_programs.run(go_bin["kafkago-produce"], "-brokers", shared_cluster.bootstrap_servers,
                            "-topic", topic, "-count", "60", "-prefix", "kafka-go", "-compression", compression,
