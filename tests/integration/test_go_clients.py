@@ -4,10 +4,11 @@ exactly (by them and by kafka-python), and consumer groups commit offsets that a
 run resumes from, no message twice and none missed.
 
 Sarama speaks the protocol of the Kafka version its config names: its default (0.8.2)
-produces magic-0 message sets with Produce v0, 0.10.2 magic-1 sets with Produce v2 and
-fetches with Fetch v3, 2.0 record batches; its ConsumerGroup commits with OffsetCommit v1.
-kafka-go 0.2.1 creates topics with CreateTopics v0, produces with Produce v2 (magic 1),
-fetches with Fetch v2 and commits with OffsetCommit v2.
+produces magic-0 message sets with Produce v0 and fetches with Fetch v0, 0.10.2 uses magic 1
+with Produce v2 and Fetch v3, 2.0 record batches; its ConsumerGroup commits with
+OffsetCommit v1. kafka-go 0.2.1 creates topics with CreateTopics v0, produces with Produce v2
+(magic 1), fetches with Fetch v2 and commits with OffsetCommit v2. Compressed message sets
+and message timestamps are checked too.
 """
 from __future__ import annotations
 
