@@ -246,12 +246,18 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
     header = read_header(view, pos)
     if header.compression:
         raise CorruptRecordError("iter_records reads uncompressed batches only")
-    cursor = pos + HEADER_SIZE
-    end = pos + header.size
+    yield from decode_records(header, view[pos + HEADER_SIZE:pos + header.size])
+
+
+def decode_records(header: BatchHeader, body) -> Iterator[Record]:
+    """The records of a batch's records section, once uncompressed; timestamps as written
+    (a LogAppendTime batch's records take its max timestamp instead)."""
+    view = memoryview(body)
+    cursor = 0
     for _ in range(header.record_count):
         length, cursor = read_varint(view, cursor)
         record_end = cursor + length
-        if record_end > end:
+        if record_end > len(view):
             raise CorruptRecordError("record runs past the end of its batch")
         cursor += 1  # attributes, unused
         ts_delta, cursor = read_varint(view, cursor)
@@ -289,25 +295,52 @@ def encode_batch(
     headers: list[tuple[str, bytes]] | None = None,
 ) -> bytes:
     """Build one uncompressed batch of (key, value) records sharing a timestamp."""
-    if not values:
+    return encode_records(
+        [(timestamp, key, value, headers or ()) for key, value in values], base_offset=base_offset,
+        leader_epoch=leader_epoch, attributes=attributes, producer_id=producer_id, producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def encode_records(
+    records: list[tuple[int, bytes | None, bytes | None, tuple | list]],
+    *,
+    compression: int = 0,
+    base_offset: int = 0,
+    leader_epoch: int = 0,
+    attributes: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """Build one batch of (timestamp, key, value, headers) records at consecutive offsets, as
+    Kafka's MemoryRecordsBuilder does: timestamps are deltas from the first record's, the
+    batch's max timestamp is the largest (-1 when no record has one), and with a compression
+    codec the records section is compressed as one payload."""
+    if not records:
         raise ValueError("a record batch needs at least one record")
+    base_timestamp = records[0][0]
     body = bytearray()
-    for delta, (key, value) in enumerate(values):
+    for delta, (timestamp, key, value, headers) in enumerate(records):
         record = bytearray(b"\x00")  # attributes
-        write_varint(0, record)  # timestamp delta
+        write_varint(timestamp - base_timestamp, record)
         write_varint(delta, record)
         _write_bytes(key, record)
         _write_bytes(value, record)
-        write_varint(len(headers or ()), record)
-        for hkey, hvalue in headers or ():
+        write_varint(len(headers), record)
+        for hkey, hvalue in headers:
             _write_bytes(hkey.encode(), record)
             _write_bytes(hvalue, record)
         write_varint(len(record), body)
         body += record
+    if compression:
+        from cluster.compression import compress
+        body = compress(compression, bytes(body))
     batch = bytearray(HEADER_SIZE) + body
+    max_timestamp = max(max(record[0] for record in records), -1)
     _HEADER.pack_into(
-        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes,
-        len(values) - 1, timestamp, timestamp, producer_id, producer_epoch, base_sequence, len(values),
+        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes | compression,
+        len(records) - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, len(records),
     )
     struct.pack_into(">I", batch, 17, compute_crc(batch))
     return bytes(batch)

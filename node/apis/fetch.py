@@ -3,6 +3,13 @@
 Waiting is event-driven: the request parks a future on its partitions and the produce
 path resolves it on append. Fetch sessions (KIP-227) are declined with session id 0, so
 clients always send full fetch requests.
+
+Versions 0-3 predate magic 2: what was read is down-converted once the fetch is complete,
+to magic 0 for v0-1 and magic 1 for v2-3 (cluster.message_sets), as Kafka's
+KafkaApis.maybeConvertFetchedData does, and only then; v4+ fetches never take that path.
+Kafka's checks for those versions come with it: a topic with `compression.type=zstd` is
+UNSUPPORTED_COMPRESSION_TYPE, one with `message.downconversion.enable=false` is
+UNSUPPORTED_VERSION for consumers.
 """
 from __future__ import annotations
 
@@ -12,13 +19,18 @@ from dataclasses import dataclass
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from cluster import message_sets
+from cluster.compression import DecompressedTooLargeError
 from cluster.log import OffsetOutOfRangeError
+from cluster.records import CorruptRecordError
 from cluster.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 
 REQUEST = FetchRequest
 RESPONSE = FetchResponse
-VERSIONS = (4, 18)
+VERSIONS = (0, 18)
+LAST_MAGIC_0_VERSION = 1
+LAST_LEGACY_FORMAT_VERSION = 3
 FETCH_SESSION_ID_NOT_FOUND = 70
 # Errors whose partition answer carries the current leader (KIP-951), so clients re-route at once.
 _NAMES_THE_LEADER = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
@@ -56,6 +68,8 @@ async def handle(broker, header, request):
         if not await _wait_for_data(broker, fetches, remaining):
             _read_all(broker, fetches, request.max_bytes, follower)
             break
+    if version <= LAST_LEGACY_FORMAT_VERSION:
+        await _down_convert(broker, fetches, version, follower)
     return _response(broker, fetches, version)
 
 
@@ -123,6 +137,56 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
         fetch.log_start_offset = result.log_start_offset
         total += len(fetch.records)
     return total
+
+
+async def _down_convert(broker, fetches: list[PartitionFetch], version: int, follower: int) -> None:
+    """Turn what each partition read into the legacy message set an old fetcher reads.
+
+    Converting decodes every record (about 100 ms per MiB); it runs on a worker thread so
+    that the node keeps answering other clients meanwhile. What it converts was read already.
+    """
+    magic = 0 if version <= LAST_MAGIC_0_VERSION else 1
+    to_convert = []
+    for fetch in fetches:
+        if fetch.error or fetch.topic is None:
+            continue
+        configs = broker.topic_configs(fetch.topic)
+        if configs["compression.type"] == "zstd":
+            _refuse(fetch, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        elif follower < 0 and configs["message.downconversion.enable"].lower() != "true":
+            _refuse(fetch, ErrorCode.UNSUPPORTED_VERSION)
+        elif fetch.records:
+            to_convert.append(fetch)
+    if not to_convert:
+        return
+    converted = await asyncio.to_thread(_convert_each, [(f.records, f.request.fetch_offset) for f in to_convert], magic)
+    for fetch, records in zip(to_convert, converted):
+        if isinstance(records, ErrorCode):
+            _refuse(fetch, records)
+        else:
+            fetch.records = records
+
+
+def _convert_each(reads: list[tuple[bytes, int]], magic: int) -> list[bytes | ErrorCode]:
+    """Each (records, fetch offset) as a legacy message set, or the error that prevents it."""
+    converted: list[bytes | ErrorCode] = []
+    for records, fetch_offset in reads:
+        try:
+            converted.append(message_sets.down_convert(records, magic, fetch_offset))
+        except message_sets.UnsupportedCompressionError:
+            converted.append(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        except DecompressedTooLargeError:
+            converted.append(ErrorCode.MESSAGE_TOO_LARGE)
+        except CorruptRecordError:
+            converted.append(ErrorCode.CORRUPT_MESSAGE)
+    return converted
+
+
+def _refuse(fetch: PartitionFetch, error: ErrorCode) -> None:
+    """A partition answered with an error alone, as Kafka's FetchResponse.partitionResponse."""
+    fetch.error = error
+    fetch.records = b""
+    fetch.high_watermark = fetch.log_start_offset = -1
 
 
 def _divergence(partition_log, request) -> tuple[int, int] | None:

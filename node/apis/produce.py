@@ -1,7 +1,14 @@
 """Produce: validate batches, append them on the leader, answer per partition.
 
-The handler never decodes records: cluster.records validates batch headers and CRCs and
-the log assigns offsets by rewriting each batch's base offset in place.
+The handler never decodes magic-2 records: cluster.records validates batch headers and CRCs
+and the log assigns offsets by rewriting each batch's base offset in place.
+
+Versions 0-2 carry legacy message sets (magic 0 and 1). Kafka checks nothing about them
+before leadership; on the leader they are validated (CRC-32 of every message, compressed
+wrappers included) and up-converted into one magic-2 batch by cluster.message_sets, which
+is then appended like any other. A payload with no whole message appends nothing and is
+answered without error at offset -1, as Kafka answers it. Magic-2 batches are accepted in
+those versions too (Kafka never refused them there), one batch per partition as always.
 """
 from __future__ import annotations
 
@@ -10,6 +17,8 @@ import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from cluster import message_sets
+from cluster.compression import DecompressedTooLargeError
 from cluster.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
@@ -19,7 +28,8 @@ from node.producer_state import SequenceError
 
 REQUEST = ProduceRequest
 RESPONSE = ProduceResponse
-VERSIONS = (3, 13)
+VERSIONS = (0, 13)
+FIRST_MAGIC_2_VERSION = 3
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +103,8 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
     check = check_leader(broker, topic, index)
     if check.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return _error(index, check.error), None
-    records, invalid = _one_batch(data.records or b"", version)
+    raw = data.records or b""
+    records, invalid = _one_batch(raw, version) if version >= FIRST_MAGIC_2_VERSION else (None, None)
     if invalid is not None:
         return _error(index, *invalid), None
     if check.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and check.info is not None:
@@ -103,6 +114,12 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
         return _error(index, check.error), None
     configs = broker.topic_configs(topic)
     max_bytes = int(configs["max.message.bytes"])
+    if version < FIRST_MAGIC_2_VERSION:
+        records, invalid = _old_version_records(raw, configs, max_bytes)
+        if invalid is not None:
+            return _error(index, *invalid), None
+        if records is None:
+            return _success(index, -1, check.log), None
     if len(records) > max_bytes:
         message = f"record batch exceeds max.message.bytes {max_bytes}"
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
@@ -154,11 +171,35 @@ def _one_batch(records, version: int) -> tuple[memoryview | None, tuple[ErrorCod
     size, magic = batches[0]
     if magic != 2:
         return None, (ErrorCode.INVALID_RECORD, f"only magic 2 record batches are accepted, not magic {magic}")
-    if version < 7 and compression_of(records) == COMPRESSION_ZSTD:
+    if FIRST_MAGIC_2_VERSION <= version < 7 and compression_of(records) == COMPRESSION_ZSTD:
         return None, (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"zstd needs Produce v7 or later, not v{version}")
     if len(batches) > 1:
         return None, (ErrorCode.INVALID_RECORD, "exactly one record batch per partition is allowed")
     return memoryview(records)[:size], None
+
+
+def _old_version_records(raw, configs, max_bytes: int):
+    """(the magic-2 batch to append for a Produce v0-2 payload, or None when it holds no whole
+    message; or why it is refused), validated on the leader as Kafka's log does it."""
+    try:
+        magic = message_sets.first_magic(raw)
+        if magic is None:
+            return None, None
+        if magic == 2:
+            return _one_batch(raw, 0)
+        log_append_time = configs["message.timestamp.type"] == "LogAppendTime"
+        converted = message_sets.up_convert(raw, log_append_time_topic=log_append_time)
+    except CorruptRecordError as exc:
+        return None, (ErrorCode.CORRUPT_MESSAGE, str(exc))
+    except message_sets.InvalidRecordError as exc:
+        return None, (ErrorCode.INVALID_RECORD, str(exc))
+    except message_sets.InvalidTimestampError as exc:
+        return None, (ErrorCode.INVALID_TIMESTAMP, str(exc))
+    except DecompressedTooLargeError as exc:
+        return None, (ErrorCode.MESSAGE_TOO_LARGE, str(exc))
+    if converted.largest_message > max_bytes:
+        return None, (ErrorCode.MESSAGE_TOO_LARGE, f"a message exceeds max.message.bytes {max_bytes}")
+    return converted.batch, None
 
 
 def _duplicate_of(producers, batches) -> tuple[int, int] | None:

@@ -15,6 +15,7 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
+from cluster.message_sets import encode_message
 from cluster.records import encode_batch
 from tests.integration.wire import exchange
 
@@ -50,7 +51,9 @@ def requests_for(version_of, topic_id):
     def produce(v):
         T = ProduceRequest.TopicProduceData
         topic = T(name=TOPIC, partition_data=[]) if v < 13 else T(topic_id=topic_id, partition_data=[])
-        topic.partition_data = [T.PartitionProduceData(index=0, records=encode_batch([(None, b"v%d" % v)], timestamp=1))]
+        records = encode_batch([(None, b"v%d" % v)], timestamp=1) if v >= 3 else \
+            encode_message(0, v // 2, 0, 1, None, b"v%d" % v)  # a legacy message: magic 0 until v2's magic 1
+        topic.partition_data = [T.PartitionProduceData(index=0, records=records)]
         return ProduceRequest[v](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[topic])
 
     def fetch(v):

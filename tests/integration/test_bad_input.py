@@ -86,12 +86,12 @@ def test_unsupported_api_versions_version_answers_in_v0_layout(single_node):
     assert response.error_code == UNSUPPORTED_VERSION
     versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert versions[18] == (0, 4)
-    assert versions[0] == (3, 13)
+    assert versions[0] == (0, 13)
 
 
 def test_unsupported_version_of_another_api_closes_the_connection(single_node):
     with connect(single_node) as sock:
-        send_frame(sock, struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 16)  # Produce v2 (message format v1)
+        send_frame(sock, struct.pack(">hhih", 0, 14, 1, -1) + b"\x00" * 16)  # Produce v14: not served
         assert_closed(sock)
     assert_node_serves(single_node)
 
