@@ -292,7 +292,19 @@ def encode_batch(
     if not values:
         raise ValueError("a record batch needs at least one record")
     body = bytearray()
-    for delta, (key, value) in enumerate(values):
+    frame_records(values, 0, body, headers)
+    return seal_batch(body, len(values), base_offset=base_offset, timestamp=timestamp, leader_epoch=leader_epoch,
+                      attributes=attributes, producer_id=producer_id, producer_epoch=producer_epoch,
+                      base_sequence=base_sequence)
+
+
+def frame_records(values: list[tuple[bytes | None, bytes | None]], first_delta: int, body: bytearray,
+                  headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Append (key, value) records to a batch body, their offset deltas counting from first_delta.
+
+    A large batch can be framed a slice of records at a time and sealed once.
+    """
+    for delta, (key, value) in enumerate(values, first_delta):
         record = bytearray(b"\x00")  # attributes
         write_varint(0, record)  # timestamp delta
         write_varint(delta, record)
@@ -304,10 +316,16 @@ def encode_batch(
             _write_bytes(hvalue, record)
         write_varint(len(record), body)
         body += record
+
+
+def seal_batch(body: bytearray, count: int, *, base_offset: int, timestamp: int, leader_epoch: int = 0,
+               attributes: int = 0, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
+               base_sequence: int = NO_SEQUENCE) -> bytes:
+    """Put the header and CRC-32C in front of a body of count framed records."""
     batch = bytearray(HEADER_SIZE) + body
     _HEADER.pack_into(
         batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes,
-        len(values) - 1, timestamp, timestamp, producer_id, producer_epoch, base_sequence, len(values),
+        count - 1, timestamp, timestamp, producer_id, producer_epoch, base_sequence, count,
     )
     struct.pack_into(">I", batch, 17, compute_crc(batch))
     return bytes(batch)

@@ -70,8 +70,9 @@ async def run(args) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id))
     if "metadata.version" not in writer.image.features:
-        await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
-                                                     "feature_level": METADATA_VERSION_LEVEL})])
+        async with writer.exclusive:
+            await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
+                                                         "feature_level": METADATA_VERSION_LEVEL})])
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
                             args.heartbeat_timeout_ms, config_from(args.set))
