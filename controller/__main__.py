@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import gc
 import json
 import logging
 import os
@@ -73,6 +74,10 @@ async def run(args) -> None:
         async with writer.exclusive:
             await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
                                                          "feature_level": METADATA_VERSION_LEVEL})])
+    # The replayed image lives as long as the process: keep it out of every later full GC pass,
+    # which would otherwise walk all of it and stall the event loop.
+    gc.collect()
+    gc.freeze()
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
                             args.heartbeat_timeout_ms, config_from(args.set))
