@@ -18,13 +18,14 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
-from controller.time_slices import gently
+from controller.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
 PRODUCER_ID_BLOCK = 1000
+FENCE_CHANGES_LOGGED = 100
 
 
 class DuplicateBrokerRegistration(Exception):
@@ -190,10 +191,14 @@ class Controller:
     async def _fence_locked(self, session: Session) -> None:
         records = [("FenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
         changes = await changes_of(iter_changes_for_fenced_broker(self.image, session.node_id))
-        for _, change in changes:
+        # Each change is worth a line while there are few; a node with thousands gets a summary.
+        detailed = changes if len(changes) <= FENCE_CHANGES_LOGGED else []
+        for _, change in detailed:
             log.info("fencing node %d: partition %s-%d leader %s isr %s", session.node_id,
                      self.image.topics_by_id[change["topic_id"]].name, change["partition_id"],
                      change.get("leader", "unchanged"), change.get("isr", "unchanged"))
+        if not detailed and changes:
+            log.info("fencing node %d: %d partitions change leader or ISR", session.node_id, len(changes))
         await self.writer.append(records + changes)
 
     async def controlled_shutdown(self, args: dict, conn: ControlConnection) -> dict:
@@ -358,8 +363,17 @@ class Controller:
             "cluster_id": self.image.cluster_id,
             "metadata_offset": self.writer.last_offset,
             "brokers": brokers,
-            "topics": [topic async for topic in gently(_topic_status(t) for _, t in sorted(self.image.topics.items()))],
+            "topics": await self._topics_status(),
         }
+
+    async def _topics_status(self) -> list[dict]:
+        time_slice = TimeSlice()
+        return [{
+            "name": topic.name, "topic_id": topic_id_to_kafka_string(topic.topic_id),
+            "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas, "isr": p.isr,
+                            "leader_epoch": p.leader_epoch}
+                           async for _, p in gently(sorted(topic.partitions.items()), time_slice)],
+        } for _, topic in sorted(self.image.topics.items())]
 
     def _ready(self, node_ids: list[int]) -> bool:
         caught_up = {s.node_id for s in self.sessions.values()
@@ -383,14 +397,6 @@ class Controller:
         """Until every partition of a topic has a leader and all its replicas in the ISR."""
         in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), (args.get("timeout_ms") or 30000) / 1000)
         return {"in_sync": in_sync}
-
-
-def _topic_status(topic) -> dict:
-    return {
-        "name": topic.name, "topic_id": topic_id_to_kafka_string(topic.topic_id),
-        "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas, "isr": p.isr,
-                        "leader_epoch": p.leader_epoch} for _, p in sorted(topic.partitions.items())],
-    }
 
 
 def _topic_partition(item) -> tuple[str, int]:

@@ -27,9 +27,10 @@ class TimeSlice:
             self.started = time.perf_counter()
 
 
-async def gently(items: Iterable[T]) -> AsyncIterator[T]:
-    """Iterate items, giving way to the event loop every SLICE_SECONDS."""
-    time_slice = TimeSlice()
+async def gently(items: Iterable[T], time_slice: TimeSlice | None = None) -> AsyncIterator[T]:
+    """Iterate items, giving way to the event loop every SLICE_SECONDS (of time_slice, if several
+    loops share one)."""
+    time_slice = time_slice or TimeSlice()
     for item in items:
         yield item
         await time_slice.give_way()
