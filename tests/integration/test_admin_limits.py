@@ -19,34 +19,15 @@ import uuid
 
 import msgpack
 import pytest
-from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions, NewTopic
 
 from cluster.control import ControlError, call_sync
 from cluster.errors import ErrorCode
 from cluster.log import topic_id_to_kafka_string
+from tests.integration.test_admin import admin, cluster, unique  # noqa: F401 (fixtures)
 
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    from cluster.launcher import Cluster
-
-    with Cluster(nodes=3) as running:
-        yield running
-
-
-@pytest.fixture
-def admin(cluster):
-    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    yield client
-    client.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create(admin, *topics: NewTopic) -> list[tuple[str, int, str | None]]:
