@@ -13,7 +13,7 @@ from controller import topics
 from cluster.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
 from controller.brokers import (
-    Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
+    PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
     iter_leaderless_partition_changes, register_broker_record,
 )
 from controller.metadata_writer import MetadataWriter
@@ -228,6 +228,8 @@ class Controller:
         in which case (as in Kafka) partitions that needed no election are left out of the results.
         More than MAX_RECORDS_PER_USER_OP partitions asked for, or elections to write, refuse it all."""
         requested = args["partitions"]
+        if args["election_type"] not in (PREFERRED, UNCLEAN):
+            raise BadControlRequest(f"election_type {args['election_type']} is neither preferred (0) nor unclean (1)")
         if requested is not None and len(requested) > MAX_RECORDS_PER_USER_OP:
             return self._refused(refuse_too_large())
         async with self.writer.exclusive:

@@ -50,7 +50,11 @@ def parse_args(argv: list[str]) -> BrokerConfig:
     if args.data_dir:
         values["log.dirs"] = args.data_dir
     if args.host is not None or args.port is not None:
-        values["listeners"] = f"PLAINTEXT://{args.host or '127.0.0.1'}:{args.port or 0}"
+        # The flags replace the listener for clients; a CONTROLLER listener of the file stays.
+        controller_names = BrokerConfig(values).get("controller.listener.names").split(",")
+        kept = [spec for spec in values.get("listeners", "").split(",")
+                if spec.strip() and spec.strip().partition("://")[0] in controller_names]
+        values["listeners"] = ",".join([f"PLAINTEXT://{args.host or '127.0.0.1'}:{args.port or 0}", *kept])
     if args.controller:
         values["controller.address"] = args.controller
     for item in args.set:
