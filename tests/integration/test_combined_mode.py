@@ -71,11 +71,19 @@ def nodes():
 
 
 def read_all(bootstrap: str, topic: str) -> list:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=5000)
+    """Every record of partition 0, up to the end offset the leader reports."""
+    partition = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=30_000)
     try:
-        consumer.assign([TopicPartition(topic, 0)])
+        consumer.assign([partition])
+        end = consumer.end_offsets([partition])[partition]
         consumer.seek_to_beginning()
-        return list(consumer)
+        records = []
+        for record in consumer if end else ():
+            records.append(record)
+            if record.offset >= end - 1:
+                break
+        return records
     finally:
         consumer.close()
 
