@@ -397,7 +397,8 @@ class Controller:
 
     async def wait_in_sync(self, args: dict, conn) -> dict:
         """Until every partition of a topic has a leader and all its replicas in the ISR."""
-        in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), (args.get("timeout_ms") or 30000) / 1000)
+        timeout_s = (args.get("timeout_ms") or 30000) / 1000
+        in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), timeout_s)
         return {"in_sync": in_sync}
 
 

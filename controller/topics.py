@@ -243,7 +243,8 @@ def _checked_replicas(image, brokers, index: int, members: list[int], factor: in
     for broker in sorted(members):
         if broker not in image.brokers and broker not in brokers:
             raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
-                                                                     f"broker {broker}, but no such broker is registered.")
+                                                                     f"broker {broker}, but no such broker is "
+                                                                     f"registered.")
         if broker == previous:
             raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
                                                                      f"the broker {broker} more than once.")

@@ -100,7 +100,8 @@ class LocalController:
         except asyncio.TimeoutError:
             line = b""
         if not line:
-            process.kill()
+            if process.returncode is None:
+                process.kill()
             raise SystemExit(f"the controller did not start (exit status {await process.wait()})")
         return cls(process, json.loads(line)["port"])
 
@@ -125,17 +126,26 @@ class LocalController:
 
 async def run(config: BrokerConfig) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (1 if this node's controller failed)."""
-    stop = asyncio.Event()
-    failed = []
+    stop, serving, failed = asyncio.Event(), asyncio.Event(), []
     controller = None
     if "controller" in config.process_roles:
         controller = await LocalController.start(config)
         _, host, _ = config.controller_listener()
         config.values["controller.address"] = f"{host if host not in ('', '0.0.0.0', '::') else '127.0.0.1'}:" \
                                               f"{controller.port}"
-        watch = asyncio.create_task(controller.watch(lambda: (failed.append(True), stop.set())))
+        main = asyncio.current_task()
+
+        def controller_failed() -> None:
+            failed.append(True)
+            stop.set()
+            if not serving.is_set():  # still starting: it would wait for its controller forever
+                main.cancel()
+        watch = asyncio.create_task(controller.watch(controller_failed))
     try:
-        await serve(config, stop)
+        await serve(config, stop, serving)
+    except asyncio.CancelledError:
+        if not failed:
+            raise
     finally:
         if controller:
             await controller.stop()
@@ -143,7 +153,7 @@ async def run(config: BrokerConfig) -> int:
     return 1 if failed else 0
 
 
-async def serve(config: BrokerConfig, stop: asyncio.Event) -> None:
+async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Event) -> None:
     broker = Broker(config)
     server = KafkaServer(broker, config.get_int("socket.request.max.bytes"))
     _, host, port = config.listener()
@@ -155,6 +165,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event) -> None:
     print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
                       "incarnation_id": str(broker.incarnation_id)}), flush=True)
     log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)
+    serving.set()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

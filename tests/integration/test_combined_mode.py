@@ -157,7 +157,8 @@ def test_a_controller_only_node_and_a_broker_only_node(tmp_path, nodes):
         broker_properties = tmp_path / "broker.properties"
         broker_properties.write_text(
             f"process.roles=broker\nnode.id=2\ncontroller.quorum.bootstrap.servers=127.0.0.1:{ready['port']}\n"
-            f"listeners=PLAINTEXT://127.0.0.1:0\ncontroller.listener.names=CONTROLLER\nlog.dirs={tmp_path / 'broker'}\n")
+            f"listeners=PLAINTEXT://127.0.0.1:0\ncontroller.listener.names=CONTROLLER\n"
+            f"log.dirs={tmp_path / 'broker'}\n")
         nodes.append(Node(broker_properties, tmp_path / "broker.log"))
         producer = KafkaProducer(bootstrap_servers=nodes[0].bootstrap)
         assert producer.send("split", b"one").get(30).offset == 0
