@@ -97,11 +97,13 @@ class TopicPlan:
 
 async def create_topics(image: MetadataImage, brokers: list[int], requests: list, defaults: dict) -> Outcome:
     """brokers: the unfenced brokers new replicas may go to."""
-    requests = [_creatable_topic(r) for r in expect_list(requests, "topics")]
-    if len(requests) > MAX_RECORDS_PER_USER_OP:
+    if len(expect_list(requests, "topics")) > MAX_RECORDS_PER_USER_OP:
         return refuse_too_large()
+    requests = [_creatable_topic(r) async for r in gently(requests)]
     if sum(_partitions_asked(r, defaults) for r in requests) > MAX_RECORDS_PER_USER_OP:
         return Outcome(refused=(ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS))
+    if sum(len(r["configs"]) for r in requests) > MAX_RECORDS_PER_USER_OP:  # a ConfigRecord each
+        return refuse_too_large()
     duplicates = _duplicates([r["name"] for r in requests])
     outcome, plans = Outcome(), []
     start = sum(len(t.partitions) for t in image.topics.values())
@@ -142,11 +144,11 @@ def _creatable_topic(request) -> dict:
     }
 
 
-def _assignments(assignments: dict | None) -> dict[int, list[int]] | None:
-    if not assignments:
-        return None
-    return {int(expect(index, (int, str), "partition index")):
-            [expect(b, int, "broker id") for b in expect_list(replicas, "replicas")]
+def _assignments(assignments: dict | None) -> dict[int, list] | None:
+    """Partition index -> replica list; the broker ids are checked once the count is known to be in bounds."""
+    if not assignments or len(assignments) > MAX_RECORDS_PER_USER_OP:
+        return assignments or None  # too many to read: the partition count refuses the request
+    return {int(expect(index, (int, str), "partition index")): expect_list(replicas, "replicas")
             for index, replicas in assignments.items()}
 
 
@@ -235,10 +237,16 @@ def _manual_assignment(image, brokers, assignments: dict[int, list[int]]) -> lis
     return replicas
 
 
-def _checked_replicas(image, brokers, index: int, members: list[int], factor: int | None) -> list[int]:
+def _checked_replicas(image, brokers, index: int, members: list, factor: int | None) -> list[int]:
     if not members:
         raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            "The manual partition assignment includes an empty replica list.")
+    registered = len(set(image.brokers) | set(brokers))
+    if len(members) > registered:  # some broker repeats or is unknown; not worth sorting them all to say which
+        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"The manual partition assignment includes {len(members)} replicas, but only "
+                           f"{registered} broker(s) are registered.")
+    members = [expect(b, int, "broker id") for b in members]
     previous = None
     for broker in sorted(members):
         if broker not in image.brokers and broker not in brokers:
@@ -293,11 +301,11 @@ def validate_configs(configs: dict) -> dict:
 # --- DeleteTopics ---
 
 async def delete_topics(image: MetadataImage, requests: list) -> Outcome:
-    requests = [expect(r, dict, "topic") for r in expect_list(requests, "topics")]
-    if len(requests) > MAX_RECORDS_PER_USER_OP:
+    if len(expect_list(requests, "topics")) > MAX_RECORDS_PER_USER_OP:
         return refuse_too_large()
     outcome, deleted = Outcome(), set()
     async for request in gently(requests):
+        expect(request, dict, "topic")
         topic, missing = _topic_to_delete(image, request)
         if topic is None:
             outcome.results.append(_result(request.get("name"), missing, topic_id=request.get("topic_id")))
@@ -323,9 +331,9 @@ def _topic_to_delete(image, request: dict):
 # --- CreatePartitions ---
 
 async def create_partitions(image: MetadataImage, brokers: list[int], requests: list) -> Outcome:
-    requests = [_partition_growth(r) for r in expect_list(requests, "topics")]
-    if len(requests) > MAX_RECORDS_PER_USER_OP:
+    if len(expect_list(requests, "topics")) > MAX_RECORDS_PER_USER_OP:
         return refuse_too_large()
+    requests = [_partition_growth(r) async for r in gently(requests)]
     duplicates = _duplicates([r["name"] for r in requests])
     outcome, growing = Outcome(), []
     async for request in gently(requests):
@@ -355,8 +363,7 @@ def _partition_growth(request) -> dict:
     return {
         "name": expect(request.get("name"), str, "topic name"),
         "count": expect(request.get("count"), int, "count"),
-        "assignments": None if assignments is None else [
-            [expect(b, int, "broker id") for b in expect_list(r, "replicas")] for r in assignments],
+        "assignments": assignments,  # replica lists are read once their number is known to be right
     }
 
 
@@ -383,7 +390,7 @@ def _new_partition_records(image, brokers, topic, request):
     current = len(topic.partitions)
     factor = len(next(iter(topic.partitions.values())).replicas)
     if request["assignments"] is not None:
-        replicas = [_checked_replicas(image, brokers, current + i, members, factor)
+        replicas = [_checked_replicas(image, brokers, current + i, expect_list(members, "replicas"), factor)
                     for i, members in enumerate(request["assignments"])]
     else:
         problem = _placement_problem(brokers, factor)
@@ -398,10 +405,11 @@ def _new_partition_records(image, brokers, topic, request):
 # --- IncrementalAlterConfigs ---
 
 async def alter_configs(image: MetadataImage, resources: list) -> Outcome:
-    resources = [_config_resource(r) for r in expect_list(resources, "resources")]
-    if len(resources) > MAX_RECORDS_PER_USER_OP or \
-            sum(len(r["configs"]) for r in resources) > MAX_RECORDS_PER_USER_OP:
+    if len(expect_list(resources, "resources")) > MAX_RECORDS_PER_USER_OP or sum(
+            len(expect_list(expect(r, dict, "resource").get("configs"), "configs")) for r in resources
+    ) > MAX_RECORDS_PER_USER_OP:
         return refuse_too_large()
+    resources = [_config_resource(r) async for r in gently(resources)]
     outcome = Outcome()
     async for resource in gently(resources):
         kind, name = resource["resource_type"], resource["resource_name"]

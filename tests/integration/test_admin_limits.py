@@ -239,3 +239,33 @@ def test_a_controller_without_live_brokers_cannot_place_replicas(tmp_path):
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+
+REFUSED, BAD_ASSIGNMENT = "refused whole", "INVALID_REPLICA_ASSIGNMENT"
+
+
+@pytest.mark.parametrize("op, args, outcome", [
+    ("create_topics", {"topics": [{"name": "t", "assignments": {i: [1] for i in range(200_000)}}]}, REFUSED),
+    ("create_topics", {"topics": [{"name": "t", "assignments": {0: [1] * 1_000_000}}]}, BAD_ASSIGNMENT),
+    ("create_topics", {"topics": [{"name": "t", "configs": {f"c{i}": "1" for i in range(200_000)}}]}, REFUSED),
+    ("create_partitions", {"topics": [{"name": "existing", "count": 2, "assignments": [[1] * 1_000_000]}]},
+     BAD_ASSIGNMENT),
+    ("alter_configs", {"resources": [{"resource_type": 2, "resource_name": "existing",
+                                      "configs": [{"name": "retention.ms", "op": 0, "value": "1"}] * 200_000}]},
+     REFUSED),
+    ("elect_leaders", {"election_type": 0, "partitions": [["existing", 0]] * 200_000}, REFUSED),
+    ("delete_topics", {"topics": [{"name": "existing"}] * 200_000}, REFUSED),
+])
+def test_oversized_admin_requests_are_refused_before_they_are_read(cluster, admin, op, args, outcome):
+    existing = unique("existing")
+    create(admin, NewTopic(existing, 1, 1))
+    frame = request(op, **json.loads(json.dumps(args).replace('"existing"', json.dumps(existing))))
+    reply = exchange(controller_port(cluster), frame)
+    assert reply["ok"]
+    if outcome == REFUSED:
+        assert reply["error_code"] == ErrorCode.POLICY_VIOLATION
+    else:
+        assert [r["error_code"] for r in reply["results"]] == [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+        assert "1000000 replicas, but only 3 broker(s) are registered" in reply["results"][0]["error_message"]
+    assert partition_count(cluster, existing) == 1
