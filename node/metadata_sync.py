@@ -47,16 +47,28 @@ class MetadataSync:
     # --- local replica of the metadata log ---
 
     def load_local_log(self) -> None:
-        directory = self.broker.log_dir / METADATA_PARTITION_DIR
-        self.log = PartitionLog(directory, topic_id=METADATA_TOPIC_ID)
-        replay_partition_log(self.log, self.image)
         props = read_meta_properties(self.broker.log_dir)
         if props.get("cluster.id"):
             self.image.cluster_id = props["cluster.id"]
+        config = self.broker.config
+        if "controller" in config.process_roles and config.metadata_log_dir == self.broker.log_dir:
+            # As in Kafka's combined mode, the one metadata log is the controller's: this node
+            # keeps no copy beside it and builds its image from what the controller serves.
+            log.info("the metadata log in %s is this node's controller's: fetching the image from it",
+                     self.broker.log_dir)
+            return
+        self.log = PartitionLog(self.broker.log_dir / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
+        replay_partition_log(self.log, self.image)
         log.info("replayed local metadata log up to offset %d", self.image.offset)
 
+    @property
+    def next_offset(self) -> int:
+        """The next metadata offset this node needs."""
+        return self.log.log_end_offset if self.log else self.image.offset + 1
+
     def _append_and_apply(self, data: bytes) -> None:
-        self.log.append_as_follower(data)
+        if self.log:
+            self.log.append_as_follower(data)
         self.image.replay(data)
         self.broker.replicas.reconcile()
 
@@ -74,6 +86,7 @@ class MetadataSync:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.client:
             await self.client.close()
         if self.log:
@@ -87,9 +100,12 @@ class MetadataSync:
                 await self._register()
                 workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
                 closed = asyncio.create_task(self.client.closed.wait())
-                done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
-                for task in [*workers, closed]:
-                    task.cancel()
+                try:
+                    done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
+                finally:  # also when this link is closed: its workers must not outlive it
+                    for task in [*workers, closed]:
+                        task.cancel()
+                    await asyncio.gather(*workers, closed, return_exceptions=True)
                 for task in done:
                     if not task.cancelled() and task.exception():
                         log.warning("controller link failed: %s", task.exception())
@@ -130,7 +146,7 @@ class MetadataSync:
     async def _fetch_loop(self) -> None:
         while True:
             reply = await self._call_through_faults(
-                "fetch_metadata", offset=self.log.log_end_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
+                "fetch_metadata", offset=self.next_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
             if reply["data"]:
