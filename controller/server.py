@@ -146,9 +146,10 @@ class Controller:
         if session is None or session.broker_epoch != args["broker_epoch"]:
             raise ValueError(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
         broker = self.image.brokers.get(session.node_id)
+        # Before the fence is written: a heartbeat answered meanwhile must not unfence it again.
+        session.shutting_down = True
         if broker is not None and not broker.fenced:
             await self.fence(session)
-        session.shutting_down = True
         return {"metadata_offset": self.writer.last_offset}
 
     async def balance_leaders(self) -> None:

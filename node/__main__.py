@@ -16,6 +16,7 @@ import signal
 import sys
 
 from cluster.config import BrokerConfig, load_properties
+from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker, Listener
 from node.server import KafkaServer
@@ -74,13 +75,12 @@ async def run(config: BrokerConfig) -> None:
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     await broker.metadata.controlled_shutdown()
-    retention.cancel()
-    isr_expiration.cancel()
-    checkpoints.cancel()
-    offset_expiry.cancel()
+    await cancel_and_wait([retention, isr_expiration, checkpoints, offset_expiry])
     await server.close()
     await admin.close()
     await broker.close()
+    await cancel_remaining_tasks()
+    log.info("node %d stopped", broker.node_id)
 
 
 def main(argv: list[str] | None = None) -> None:
