@@ -58,7 +58,7 @@ async def run(config: BrokerConfig) -> None:
     name, advertised_host, advertised_port = config.advertised_listener(bound_port)
     await broker.start(Listener(name, advertised_host, advertised_port))
     admin = AdminServer(broker)
-    admin_port = await admin.start(host)
+    admin_port = await admin.start(host, int(config.get("kraftwerk.admin.port") or 0))
     print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
                       "incarnation_id": str(broker.incarnation_id)}), flush=True)
     log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)
