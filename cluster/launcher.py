@@ -76,11 +76,12 @@ def read_ready_line(process: subprocess.Popen, log_path: Path, timeout: float) -
     line = process.stdout.readline() if ready else b""
     process.stdout.close()
     if not line:
-        tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+        lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
         exited = process.poll()
         what = f"exited with status {exited} before it was ready" if exited is not None else \
             f"did not start within {timeout:.0f}s"
-        raise ClusterError(f"{log_path.stem} {what}:\n{tail}")
+        last = f": {lines[-1].strip()}" if lines else ""
+        raise ClusterError(f"{log_path.stem} {what}{last} (its log: {log_path})")
     return json.loads(line)
 
 
