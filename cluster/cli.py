@@ -6,10 +6,12 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
+from kafka import TopicPartition
 from kafka.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +19,7 @@ from rich.table import Table
 from cluster.cli_errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
 from cluster.control import ControlError
 from cluster.launcher import Cluster, ClusterError
+from cluster.log import topic_id_to_kafka_string
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
 console = Console()
@@ -438,7 +441,9 @@ def topic_describe(name, data_dir, bootstrap_server, as_json):
         described = admin.describe_topics([name])[0]
     if described["error_code"]:
         fail(topic_error(name, described["error_code"]))
-    document = {"name": name, "topic_id": described["topic_id"], "partitions": [
+    # Kafka's tools print topic ids in Kafka's base64 form, as `status` does.
+    topic_id = topic_id_to_kafka_string(uuid.UUID(str(described["topic_id"])))
+    document = {"name": name, "topic_id": topic_id, "partitions": [
         {"partition": p["partition_index"], "leader": p["leader_id"], "leader_epoch": p["leader_epoch"],
          "replicas": p["replica_nodes"], "isr": p["isr_nodes"]}
         for p in sorted(described["partitions"], key=lambda p: p["partition_index"])]}
@@ -487,13 +492,13 @@ def group_list(data_dir, bootstrap_server):
     console.print(table)
 
 
-def group_lag(bootstrap: str, committed: dict) -> dict:
-    """TopicPartition -> log end offset, for the partitions a group has offsets in."""
+def group_lag(bootstrap: str, partitions) -> dict:
+    """TopicPartition -> log end offset, for the partitions a group has offsets in or is assigned."""
     from kafka import KafkaConsumer
 
     consumer = connected(KafkaConsumer, bootstrap)
     try:
-        return consumer.end_offsets(list(committed))
+        return consumer.end_offsets(list(partitions))
     finally:
         consumer.close()
 
@@ -513,7 +518,9 @@ def group_describe(group_id, data_dir, bootstrap_server, as_json):
         fail(group_error(group_id, described["error"].errno))
     if described["group_state"] == "Dead" and not committed:
         fail(group_error(group_id, GroupIdNotFoundError.errno))  # what Kafka's tool says of a group nobody knows
-    document = group_document(group_id, described, committed, group_lag(bootstrap, committed) if committed else {})
+    owner = _partition_owners(described)
+    shown = {TopicPartition(topic, partition) for topic, partition in owner} | set(committed)
+    document = group_document(group_id, described, owner, committed, group_lag(bootstrap, shown) if shown else {})
     if as_json:
         print_json(document)
         return
@@ -528,13 +535,18 @@ def group_describe(group_id, data_dir, bootstrap_server, as_json):
     console.print(table)
 
 
-def group_document(group_id: str, described: dict, committed: dict, ends: dict) -> dict:
-    """A group's state, members and per-partition committed offset, log end and lag (None where unknown)."""
+def _partition_owners(described: dict) -> dict[tuple[str, int], dict]:
+    """(topic, partition) -> the member it is assigned to."""
     owner = {}
     for member in described["members"]:
         for assigned in (member.get("member_assignment") or {}).get("assigned_partitions", []):
             for partition in assigned["partitions"]:
                 owner[(assigned["topic"], partition)] = member
+    return owner
+
+
+def group_document(group_id: str, described: dict, owner: dict, committed: dict, ends: dict) -> dict:
+    """A group's state, members and per-partition committed offset, log end and lag (None where unknown)."""
     rows = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
     for topic, partition in owner:
         rows.setdefault((topic, partition), None)
