@@ -272,7 +272,7 @@ def test_up_refuses_a_running_cluster_and_down_spares_reused_pids(data_dir):
 
 
 def test_bench_prints_every_figure():
-    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3"],
+    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3", "--down-runs", "2"],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {}
@@ -281,6 +281,7 @@ def test_bench_prints_every_figure():
         if len(cells) == 4:
             rows[cells[0]] = cells[1:]
     for measure in ("cluster start-up", "produce acks=1", "produce acks=-1", "fetch (consume all)",
-                    "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable"):
+                    "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable",
+                    "cluster down (min of 2)", "cluster down (median of 2)", "cluster down (max of 2)"):
         assert float(rows[measure][0]) >= 0, f"{measure}: {rows[measure]}"
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
