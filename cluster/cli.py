@@ -130,10 +130,9 @@ def down(data_dir):
         cluster = Cluster.attach(data_dir)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
-    if not cluster.running():
-        click.echo(f"the cluster in {data_dir} was not running")
+    was_running = cluster.running()
     cluster.stop()  # also ends nodes that outlived their controller
-    click.echo(f"cluster in {data_dir} stopped")
+    click.echo(f"cluster in {data_dir} stopped" if was_running else f"the cluster in {data_dir} was not running")
 
 
 @main.command()
@@ -263,8 +262,8 @@ def _node_action(action: str, help_text: str):
     return command
 
 
-# What each action needs: a node that runs (kill, stop, pause, resume) or one that does not (start).
 def _check_node_state(cluster: Cluster, node_id: int, action: str) -> None:
+    """kill, stop, pause and resume need a running node; start one that is not."""
     alive = cluster.nodes[node_id].alive()
     if action == "start" and alive:
         fail(f"node {node_id} is already running (kraftwerk node restart {node_id} restarts it)")

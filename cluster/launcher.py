@@ -26,12 +26,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cluster.config import ADMIN_PORT_CONFIG
 from cluster.control import ControlError, call_sync
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
-# The broker config that fixes a node's admin port (fault injection, replica states); 0 picks a free one.
-ADMIN_PORT_CONFIG = "kraftwerk.admin.port"
 
 
 class ClusterError(Exception):

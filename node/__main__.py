@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from cluster.config import BrokerConfig, load_properties
+from cluster.config import ADMIN_PORT_CONFIG, BrokerConfig, load_properties
 from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker, Listener
@@ -58,7 +58,7 @@ async def run(config: BrokerConfig) -> None:
     name, advertised_host, advertised_port = config.advertised_listener(bound_port)
     await broker.start(Listener(name, advertised_host, advertised_port))
     admin = AdminServer(broker)
-    admin_port = await admin.start(host, int(config.get("kraftwerk.admin.port") or 0))
+    admin_port = await admin.start(host, int(config.get(ADMIN_PORT_CONFIG) or 0))
     print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
                       "incarnation_id": str(broker.incarnation_id)}), flush=True)
     log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)

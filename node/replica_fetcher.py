@@ -14,8 +14,8 @@ import struct
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.errors import ErrorCode
-from cluster.shutdown import cancel_and_wait
 from cluster.records import CorruptRecordError, iter_batch_headers, read_uvarint
+from cluster.shutdown import cancel_and_wait
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
