@@ -54,6 +54,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.commit.timeout.ms": "5000",
 }
 
+# Not Kafka's: the port of a node's admin listener (fault injection, replica states); 0 picks a free one.
+ADMIN_PORT_CONFIG = "kraftwerk.admin.port"
+
 # Topic config name -> the broker config that supplies its default.
 TOPIC_CONFIG_DEFAULTS_FROM_BROKER: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",

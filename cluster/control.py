@@ -18,6 +18,8 @@ from typing import Any, Awaitable, Callable
 
 import msgpack
 
+from cluster.shutdown import cancel_and_wait
+
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 # Frames larger than this are decoded in slices of this size, giving way to the event loop in between.
@@ -107,10 +109,9 @@ class ControlServer:
         """Stop listening and end every connection, so that their handlers finish on their own."""
         if self.server:
             self.server.close()
-        for task in list(self._tasks):
-            task.cancel()
         for conn in list(self._connections):
             conn.writer.close()
+        await cancel_and_wait(list(self._tasks))
         await asyncio.gather(*(conn.closed for conn in list(self._connections)), return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -125,6 +126,8 @@ class ControlServer:
         except (asyncio.IncompleteReadError, ConnectionError, ControlError, ValueError,
                 msgpack.UnpackException) as exc:
             log.debug("control connection from %s closed: %s", conn.peer, exc)
+        except asyncio.CancelledError:
+            pass  # the process is stopping; asyncio 3.11 logs a handler that ends cancelled as an error
         finally:
             self._connections.discard(conn)
             if not conn.closed.done():
@@ -198,7 +201,7 @@ class ControlClient:
         if self._writer:
             self._writer.close()
         if self._reader_task:
-            self._reader_task.cancel()
+            await cancel_and_wait([self._reader_task])
 
     async def _read_replies(self) -> None:
         try:

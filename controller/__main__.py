@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cluster.config import BrokerConfig
 from cluster.control import ControlServer
+from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.metadata_log import read_meta_properties, write_meta_properties
 from controller.metadata_writer import MetadataWriter
 from controller.server import Controller
@@ -112,10 +113,10 @@ async def run(args) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
-    fencing.cancel()
-    balancing.cancel()
+    await cancel_and_wait([fencing, balancing])
     controller.process_watch.close()
     await server.close()
+    await cancel_remaining_tasks()
     writer.close()
     log.info("controller stopped")
 

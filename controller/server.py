@@ -208,8 +208,9 @@ class Controller:
         session = self.sessions.get(args["node_id"])
         if session is None or session.broker_epoch != args["broker_epoch"]:
             raise ValueError(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
-        await self.fence(session)
+        # Before the fence is written: a heartbeat answered meanwhile must not unfence it again.
         session.shutting_down = True
+        await self.fence(session)
         return {"metadata_offset": self.writer.last_offset}
 
     async def balance_leaders(self) -> None:

@@ -25,7 +25,8 @@ import os
 import signal
 import sys
 
-from cluster.config import BrokerConfig, ConfigError, load_properties
+from cluster.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties
+from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker, Listener
 from node.server import KafkaServer
@@ -161,7 +162,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Even
     name, advertised_host, advertised_port = config.advertised_listener(bound_port)
     await broker.start(Listener(name, advertised_host, advertised_port))
     admin = AdminServer(broker)
-    admin_port = await admin.start(host)
+    admin_port = await admin.start(host, int(config.get(ADMIN_PORT_CONFIG) or 0))
     print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
                       "incarnation_id": str(broker.incarnation_id)}), flush=True)
     log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)
@@ -178,13 +179,12 @@ async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Even
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     await broker.metadata.controlled_shutdown()
-    retention.cancel()
-    isr_expiration.cancel()
-    checkpoints.cancel()
-    offset_expiry.cancel()
+    await cancel_and_wait([retention, isr_expiration, checkpoints, offset_expiry])
     await server.close()
     await admin.close()
     await broker.close()
+    await cancel_remaining_tasks()
+    log.info("node %d stopped", broker.node_id)
 
 
 def main(argv: list[str] | None = None) -> None:

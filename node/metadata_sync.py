@@ -18,6 +18,7 @@ from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
 from cluster.process_table import process_table_id
+from cluster.shutdown import cancel_and_wait
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,7 @@ class MetadataSync:
         await self._registered.wait()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         if self.client:
             await self.client.close()
         if self.log:
@@ -98,22 +97,25 @@ class MetadataSync:
                 self.client = ControlClient(host, port)
                 await self.client.connect()
                 await self._register()
-                workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
-                closed = asyncio.create_task(self.client.closed.wait())
-                try:
-                    done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
-                finally:  # also when this link is closed: its workers must not outlive it
-                    for task in [*workers, closed]:
-                        task.cancel()
-                    await asyncio.gather(*workers, closed, return_exceptions=True)
-                for task in done:
-                    if not task.cancelled() and task.exception():
-                        log.warning("controller link failed: %s", task.exception())
+                await self._serve_link()
             except (OSError, ControlError) as exc:
                 log.warning("cannot reach the controller at %s:%s: %s", host, port, exc)
             if self.client:
                 await self.client.close()
             await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def _serve_link(self) -> None:
+        """Fetch metadata and heartbeat until either fails or the connection closes."""
+        workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
+        closed = asyncio.create_task(self.client.closed.wait())
+        try:
+            done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when the node stops (this task cancelled): no worker outlives the link.
+            await cancel_and_wait([*workers, closed])
+        for task in done:
+            if not task.cancelled() and task.exception():
+                log.warning("controller link failed: %s", task.exception())
 
     async def _register(self) -> None:
         listener = self.broker.listener
