@@ -40,6 +40,13 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout: float = UNWIND
         log.warning("%s did not stop within %.0fs", _describe(task), timeout)
 
 
+def cancel_requested() -> bool:
+    """Whether the running task has been asked to stop. Loops check it as well as catching
+    CancelledError: up to Python 3.11, `asyncio.wait_for` swallows a cancellation that arrives in
+    the same step as what it waits for, and the task would then run on, never asked again."""
+    return _cancelling(asyncio.current_task())
+
+
 def _describe(task: asyncio.Task) -> str:
     coroutine = task.get_coro()
     return getattr(coroutine, "__qualname__", None) or task.get_name()

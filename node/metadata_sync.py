@@ -18,7 +18,7 @@ from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
 from cluster.process_table import process_table_id
-from cluster.shutdown import cancel_and_wait
+from cluster.shutdown import cancel_and_wait, cancel_requested
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class MetadataSync:
         self.image.cluster_id = cluster_id
 
     async def _fetch_loop(self) -> None:
-        while True:
+        while not cancel_requested():
             reply = await self._call_through_faults(
                 "fetch_metadata", offset=self.next_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
@@ -161,7 +161,7 @@ class MetadataSync:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
-        while True:
+        while not cancel_requested():
             reply = await self._call_through_faults(
                 "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
                 applied_offset=self.image.offset,
