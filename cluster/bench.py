@@ -1,5 +1,5 @@
-"""`kraftwerk bench`: start-up time, produce and fetch throughput, failover time and node
-memory, printed.
+"""`kraftwerk bench`: start-up time, produce and fetch throughput, failover time, how long
+stopping a cluster takes, and node memory, printed.
 
 Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
 cluster, not the client; kafka-python otherwise.
@@ -7,6 +7,9 @@ cluster, not the client; kafka-python otherwise.
 from __future__ import annotations
 
 import os
+import shutil
+import statistics
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -218,7 +221,38 @@ def measure_failover(cluster: Cluster, confluent_kafka) -> list[tuple[str, float
     return figures
 
 
-def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, console: Console | None = None):
+def measure_down(nodes: int, partitions: int, runs: int) -> list[float]:
+    """Seconds each of `runs` stops of a fresh cluster takes (what `kraftwerk down` does), with one replicated
+    topic written with acks=all and read by a consumer group, so every node leads and follows partitions."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    seconds = []
+    for _ in range(runs):
+        data_dir = tempfile.mkdtemp(prefix="kraftwerk-bench-down-")
+        try:
+            cluster = Cluster(nodes=nodes, data_dir=data_dir).start()
+            try:
+                cluster.create_topic("orders", partitions=partitions, replication_factor=min(3, nodes))
+                producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+                for i in range(100):
+                    producer.send("orders", b"order %d" % i)
+                producer.close()
+                consumer = KafkaConsumer("orders", bootstrap_servers=cluster.bootstrap_servers, group_id="bench",
+                                         auto_offset_reset="earliest", consumer_timeout_ms=5000)
+                next(iter(consumer))
+                consumer.commit()
+                consumer.close()
+            finally:
+                started = time.perf_counter()
+                cluster.stop()
+                seconds.append(time.perf_counter() - started)
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    return seconds
+
+
+def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, console: Console | None = None,
+                  down_runs: int = 10):
     console = console or Console()
     try:
         import confluent_kafka
@@ -246,6 +280,7 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
         rss_loaded = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
         startup = cluster.startup_seconds
         failover = measure_failover(cluster, confluent_kafka) if nodes > 1 else []
+    downs = measure_down(nodes, partitions, down_runs) if down_runs else []
 
     table = Table(title=f"kraftwerk bench: {nodes} nodes, {partitions} partitions, {messages:,} x {value_size} B "
                         f"values, client {client}")
@@ -256,6 +291,9 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
         table.add_row(figure.what, f"{figure.seconds:.2f}", f"{figure.rate:,.0f}", f"{figure.megabytes_per_second:.1f}")
     for what, seconds in failover:
         table.add_row(what, f"{seconds:.2f}", "", "")
+    if downs:
+        for what, seconds in (("min", min(downs)), ("median", statistics.median(downs)), ("max", max(downs))):
+            table.add_row(f"cluster down ({what} of {len(downs)})", f"{seconds:.2f}", "", "")
     console.print(table)
     memory = Table(title="node memory (RSS)")
     for column in ("node", "idle MB", "after load MB"):

@@ -1,19 +1,25 @@
 """The `kraftwerk` command line: launch, inspect and use a cluster from a shell."""
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
+from kafka import TopicPartition
+from kafka.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError
 from rich.console import Console
 from rich.table import Table
 
+from cluster.cli_errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
 from cluster.control import ControlError
 from cluster.launcher import Cluster, ClusterError
+from cluster.log import topic_id_to_kafka_string
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
 console = Console()
@@ -22,6 +28,11 @@ data_dir_option = click.option("--data-dir", default=DEFAULT_DATA_DIR, show_defa
                                help="where the cluster keeps its data, logs and cluster.json")
 bootstrap_option = click.option("--bootstrap-server", default=None,
                                 help="host:port of a node (default: the cluster in --data-dir)")
+json_option = click.option("--json", "as_json", is_flag=True, help="print the same facts as JSON, for scripts")
+
+
+def print_json(document) -> None:
+    click.echo(json.dumps(document, indent=2))
 
 
 def parse_pairs(pairs: tuple[str, ...], what: str) -> dict[str, str]:
@@ -48,7 +59,7 @@ def bootstrap_servers(data_dir: str, bootstrap: str | None) -> str:
     return bootstrap or attached(data_dir).bootstrap_servers
 
 
-@click.group()
+@click.group(cls=CommandLine)
 @click.version_option(package_name="kraftwerk")
 def main():
     """kraftwerk: a Kafka-compatible cluster on one machine."""
@@ -98,9 +109,12 @@ def _stay_in_foreground(cluster: Cluster) -> None:
         signal.signal(sig, lambda *_: stop.set())
     console.print("Ctrl-C stops the cluster.")
     try:
-        with Live(status_tables(cluster.status(), cluster), console=console, refresh_per_second=1) as live:
+        def view():
+            return status_tables(status_document(cluster.status(), cluster))
+
+        with Live(view(), console=console, refresh_per_second=1) as live:
             while not stop.wait(1.0):  # the refresh rate of the view, not a wait for an event
-                live.update(status_tables(cluster.status(), cluster))
+                live.update(view())
     finally:
         cluster.stop()
         if not console.is_terminal:
@@ -116,57 +130,88 @@ def down(data_dir):
         cluster = Cluster.attach(data_dir)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
-    cluster.stop()
-    click.echo(f"cluster in {data_dir} stopped")
+    was_running = cluster.running()
+    cluster.stop()  # also ends nodes that outlived their controller
+    click.echo(f"cluster in {data_dir} stopped" if was_running else f"the cluster in {data_dir} was not running")
 
 
 @main.command()
 @data_dir_option
-def status(data_dir):
+@json_option
+def status(data_dir, as_json):
     """Nodes, their processes and ports, and who leads what."""
     cluster = attached(data_dir)
-    console.print(status_tables(cluster.status(), cluster))
+    document = status_document(cluster.status(), cluster)
+    if as_json:
+        print_json(document)
+    else:
+        console.print(status_tables(document))
 
 
-def status_tables(state: dict, cluster: Cluster):
-    from rich.console import Group
-
-    led = {}
+def status_document(state: dict, cluster: Cluster) -> dict:
+    """The cluster's nodes and partitions as `kraftwerk status --json` prints them (the README shows the shape)."""
+    led: dict[int, int] = {}
     for topic in state["topics"]:
         for partition in topic["partitions"]:
             led[partition["leader"]] = led.get(partition["leader"], 0) + 1
-    nodes = Table(title=f"cluster {state['cluster_id']}")
+    brokers = {b["node_id"]: b for b in state["brokers"]}
+    nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.host, "port": node.port,
+              "admin_port": node.admin_port, "process": _process_state(node),
+              "fenced": brokers.get(node_id, {}).get("fenced", True), "partitions_led": led.get(node_id, 0)}
+             for node_id, node in sorted(cluster.nodes.items())]
+    offsets = replica_offsets(cluster.replica_states(timeout=0.5))
+    topics = [{"name": topic["name"], "topic_id": topic["topic_id"],
+               "partitions": [_partition_facts(p, offsets.get((topic["name"], p["partition"]), {}))
+                              for p in topic["partitions"]]}
+              for topic in state["topics"]]
+    return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"], "nodes": nodes,
+            "topics": topics}
+
+
+def _partition_facts(partition: dict, known: dict[int, dict]) -> dict:
+    """One partition's leader, replicas, ISR, the leader's high watermark and each replica's lag (None: no answer)."""
+    leader = known.get(partition["leader"])
+    return {"partition": partition["partition"], "leader": partition["leader"],
+            "leader_epoch": partition["leader_epoch"], "replicas": partition["replicas"], "isr": partition["isr"],
+            "high_watermark": leader["high_watermark"] if leader else None,
+            "lag": {str(r): _lag(leader, known.get(r)) for r in partition["replicas"]}}
+
+
+def status_tables(document: dict):
+    from rich.console import Group
+
+    nodes = Table(title=f"cluster {document['cluster_id']}")
     for column in ("node", "pid", "address", "process", "state", "partitions led"):
         nodes.add_column(column)
-    brokers = {b["node_id"]: b for b in state["brokers"]}
-    for node_id, node in sorted(cluster.nodes.items()):
-        broker = brokers.get(node_id, {})
-        nodes.add_row(str(node_id), str(node.pid), f"{cluster.host}:{node.port}",
-                      _process_column(node),
-                      "fenced" if broker.get("fenced", True) else "unfenced", str(led.get(node_id, 0)))
-    offsets = replica_offsets(cluster.replica_states(timeout=0.5))
+    process_styles = {"dead": "[red]dead[/]", "paused": "[yellow]paused[/]", "running": "[green]running[/]"}
+    for node in document["nodes"]:
+        nodes.add_row(str(node["node_id"]), str(node["pid"]), f"{node['host']}:{node['port']}",
+                      process_styles[node["process"]], "fenced" if node["fenced"] else "unfenced",
+                      str(node["partitions_led"]))
     topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
                                                 "the leader's, by node")
     for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "hw", "lag"):
         topics.add_column(column)
-    for topic in state["topics"]:
+    for topic in document["topics"]:
         for p in topic["partitions"]:
             out_of_sync = set(p["replicas"]) - set(p["isr"])
-            known = offsets.get((topic["name"], p["partition"]), {})
-            leader = known.get(p["leader"])
             topics.add_row(topic["name"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
                            ",".join(map(str, p["replicas"])),
                            ",".join(map(str, p["isr"])) + (" [red](behind: " + ",".join(map(str, sorted(out_of_sync)))
                                                           + ")[/]" if out_of_sync else ""),
-                           str(leader["high_watermark"]) if leader else "?",
-                           " ".join(f"{r}:{_lag(leader, known.get(r))}" for r in p["replicas"]))
+                           _unknown(p["high_watermark"]),
+                           " ".join(f"{node}:{_unknown(lag)}" for node, lag in p["lag"].items()))
     return Group(nodes, topics)
 
 
-def _process_column(node) -> str:
+def _process_state(node) -> str:
     if not node.alive():
-        return "[red]dead[/]"
-    return "[yellow]paused[/]" if node.paused() else "[green]running[/]"
+        return "dead"
+    return "paused" if node.paused() else "running"
+
+
+def _unknown(value) -> str:
+    return "?" if value is None else str(value)
 
 
 def replica_offsets(states: dict[int, dict]) -> dict[tuple[str, int], dict[int, dict]]:
@@ -178,11 +223,11 @@ def replica_offsets(states: dict[int, dict]) -> dict[tuple[str, int], dict[int, 
     return offsets
 
 
-def _lag(leader: dict | None, replica: dict | None) -> str:
-    """Messages the replica's log is behind the leader's log end, "?" when either did not answer."""
+def _lag(leader: dict | None, replica: dict | None) -> int | None:
+    """Messages the replica's log is behind the leader's log end; None when either did not answer."""
     if leader is None or replica is None:
-        return "?"
-    return str(max(0, leader["log_end_offset"] - replica["log_end_offset"]))
+        return None
+    return max(0, leader["log_end_offset"] - replica["log_end_offset"])
 
 
 @main.group()
@@ -204,6 +249,7 @@ def _node_action(action: str, help_text: str):
     @data_dir_option
     def command(node_id, data_dir):
         cluster = attached_node(data_dir, node_id)
+        _check_node_state(cluster, node_id, action)
         {
             "kill": cluster.kill_node,
             "stop": cluster.stop_node,
@@ -214,6 +260,15 @@ def _node_action(action: str, help_text: str):
         }[action](node_id)
         click.echo(f"node {node_id}: {action} done")
     return command
+
+
+def _check_node_state(cluster: Cluster, node_id: int, action: str) -> None:
+    """kill, stop, pause and resume need a running node; start one that is not."""
+    alive = cluster.nodes[node_id].alive()
+    if action == "start" and alive:
+        fail(f"node {node_id} is already running (kraftwerk node restart {node_id} restarts it)")
+    if action in ("kill", "stop", "pause", "resume") and not alive:
+        fail(f"node {node_id} is not running (kraftwerk node start {node_id} starts it)")
 
 
 for _action, _help in (
@@ -301,36 +356,66 @@ def topic():
     """Create, list, describe and delete topics."""
 
 
+# How long a command tries to reach a broker before it says it cannot (kafka-python waits 30 s).
+BOOTSTRAP_TIMEOUT_MS = 10_000
+
+
+def connect_failure(bootstrap: str, exc: Exception) -> str:
+    return f"cannot reach a Kafka broker at {bootstrap} ({kafka_exception_text(exc)})"
+
+
+def connected(client_class, bootstrap: str, **config):
+    """A kafka-python producer or consumer for the CLI; a cluster it cannot reach is a one-line error."""
+    from kafka.errors import KafkaError
+
+    try:
+        return client_class(bootstrap_servers=bootstrap, client_id="kraftwerk-cli",
+                            bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS, **config)
+    except KafkaError as exc:
+        fail(connect_failure(bootstrap, exc))
+
+
 @contextmanager
-def admin_client(data_dir: str, bootstrap: str | None, failure: str):
-    """A Kafka admin client for the cluster; Kafka errors become a one-line CLI error."""
+def admin_client(data_dir: str, bootstrap: str | None):
+    """A Kafka admin client for the cluster; a cluster it cannot reach is a one-line CLI error."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers(data_dir, bootstrap), client_id="kraftwerk-cli")
+    servers = bootstrap_servers(data_dir, bootstrap)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=servers, client_id="kraftwerk-cli",
+                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+    except KafkaError as exc:
+        fail(connect_failure(servers, exc))
     try:
         yield admin
-    except KafkaError as exc:
-        raise click.ClickException(f"{failure}: {exc}") from exc
     finally:
         admin.close()
 
 
+def _count_or_default(value: int | None) -> int:
+    return -1 if value is None else value  # -1: the cluster's num.partitions / default.replication.factor
+
+
 @topic.command("create")
 @click.argument("name")
-@click.option("--partitions", type=int, default=1, show_default=True)
-@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option("--partitions", type=int, default=None, help="[default: the cluster's num.partitions]")
+@click.option("--replication-factor", type=int, default=None,
+              help="[default: the cluster's default.replication.factor, min(3, nodes) for kraftwerk up]")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="topic config (repeatable)")
 @data_dir_option
 @bootstrap_option
 def topic_create(name, partitions, replication_factor, configs, data_dir, bootstrap_server):
     """Create topic NAME."""
-    from kafka.admin import NewTopic
-
-    with admin_client(data_dir, bootstrap_server, f"cannot create {name}") as admin:
-        admin.create_topics([NewTopic(name, partitions, replication_factor,
-                                      topic_configs=parse_pairs(configs, "--config"))])
-    click.echo(f"created topic {name} with {partitions} partitions")
+    wanted = {"num_partitions": _count_or_default(partitions),
+              "replication_factor": _count_or_default(replication_factor),
+              "configs": parse_pairs(configs, "--config")}
+    with admin_client(data_dir, bootstrap_server) as admin:
+        created = admin.create_topics({name: wanted}, raise_errors=False)["topics"][0]
+    if created["error_code"]:
+        fail(topic_error(name, created["error_code"], created.get("error_message")))
+    click.echo(f"created topic {name} with {created['num_partitions']} partitions and replication factor "
+               f"{created['replication_factor']}")
 
 
 @topic.command("list")
@@ -338,7 +423,7 @@ def topic_create(name, partitions, replication_factor, configs, data_dir, bootst
 @bootstrap_option
 def topic_list(data_dir, bootstrap_server):
     """Names of all topics."""
-    with admin_client(data_dir, bootstrap_server, "cannot list topics") as admin:
+    with admin_client(data_dir, bootstrap_server) as admin:
         names = sorted(admin.list_topics())
     for name in names:
         click.echo(name)
@@ -348,18 +433,28 @@ def topic_list(data_dir, bootstrap_server):
 @click.argument("name")
 @data_dir_option
 @bootstrap_option
-def topic_describe(name, data_dir, bootstrap_server):
+@json_option
+def topic_describe(name, data_dir, bootstrap_server, as_json):
     """Partitions of topic NAME with leaders, replicas and ISR."""
-    with admin_client(data_dir, bootstrap_server, f"cannot describe {name}") as admin:
+    with admin_client(data_dir, bootstrap_server) as admin:
         described = admin.describe_topics([name])[0]
     if described["error_code"]:
-        raise click.ClickException(f"cannot describe {name}: error {described['error_code']}")
-    table = Table(title=f"{name} ({described['topic_id']})")
+        fail(topic_error(name, described["error_code"]))
+    # Kafka's tools print topic ids in Kafka's base64 form, as `status` does.
+    topic_id = topic_id_to_kafka_string(uuid.UUID(str(described["topic_id"])))
+    document = {"name": name, "topic_id": topic_id, "partitions": [
+        {"partition": p["partition_index"], "leader": p["leader_id"], "leader_epoch": p["leader_epoch"],
+         "replicas": p["replica_nodes"], "isr": p["isr_nodes"]}
+        for p in sorted(described["partitions"], key=lambda p: p["partition_index"])]}
+    if as_json:
+        print_json(document)
+        return
+    table = Table(title=f"{name} ({document['topic_id']})")
     for column in ("partition", "leader", "replicas", "isr"):
         table.add_column(column)
-    for partition in sorted(described["partitions"], key=lambda p: p["partition_index"]):
-        table.add_row(str(partition["partition_index"]), str(partition["leader_id"]),
-                      ",".join(map(str, partition["replica_nodes"])), ",".join(map(str, partition["isr_nodes"])))
+    for partition in document["partitions"]:
+        table.add_row(str(partition["partition"]), str(partition["leader"]),
+                      ",".join(map(str, partition["replicas"])), ",".join(map(str, partition["isr"])))
     console.print(table)
 
 
@@ -369,8 +464,10 @@ def topic_describe(name, data_dir, bootstrap_server):
 @bootstrap_option
 def topic_delete(name, data_dir, bootstrap_server):
     """Delete topic NAME and its data."""
-    with admin_client(data_dir, bootstrap_server, f"cannot delete {name}") as admin:
-        admin.delete_topics([name])
+    with admin_client(data_dir, bootstrap_server) as admin:
+        deleted = admin.delete_topics([name], raise_errors=False)["topics"][0]
+    if deleted["error_code"]:
+        fail(topic_error(name, deleted["error_code"], deleted.get("error_message")))
     click.echo(f"deleted topic {name}")
 
 
@@ -384,7 +481,7 @@ def group():
 @bootstrap_option
 def group_list(data_dir, bootstrap_server):
     """Every consumer group with its state."""
-    with admin_client(data_dir, bootstrap_server, "cannot list groups") as admin:
+    with admin_client(data_dir, bootstrap_server) as admin:
         groups = admin.list_groups()
     table = Table(title="consumer groups")
     for column in ("group", "state", "protocol type"):
@@ -394,13 +491,13 @@ def group_list(data_dir, bootstrap_server):
     console.print(table)
 
 
-def group_lag(bootstrap: str, committed: dict) -> dict:
-    """TopicPartition -> log end offset, for the partitions a group has offsets in."""
+def group_lag(bootstrap: str, partitions) -> dict:
+    """TopicPartition -> log end offset, for the partitions a group has offsets in or is assigned."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="kraftwerk-cli")
+    consumer = connected(KafkaConsumer, bootstrap)
     try:
-        return consumer.end_offsets(list(committed))
+        return consumer.end_offsets(list(partitions))
     finally:
         consumer.close()
 
@@ -409,33 +506,64 @@ def group_lag(bootstrap: str, committed: dict) -> dict:
 @click.argument("group_id", metavar="GROUP")
 @data_dir_option
 @bootstrap_option
-def group_describe(group_id, data_dir, bootstrap_server):
+@json_option
+def group_describe(group_id, data_dir, bootstrap_server, as_json):
     """Members, assignments, committed offsets and lag, as kafka-consumer-groups.sh shows them."""
     bootstrap = bootstrap_servers(data_dir, bootstrap_server)
-    with admin_client(data_dir, bootstrap, f"cannot describe {group_id}") as admin:
+    with admin_client(data_dir, bootstrap) as admin:
         described = admin.describe_groups([group_id])[group_id]
         committed = admin.list_group_offsets(group_id)[group_id]
+    if described.get("error"):
+        fail(group_error(group_id, described["error"].errno))
+    if described["group_state"] == "Dead" and not committed:
+        fail(group_error(group_id, GroupIdNotFoundError.errno))  # what Kafka's tool says of a group nobody knows
+    owner = _partition_owners(described)
+    shown = {TopicPartition(topic, partition) for topic, partition in owner} | set(committed)
+    document = group_document(group_id, described, owner, committed, group_lag(bootstrap, shown) if shown else {})
+    if as_json:
+        print_json(document)
+        return
+    console.print(f"group {group_id}: {document['state']}, protocol {document['protocol'] or '-'}, "
+                  f"{len(document['members'])} members")
+    table = Table()
+    for column in ("topic", "partition", "committed", "log end", "lag", "member", "host", "client id"):
+        table.add_column(column)
+    for row in document["partitions"]:
+        table.add_row(row["topic"], str(row["partition"]), _dash(row["committed"]), _dash(row["log_end"]),
+                      _dash(row["lag"]), _dash(row["member_id"]), _dash(row["host"]), _dash(row["client_id"]))
+    console.print(table)
+
+
+def _partition_owners(described: dict) -> dict[tuple[str, int], dict]:
+    """(topic, partition) -> the member it is assigned to."""
     owner = {}
     for member in described["members"]:
         for assigned in (member.get("member_assignment") or {}).get("assigned_partitions", []):
             for partition in assigned["partitions"]:
                 owner[(assigned["topic"], partition)] = member
-    ends = group_lag(bootstrap, committed) if committed else {}
-    console.print(f"group {group_id}: {described['group_state']}, protocol {described['protocol_data'] or '-'}, "
-                  f"{len(described['members'])} members")
-    table = Table()
-    for column in ("topic", "partition", "committed", "log end", "lag", "member", "host", "client id"):
-        table.add_column(column)
+    return owner
+
+
+def group_document(group_id: str, described: dict, owner: dict, committed: dict, ends: dict) -> dict:
+    """A group's state, members and per-partition committed offset, log end and lag (None where unknown)."""
     rows = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
     for topic, partition in owner:
         rows.setdefault((topic, partition), None)
+    log_ends = {(tp.topic, tp.partition): end for tp, end in ends.items()}
+    partitions = []
     for (topic, partition), offset in sorted(rows.items()):
-        end = next((e for tp, e in ends.items() if (tp.topic, tp.partition) == (topic, partition)), None)
+        end = log_ends.get((topic, partition))
         member = owner.get((topic, partition), {})
-        lag = end - offset if end is not None and offset is not None else None
-        table.add_row(topic, str(partition), _dash(offset), _dash(end), _dash(lag), member.get("member_id", "-"),
-                      member.get("client_host", "-"), member.get("client_id", "-"))
-    console.print(table)
+        partitions.append({"topic": topic, "partition": partition, "committed": offset, "log_end": end,
+                           "lag": end - offset if end is not None and offset is not None else None,
+                           "member_id": member.get("member_id"), "host": member.get("client_host"),
+                           "client_id": member.get("client_id")})
+    members = [{"member_id": m["member_id"], "client_id": m.get("client_id"), "host": m.get("client_host"),
+                "assignment": sorted([a["topic"], p] for a in (m.get("member_assignment") or {})
+                                     .get("assigned_partitions", []) for p in a["partitions"])}
+               for m in described["members"]]
+    return {"group_id": group_id, "state": described["group_state"], "protocol": described["protocol_data"] or None,
+            "members": members, "partitions": partitions}
 
 
 def _dash(value) -> str:
@@ -448,11 +576,12 @@ def _dash(value) -> str:
 @bootstrap_option
 def group_delete(group_id, data_dir, bootstrap_server):
     """Delete an empty group and its committed offsets."""
-    with admin_client(data_dir, bootstrap_server, f"cannot delete {group_id}") as admin:
-        results = admin.delete_groups([group_id])
-    outcome = dict(results).get(group_id, "OK") if isinstance(results, list) else "OK"
+    from kafka import errors as kafka_errors
+
+    with admin_client(data_dir, bootstrap_server) as admin:
+        outcome = admin.delete_groups([group_id]).get(group_id, "OK")
     if outcome != "OK":
-        raise click.ClickException(f"cannot delete {group_id}: {outcome}")
+        fail(group_error(group_id, getattr(kafka_errors, outcome).errno))
     click.echo(f"deleted group {group_id}")
 
 
@@ -476,11 +605,16 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
     bootstrap = bootstrap_servers(data_dir, bootstrap_server)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="kraftwerk-cli")
+    with admin_client(data_dir, bootstrap) as admin:
+        state = admin.describe_groups([group_id])[group_id]["group_state"]
+    if state not in ("Empty", "Dead"):
+        fail(f"offsets of consumer group '{group_id}' can only be reset while it is inactive, "
+             f"but its state is {state}.")
+    consumer = connected(KafkaConsumer, bootstrap)
     try:
         partitions = [TopicPartition(topic_name, p) for p in sorted(consumer.partitions_for_topic(topic_name) or ())]
         if not partitions:
-            raise click.ClickException(f"topic {topic_name} does not exist")
+            fail(topic_error(topic_name, Errors.UnknownTopicOrPartitionError.errno))
         earliest, latest = consumer.beginning_offsets(partitions), consumer.end_offsets(partitions)
         if target == "earliest":
             offsets = earliest
@@ -493,12 +627,11 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
             offsets = {tp: found[tp].offset if found[tp] else latest[tp] for tp in partitions}
     finally:
         consumer.close()
-    with admin_client(data_dir, bootstrap, f"cannot reset {group_id}") as admin:
+    with admin_client(data_dir, bootstrap) as admin:
         results = admin.alter_group_offsets(group_id, {tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
     failures = {tp: error for tp, error in results.items() if error is not Errors.NoError}
     if failures:
-        raise click.ClickException(f"cannot reset {group_id} (a group with active members cannot be reset): "
-                                   + ", ".join(f"{tp.topic}-{tp.partition}: {e.__name__}" for tp, e in failures.items()))
+        fail(group_error(group_id, next(iter(failures.values())).errno))
     for tp, offset in sorted(offsets.items()):
         click.echo(f"{tp.topic}-{tp.partition}\t{offset}")
 
@@ -515,18 +648,48 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
 def produce(topic_name, values, key, partition, headers, acks, data_dir, bootstrap_server):
     """Send VALUES (or, without any, each line of standard input) to TOPIC."""
     from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers(data_dir, bootstrap_server),
-                             acks=acks if acks == "all" else int(acks), client_id="kraftwerk-cli")
     header_list = [(k, v.encode()) for k, v in parse_pairs(headers, "--header").items()]
-    lines = values or (line.rstrip("\n") for line in sys.stdin)
-    futures = [producer.send(topic_name, value=value.encode(), key=key.encode() if key is not None else None,
-                             partition=partition, headers=header_list) for value in lines]
-    producer.flush()
-    producer.close()
-    for future in futures:
-        metadata = future.get()
-        click.echo(f"{metadata.topic}-{metadata.partition}@{metadata.offset}", err=True)
+    producer = connected(KafkaProducer, bootstrap_servers(data_dir, bootstrap_server),
+                         acks=acks if acks == "all" else int(acks), max_block_ms=PRODUCE_METADATA_WAIT_MS)
+    try:
+        check_partition(topic_name, partition, _partitions_for_producer(producer, topic_name))
+        lines = values or (line.rstrip("\n") for line in sys.stdin)
+        futures = [producer.send(topic_name, value=value.encode(), key=key.encode() if key is not None else None,
+                                 partition=partition, headers=header_list) for value in lines]
+        producer.flush()
+        for future in futures:
+            try:
+                metadata = future.get()
+            except KafkaError as exc:
+                fail(f"cannot write to topic '{topic_name}': {kafka_exception_text(exc)}")
+            click.echo(f"{metadata.topic}-{metadata.partition}@{metadata.offset}", err=True)
+    finally:
+        producer.close()
+
+
+# How long produce waits for a topic to appear (auto-creation takes well under a second).
+PRODUCE_METADATA_WAIT_MS = 5000
+
+
+def _partitions_for_producer(producer, topic_name: str) -> set[int]:
+    """The topic's partitions, created first where the cluster creates topics on first use, as Kafka's producer does."""
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError, InvalidTopicError
+
+    try:
+        return producer.partitions_for(topic_name)
+    except KafkaTimeoutError:
+        fail(topic_error(topic_name, UnknownTopicOrPartitionError.errno))
+    except (InvalidTopicError, TopicAuthorizationFailedError) as exc:
+        fail(topic_error(topic_name, exc.errno))
+
+
+def check_partition(topic_name: str, partition: int | None, available) -> None:
+    if not available:
+        fail(topic_error(topic_name, UnknownTopicOrPartitionError.errno))
+    if partition is not None and partition not in available:
+        fail(f"topic '{topic_name}' has no partition {partition} (its partitions are 0-{max(available)}).")
 
 
 @main.command()
@@ -548,12 +711,13 @@ def consume(topic_name, from_beginning, partitions, max_messages, timeout, print
 
     template = _message_template(line_format, print_key)
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers(data_dir, bootstrap_server), client_id="kraftwerk-cli",
-                             enable_auto_commit=False, consumer_timeout_ms=int(timeout * 1000))
+    consumer = connected(KafkaConsumer, bootstrap_servers(data_dir, bootstrap_server), enable_auto_commit=False,
+                         consumer_timeout_ms=int(timeout * 1000))
     try:
-        chosen = partitions or sorted(consumer.partitions_for_topic(topic_name) or ())
-        if not chosen:
-            raise click.ClickException(f"topic {topic_name} does not exist")
+        available = consumer.partitions_for_topic(topic_name) or set()
+        for partition in partitions or [None]:
+            check_partition(topic_name, partition, available)
+        chosen = partitions or sorted(available)
         consumer.assign([TopicPartition(topic_name, p) for p in chosen])
         if from_beginning:
             consumer.seek_to_beginning()
@@ -589,11 +753,14 @@ def _format_message(template: str, record) -> str:
 @click.option("--messages", type=int, default=200_000, show_default=True)
 @click.option("--value-size", type=int, default=100, show_default=True)
 @click.option("--partitions", type=int, default=6, show_default=True)
-def bench(nodes, messages, value_size, partitions):
-    """Start a fresh cluster on free ports and print start-up, produce and fetch figures."""
+@click.option("--down-runs", type=int, default=10, show_default=True,
+              help="how many fresh clusters to stop for the cluster down figures (0: none)")
+def bench(nodes, messages, value_size, partitions, down_runs):
+    """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures."""
     from cluster.bench import run_benchmark
 
-    run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console)
+    run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console,
+                  down_runs=down_runs)
 
 
 def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
@@ -640,4 +807,4 @@ def check_failover(duration, seed, faults, hold, gap, producers, partitions, top
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

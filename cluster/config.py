@@ -10,8 +10,11 @@ BROKER_DEFAULTS: dict[str, str] = {
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": "",
     "log.dirs": "/tmp/kraft-combined-logs",
+    "process.roles": "",
     "controller.address": "",
     "controller.quorum.bootstrap.servers": "",
+    "controller.quorum.voters": "",
+    "controller.listener.names": "CONTROLLER",
     "broker.rack": "",
     "auto.create.topics.enable": "true",
     "num.partitions": "1",
@@ -50,6 +53,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.topic.replication.factor": "1",
     "offsets.commit.timeout.ms": "5000",
 }
+
+# Not Kafka's: the port of a node's admin listener (fault injection, replica states); 0 picks a free one.
+ADMIN_PORT_CONFIG = "kraftwerk.admin.port"
 
 # Topic config name -> the broker config that supplies its default.
 TOPIC_CONFIG_DEFAULTS_FROM_BROKER: dict[str, str] = {
@@ -104,6 +110,10 @@ def load_properties(path: str | Path) -> dict[str, str]:
     return parse_properties(Path(path).read_text())
 
 
+class ConfigError(ValueError):
+    """A configuration kraftwerk cannot run, with a message for the person who wrote it."""
+
+
 class BrokerConfig:
     """Typed access to broker properties, falling back to BROKER_DEFAULTS."""
 
@@ -128,24 +138,99 @@ class BrokerConfig:
     def log_dir(self) -> Path:
         return Path(self.get("log.dirs").split(",")[0].strip())
 
+    @property
+    def metadata_log_dir(self) -> Path:
+        """Where `__cluster_metadata` lives: metadata.log.dir, else the first log dir, as in Kafka."""
+        return Path(self.get("metadata.log.dir").strip()) if self.get("metadata.log.dir").strip() else self.log_dir
+
+    @property
+    def process_roles(self) -> set[str]:
+        """Kafka's process.roles: broker, controller or both; empty when not set (a broker)."""
+        roles = {r.strip() for r in self.get("process.roles").split(",") if r.strip()}
+        if not roles <= {"broker", "controller"}:
+            raise ConfigError(f"process.roles={self.get('process.roles')}: each role must be broker or controller")
+        return roles
+
+    def _listeners(self, key: str) -> list[tuple[str, str, int]]:
+        return [parse_listener(spec) for spec in self.get(key).split(",") if spec.strip()]
+
+    def _controller_listener_names(self) -> set[str]:
+        return {n.strip() for n in self.get("controller.listener.names").split(",") if n.strip()}
+
     def listener(self) -> tuple[str, str, int]:
-        """(name, host, port) of the first listener; port 0 asks the OS for a free one."""
-        return parse_listener(self.get("listeners").split(",")[0])
+        """(name, host, port) of the first broker listener; port 0 asks the OS for a free one."""
+        brokers = [l for l in self._listeners("listeners") if l[0] not in self._controller_listener_names()]
+        if not brokers:
+            raise ConfigError(f"listeners={self.get('listeners')} has no listener for clients "
+                              f"(controller.listener.names={self.get('controller.listener.names')})")
+        return brokers[0]
+
+    def controller_listener(self) -> tuple[str, str, int]:
+        """(name, host, port) of the listener named first in controller.listener.names."""
+        names = self._controller_listener_names()
+        found = [l for l in self._listeners("listeners") if l[0] in names]
+        if not found:
+            raise ConfigError(f"a controller needs a listener named in controller.listener.names "
+                              f"({self.get('controller.listener.names')}) in listeners={self.get('listeners')}")
+        return found[0]
 
     def advertised_listener(self, bound_port: int) -> tuple[str, str, int]:
-        advertised = self.get("advertised.listeners").strip()
-        name, host, port = parse_listener(advertised.split(",")[0]) if advertised else self.listener()
+        name, host, port = self.listener()
+        advertised = [l for l in self._listeners("advertised.listeners")
+                      if l[0] not in self._controller_listener_names()]
+        if advertised:
+            name, host, port = next((l for l in advertised if l[0] == name), advertised[0])
         if host in ("", "0.0.0.0", "::"):
             host = "127.0.0.1"
         return name, host, port or bound_port
 
     def controller_address(self) -> tuple[str, int] | None:
-        """Our `controller.address` host:port, else the first of Kafka's quorum bootstrap servers."""
-        raw = self.get("controller.address") or self.get("controller.quorum.bootstrap.servers")
-        if not raw.strip():
-            return None
-        host, _, port = raw.split(",")[0].strip().rpartition(":")
-        return host, int(port)
+        """Our `controller.address` host:port, else Kafka's quorum bootstrap server or single voter.
+
+        kraftwerk runs one controller, not a Raft quorum: a config naming several is refused.
+        """
+        if self.get("controller.address").strip():
+            host, _, port = self.get("controller.address").strip().rpartition(":")
+            return host, int(port)
+        servers = [s.strip() for s in self.get("controller.quorum.bootstrap.servers").split(",") if s.strip()]
+        voters = self.quorum_voters()
+        if len(servers) > 1:
+            raise ConfigError(f"controller.quorum.bootstrap.servers={','.join(servers)} names {len(servers)} "
+                              f"controllers; kraftwerk runs a single controller (a quorum is not supported yet)")
+        if servers:
+            host, _, port = servers[0].rpartition(":")
+            return host, int(port)
+        return voters[0][1:] if voters else None
+
+    def quorum_voters(self) -> list[tuple[int, str, int]]:
+        """controller.quorum.voters as (id, host, port); at most one, since there is no quorum yet."""
+        voters = []
+        for spec in (v.strip() for v in self.get("controller.quorum.voters").split(",") if v.strip()):
+            node_id, at, address = spec.partition("@")
+            host, _, port = address.rpartition(":")
+            if not at or not node_id.strip().isdigit() or not port.isdigit():
+                raise ConfigError(f"controller.quorum.voters: {spec!r} is not id@host:port")
+            voters.append((int(node_id), host.strip("[]"), int(port)))
+        if len(voters) > 1:
+            raise ConfigError(f"controller.quorum.voters={self.get('controller.quorum.voters')} names {len(voters)} "
+                              f"voters; kraftwerk runs a single controller (a quorum is not supported yet)")
+        return voters
+
+    def check_roles(self) -> None:
+        """Refuse, as Kafka does, role settings that cannot work."""
+        roles = self.process_roles
+        address = self.controller_address()
+        if "controller" in roles:
+            self.controller_listener()
+            voters = self.quorum_voters()
+            if voters and voters[0][0] != self.node_id:
+                raise ConfigError(f"If process.roles contains the controller role, the node id {self.node_id} "
+                                  f"must be included in the set of voters "
+                                  f"controller.quorum.voters={self.get('controller.quorum.voters')}")
+        elif roles and address is None:
+            raise ConfigError("If using process.roles, either controller.quorum.bootstrap.servers must contain the "
+                              "set of bootstrap controllers or controller.quorum.voters must contain a parseable "
+                              "set of voters.")
 
     def topic_defaults(self) -> dict[str, str]:
         defaults = dict(TOPIC_CONFIG_FIXED_DEFAULTS)

@@ -18,8 +18,12 @@ from typing import Any, Awaitable, Callable
 
 import msgpack
 
+from cluster.shutdown import cancel_and_wait
+
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+# Frames larger than this are decoded in slices of this size, giving way to the event loop in between.
+DECODE_SLICE_BYTES = 64 * 1024
 _LENGTH = struct.Struct(">I")
 
 log = logging.getLogger(__name__)
@@ -31,6 +35,10 @@ class ControlError(Exception):
     """The peer answered a control request with an error, or the connection failed."""
 
 
+class BadControlRequest(ValueError):
+    """A request's arguments are missing or of the wrong type: answered with an error, not logged as a fault."""
+
+
 def encode_frame(message: dict) -> bytes:
     body = msgpack.packb(message, use_bin_type=True)
     return _LENGTH.pack(len(body)) + body
@@ -40,11 +48,34 @@ async def read_frame(reader: asyncio.StreamReader) -> dict:
     (length,) = _LENGTH.unpack(await reader.readexactly(4))
     if length > MAX_FRAME_BYTES:
         raise ControlError(f"control frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
-    # Integer map keys are allowed: partition -> replicas maps, for one, travel as they are.
-    message = msgpack.unpackb(await reader.readexactly(length), raw=False, strict_map_key=False)
+    if length <= DECODE_SLICE_BYTES:
+        # Integer map keys are allowed: partition -> replicas maps, for one, travel as they are.
+        message = msgpack.unpackb(await reader.readexactly(length), raw=False, strict_map_key=False)
+    else:
+        message = await _decode_in_slices(reader, length)
     if not isinstance(message, dict):
         raise ControlError("control frame is not a map")
     return message
+
+
+async def _decode_in_slices(reader: asyncio.StreamReader, length: int) -> Any:
+    """Decode a large frame a slice at a time (msgpack's unpacker resumes where it stopped), so that
+    decoding megabytes never holds the event loop for more than a moment."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=length)
+    remaining = length
+    while remaining:
+        piece = await reader.readexactly(min(DECODE_SLICE_BYTES, remaining))
+        remaining -= len(piece)
+        unpacker.feed(piece)
+        try:
+            message = unpacker.unpack()
+        except msgpack.OutOfData:
+            await asyncio.sleep(0)
+            continue
+        if remaining or unpacker.tell() != length:
+            raise ControlError("control frame holds more than one message")
+        return message
+    raise ControlError("control frame ends inside its message")
 
 
 class ControlConnection:
@@ -78,10 +109,9 @@ class ControlServer:
         """Stop listening and end every connection, so that their handlers finish on their own."""
         if self.server:
             self.server.close()
-        for task in list(self._tasks):
-            task.cancel()
         for conn in list(self._connections):
             conn.writer.close()
+        await cancel_and_wait(list(self._tasks))
         await asyncio.gather(*(conn.closed for conn in list(self._connections)), return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -96,6 +126,8 @@ class ControlServer:
         except (asyncio.IncompleteReadError, ConnectionError, ControlError, ValueError,
                 msgpack.UnpackException) as exc:
             log.debug("control connection from %s closed: %s", conn.peer, exc)
+        except asyncio.CancelledError:
+            pass  # the process is stopping; asyncio 3.11 logs a handler that ends cancelled as an error
         finally:
             self._connections.discard(conn)
             if not conn.closed.done():
@@ -106,10 +138,11 @@ class ControlServer:
 
     async def _dispatch(self, conn: ControlConnection, message: dict) -> None:
         request_id = message.get("id")
-        handler = self.handlers.get(message.get("op"))
+        op = message.get("op")
+        handler = self.handlers.get(op) if isinstance(op, str) else None
         reply: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id}
         if handler is None:
-            reply.update(ok=False, error=f"unknown op {message.get('op')!r}")
+            reply.update(ok=False, error=f"unknown op {op!r}")
         elif message.get("v") != PROTOCOL_VERSION:
             reply.update(ok=False, error=f"unsupported control protocol version {message.get('v')!r}")
         else:
@@ -118,6 +151,9 @@ class ControlServer:
                 reply.update(ok=True, **(result or {}))
             except asyncio.CancelledError:
                 raise
+            except BadControlRequest as exc:
+                log.warning("control op %s from %s refused: %s", op, conn.peer, exc)
+                reply.update(ok=False, error=f"bad request: {exc}")
             except Exception as exc:  # a bad request must never take the process down
                 log.exception("control op %s failed", message.get("op"))
                 reply.update(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -165,7 +201,7 @@ class ControlClient:
         if self._writer:
             self._writer.close()
         if self._reader_task:
-            self._reader_task.cancel()
+            await cancel_and_wait([self._reader_task])
 
     async def _read_replies(self) -> None:
         try:

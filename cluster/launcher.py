@@ -4,14 +4,21 @@ All processes of a cluster share one process group, led by the controller, so th
 stopping the cluster (or a test fixture failing half way) can always kill every one of
 them. `cluster.json` in the data dir records what runs where, so that other commands
 and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
+
+The ports a cluster first listens on (each node's Kafka listener and admin port, the
+controller's port) are kept for its lifetime, as a Kafka broker keeps its listener: a
+restarted node, and the cluster started again on the same data dir, listen where they
+did before, so that bootstrap lists and the addresses clients cached stay valid.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cluster.config import ADMIN_PORT_CONFIG
 from cluster.control import ControlError, call_sync
 
 READY_TIMEOUT_S = 30
@@ -36,7 +44,6 @@ class NodeProcess:
     port: int
     data_dir: Path
     log_path: Path
-    fixed_port: bool = False
     admin_port: int = 0  # the node's control port: fault injection and replica state
     incarnation_id: str = ""
 
@@ -68,9 +75,50 @@ def read_ready_line(process: subprocess.Popen, log_path: Path, timeout: float) -
     line = process.stdout.readline() if ready else b""
     process.stdout.close()
     if not line:
-        tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-        raise ClusterError(f"{log_path.stem} did not start within {timeout:.0f}s:\n{tail}")
+        lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
+        exited = process.poll()
+        what = f"exited with status {exited} before it was ready" if exited is not None else \
+            f"did not start within {timeout:.0f}s"
+        last = f": {lines[-1].strip()}" if lines else ""
+        raise ClusterError(f"{log_path.stem} {what}{last} (its log: {log_path})")
     return json.loads(line)
+
+
+def ensure_port_free(host: str, port: int, owner: str) -> None:
+    """Refuse at once, naming the port and its owner, when a kept port is taken by another process.
+
+    The probe binds as the servers do, with SO_REUSEADDR, so that connections of a process
+    that just exited, still in TIME_WAIT, do not count as taking the port.
+    """
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ClusterError(f"{owner} cannot listen on {host}:{port}: the port is in use by another process "
+                               f"(a cluster keeps the ports it first got; free the port, or use a new data dir)"
+                               ) from None
+
+
+@dataclass
+class KeptPorts:
+    """The ports a cluster's processes listened on, from the cluster.json of its last start."""
+    base_port: int = 0
+    controller: int = 0
+    nodes: dict[int, tuple[int, int]] | None = None  # node id -> (Kafka listener port, admin port)
+
+    @classmethod
+    def read(cls, data_dir: Path) -> "KeptPorts":
+        path = data_dir / "cluster.json"
+        if not path.exists():
+            return cls()
+        state = json.loads(path.read_text())
+        return cls(state.get("base_port", 0), state["controller"]["port"],
+                   {int(node_id): (node["port"], node.get("admin_port", 0)) for node_id, node in state["nodes"].items()})
 
 
 class Cluster:
@@ -92,6 +140,7 @@ class Cluster:
         self.controller_pid: int | None = None
         self.controller_port: int | None = None
         self._processes: dict[str, subprocess.Popen] = {}
+        self._kept = KeptPorts() if self._temporary else KeptPorts.read(self.data_dir)
 
     # --- starting ---
 
@@ -121,8 +170,10 @@ class Cluster:
 
     def _start_controller(self) -> None:
         log_path = self.data_dir / "logs" / "controller.log"
+        port = self._kept.controller
+        ensure_port_free(self.host, port, "the controller")
         command = [sys.executable, "-m", "controller", "--data-dir", str(self.data_dir / "controller"),
-                   "--host", self.host, "--port", "0",
+                   "--host", self.host, "--port", str(port),
                    "--num-partitions", self.node_config.get("num.partitions", "1"),
                    "--default-replication-factor", self.node_config["default.replication.factor"],
                    "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
@@ -136,19 +187,30 @@ class Cluster:
 
     def _spawn_node(self, node_id: int) -> tuple[subprocess.Popen, Path]:
         log_path = self.data_dir / "logs" / f"node-{node_id}.log"
-        port = self.base_port + node_id - 1 if self.base_port else 0
+        port, admin_port = self._node_ports(node_id)
+        ensure_port_free(self.host, port, f"node {node_id}")
+        ensure_port_free(self.host, admin_port, f"node {node_id} (admin port)")
         command = [sys.executable, "-m", "node", "--node-id", str(node_id),
                    "--data-dir", str(self.data_dir / f"node-{node_id}"), "--host", self.host, "--port", str(port),
                    "--controller", f"{self.host}:{self.controller_port}"]
-        for key, value in self.node_config.items():
+        for key, value in {**self.node_config, ADMIN_PORT_CONFIG: str(admin_port)}.items():
             command += ["--set", f"{key}={value}"]
         return self._popen(f"node-{node_id}", command, log_path, process_group=self.controller_pid), log_path
+
+    def _node_ports(self, node_id: int) -> tuple[int, int]:
+        """(Kafka port, admin port) for node_id: where it listened before, else what --port asks for (0: any)."""
+        if node_id in self.nodes:
+            return self.nodes[node_id].port, self.nodes[node_id].admin_port
+        kept_port, kept_admin_port = (self._kept.nodes or {}).get(node_id, (0, 0))
+        if kept_port and self.base_port in (0, self._kept.base_port):
+            return kept_port, kept_admin_port
+        return (self.base_port + node_id - 1 if self.base_port else 0), kept_admin_port
 
     def _adopt_node(self, node_id: int, process: subprocess.Popen, log_path: Path) -> None:
         ready = read_ready_line(process, log_path, self.startup_timeout)
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
-                                          log_path, fixed_port=bool(self.base_port),
-                                          admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"])
+                                          log_path, admin_port=ready["admin_port"],
+                                          incarnation_id=ready["incarnation_id"])
 
     def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
@@ -197,8 +259,8 @@ class Cluster:
         cluster.controller_port = state["controller"]["port"]
         for node_id, node in state["nodes"].items():
             cluster.nodes[int(node_id)] = NodeProcess(int(node_id), node["pid"], node["port"], Path(node["data_dir"]),
-                                                      Path(node["log_path"]), node.get("fixed_port", False),
-                                                      node.get("admin_port", 0), node.get("incarnation_id", ""))
+                                                      Path(node["log_path"]), node.get("admin_port", 0),
+                                                      node.get("incarnation_id", ""))
         return cluster
 
     # --- queries ---
@@ -309,7 +371,7 @@ class Cluster:
         return self._node_control(node_id, "faults")
 
     def restart_node(self, node_id: int) -> None:
-        """Start a node again with the same id, data dir and (when fixed) port; a running one is stopped first."""
+        """Start a node again with the same id, data dir and ports; a running one is stopped first."""
         node = self.nodes[node_id]
         if node.alive():
             self._signal(node.pid, signal.SIGTERM)

@@ -322,25 +322,51 @@ def encode_records(
     base_timestamp = records[0][0]
     body = bytearray()
     for delta, (timestamp, key, value, headers) in enumerate(records):
-        record = bytearray(b"\x00")  # attributes
-        write_varint(timestamp - base_timestamp, record)
-        write_varint(delta, record)
-        _write_bytes(key, record)
-        _write_bytes(value, record)
-        write_varint(len(headers), record)
-        for hkey, hvalue in headers:
-            _write_bytes(hkey.encode(), record)
-            _write_bytes(hvalue, record)
-        write_varint(len(record), body)
-        body += record
+        _frame_record(body, timestamp - base_timestamp, delta, key, value, headers)
     if compression:
         from cluster.compression import compress
         body = compress(compression, bytes(body))
-    batch = bytearray(HEADER_SIZE) + body
     max_timestamp = max(max(record[0] for record in records), -1)
+    return seal_batch(body, len(records), base_offset=base_offset, timestamp=base_timestamp,
+                      max_timestamp=max_timestamp, leader_epoch=leader_epoch, attributes=attributes | compression,
+                      producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+
+
+def frame_records(values: list[tuple[bytes | None, bytes | None]], first_delta: int, body: bytearray,
+                  headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Append (key, value) records sharing the batch's timestamp to a batch body, their offset
+    deltas counting from first_delta.
+
+    A large batch can be framed a slice of records at a time and sealed once.
+    """
+    for delta, (key, value) in enumerate(values, first_delta):
+        _frame_record(body, 0, delta, key, value, headers or ())
+
+
+def _frame_record(body: bytearray, timestamp_delta: int, offset_delta: int, key: bytes | None,
+                  value: bytes | None, headers) -> None:
+    record = bytearray(b"\x00")  # attributes
+    write_varint(timestamp_delta, record)
+    write_varint(offset_delta, record)
+    _write_bytes(key, record)
+    _write_bytes(value, record)
+    write_varint(len(headers), record)
+    for hkey, hvalue in headers:
+        _write_bytes(hkey.encode(), record)
+        _write_bytes(hvalue, record)
+    write_varint(len(record), body)
+    body += record
+
+
+def seal_batch(body: bytes | bytearray, count: int, *, base_offset: int, timestamp: int,
+               max_timestamp: int | None = None, leader_epoch: int = 0, attributes: int = 0,
+               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE) -> bytes:
+    """Put the header and CRC-32C in front of a body of count framed (or compressed) records."""
+    batch = bytearray(HEADER_SIZE) + body
     _HEADER.pack_into(
-        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes | compression,
-        len(records) - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, len(records),
+        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes,
+        count - 1, timestamp, timestamp if max_timestamp is None else max_timestamp,
+        producer_id, producer_epoch, base_sequence, count,
     )
     struct.pack_into(">I", batch, 17, compute_crc(batch))
     return bytes(batch)

@@ -1,12 +1,16 @@
 """Run the controller: `python -m controller --data-dir DIR [--port 0]`.
 
-Prints one JSON line `{"ready": true, "port": ..., "pid": ...}` once it serves.
+Prints one JSON line `{"ready": true, "port": ..., "pid": ...}` once it serves. A node whose
+server.properties has `process.roles=broker,controller` (or `controller`) starts it with the
+values of that file; `--exit-with-parent PID` makes it end with that node, whatever ends it.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import base64
+import ctypes
+import gc
 import json
 import logging
 import os
@@ -17,6 +21,7 @@ from pathlib import Path
 
 from cluster.config import BrokerConfig
 from cluster.control import ControlServer
+from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.metadata_log import read_meta_properties, write_meta_properties
 from controller.metadata_writer import MetadataWriter
 from controller.server import Controller
@@ -24,6 +29,7 @@ from controller.server import Controller
 log = logging.getLogger("controller")
 # Kafka 3.7-IV4: the metadata.version whose record versions we write.
 METADATA_VERSION_LEVEL = 19
+PR_SET_PDEATHSIG = 1
 
 
 def parse_args(argv):
@@ -32,6 +38,9 @@ def parse_args(argv):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--cluster-id")
+    parser.add_argument("--node-id", type=int, default=0, help="node.id for a log dir this controller formats")
+    parser.add_argument("--exit-with-parent", type=int, metavar="PID",
+                        help="stop when process PID (the node that started this controller) exits")
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=2000)
     parser.add_argument("--num-partitions", type=int, default=1)
     parser.add_argument("--default-replication-factor", type=int, default=1)
@@ -53,25 +62,44 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def load_cluster_id(data_dir: Path, requested: str | None) -> str:
+def load_cluster_id(data_dir: Path, requested: str | None, node_id: int) -> str:
+    """The cluster id of a log dir's meta.properties (as `kafka-storage.sh format` writes it); a
+    directory without one is formatted here, with a new cluster id unless one was asked for."""
     props = read_meta_properties(data_dir)
     if props.get("cluster.id"):
         if requested and requested != props["cluster.id"]:
             raise SystemExit(f"{data_dir} belongs to cluster {props['cluster.id']}, not {requested}")
         return props["cluster.id"]
     cluster_id = requested or new_cluster_id()
-    write_meta_properties(data_dir, {"cluster.id": cluster_id, "node.id": "0", "process.roles": "controller",
-                                     "version": "1"})
+    log.info("formatting %s for cluster %s", data_dir, cluster_id)
+    write_meta_properties(data_dir, {"cluster.id": cluster_id, "node.id": str(node_id), "version": "1",
+                                     "directory.id": new_cluster_id()})
     return cluster_id
 
 
+def exit_with_parent(parent_pid: int) -> None:
+    """Have the kernel send SIGTERM when the parent exits (even by SIGKILL); exit now if it already has."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        raise SystemExit(f"the node that started this controller (pid {parent_pid}) has exited")
+
+
 async def run(args) -> None:
+    if args.exit_with_parent:
+        exit_with_parent(args.exit_with_parent)
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id))
+    writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id, args.node_id))
     if "metadata.version" not in writer.image.features:
-        await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
-                                                     "feature_level": METADATA_VERSION_LEVEL})])
+        async with writer.exclusive:
+            await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
+                                                         "feature_level": METADATA_VERSION_LEVEL})])
+    # The replayed image lives as long as the process: keep it out of every later full GC pass,
+    # which would otherwise walk all of it and stall the event loop.
+    gc.collect()
+    gc.freeze()
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
                             args.heartbeat_timeout_ms, config_from(args.set))
@@ -85,10 +113,10 @@ async def run(args) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
-    fencing.cancel()
-    balancing.cancel()
+    await cancel_and_wait([fencing, balancing])
     controller.process_watch.close()
     await server.close()
+    await cancel_remaining_tasks()
     writer.close()
     log.info("controller stopped")
 

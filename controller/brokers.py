@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Iterator
 
 from cluster.errors import ErrorCode
 from cluster.image import MetadataImage
@@ -41,24 +42,33 @@ def register_broker_record(args: dict, broker_epoch: int) -> tuple[str, dict]:
     })
 
 
-def leaderless_partition_changes(image: MetadataImage, node_id: int) -> list[tuple[str, dict]]:
+Change = tuple[str, dict]
+
+
+def leaderless_partition_changes(image: MetadataImage, node_id: int) -> list[Change]:
+    return [change for change in iter_leaderless_partition_changes(image, node_id) if change]
+
+
+def iter_leaderless_partition_changes(image: MetadataImage, node_id: int) -> Iterator[Change | None]:
     """When a broker comes back, it leads partitions that had no leader and keep it in their ISR,
     and, where the topic allows unclean election, leaderless partitions it is a replica of (its
     data becomes the partition's, so the ISR is reset to it, as Kafka's unclean election does).
+
+    Yields a change or None for every partition, so that a caller can give way in between.
     """
-    changes = []
     for topic in image.topics.values():
         unclean = _unclean_allowed(image, topic.name)
         for index, partition in topic.partitions.items():
             if partition.leader != -1 or node_id not in partition.replicas:
+                yield None
                 continue
             change = {"partition_id": index, "topic_id": topic.topic_id, "leader": node_id}
             if node_id not in partition.isr:
                 if not unclean:
+                    yield None
                     continue
                 change["isr"] = [node_id]
-            changes.append(("PartitionChangeRecord", change))
-    return changes
+            yield "PartitionChangeRecord", change
 
 
 def _unclean_allowed(image: MetadataImage, topic_name: str) -> bool:
@@ -70,19 +80,23 @@ def _in_replica_order(partition, members) -> list[int]:
     return [r for r in partition.replicas if r in members]
 
 
-def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[str, dict]]:
+def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[Change]:
+    return [change for change in iter_changes_for_fenced_broker(image, node_id) if change]
+
+
+def iter_changes_for_fenced_broker(image: MetadataImage, node_id: int) -> Iterator[Change | None]:
     """Take a fenced broker out of every ISR and move its leaderships to in-sync replicas.
 
     As in Kafka, the last member of an ISR stays in it (the partition goes leaderless rather
     than losing the record of who has the data), and only unfenced in-sync replicas can lead
-    unless the topic allows unclean election.
+    unless the topic allows unclean election. Yields a change or None for every partition.
     """
     live = {b.node_id for b in image.brokers.values() if not b.fenced and b.node_id != node_id}
-    changes = []
     for topic in image.topics.values():
         unclean = _unclean_allowed(image, topic.name)
         for index, partition in topic.partitions.items():
             if node_id not in partition.replicas:
+                yield None
                 continue
             isr = [r for r in partition.isr if r != node_id] or list(partition.isr)
             change = {"partition_id": index, "topic_id": topic.topic_id}
@@ -95,9 +109,7 @@ def changes_for_fenced_broker(image: MetadataImage, node_id: int) -> list[tuple[
                     if candidates:  # with no live replica at all the ISR keeps its last member
                         change["isr"] = candidates[:1]
                 change["leader"] = candidates[0] if candidates else -1
-            if len(change) > 2:
-                changes.append(("PartitionChangeRecord", change))
-    return changes
+            yield ("PartitionChangeRecord", change) if len(change) > 2 else None
 
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
@@ -137,13 +149,13 @@ def elect_leader(image: MetadataImage, topic_name: str, index: int, election_typ
     return ErrorCode.NONE, ("PartitionChangeRecord", change)
 
 
-def imbalanced_leader_changes(image: MetadataImage) -> list[tuple[str, dict]]:
+def imbalanced_leader_changes(image: MetadataImage) -> list[Change]:
+    return [change for change in iter_imbalanced_leader_changes(image) if change]
+
+
+def iter_imbalanced_leader_changes(image: MetadataImage) -> Iterator[Change | None]:
     """Give every partition whose preferred replica is live and in sync back to it
-    (auto.leader.rebalance.enable)."""
-    changes = []
+    (auto.leader.rebalance.enable). Yields a change or None for every partition."""
     for topic in image.topics.values():
         for index in topic.partitions:
-            outcome, record = elect_leader(image, topic.name, index, PREFERRED)
-            if record is not None:
-                changes.append(record)
-    return changes
+            yield elect_leader(image, topic.name, index, PREFERRED)[1]

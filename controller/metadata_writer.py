@@ -3,10 +3,17 @@
 Every change is one record batch appended at the log end, fsynced before the caller is
 answered, then applied to the in-memory image; long-polling node fetches and other
 waiters are woken through a condition.
+
+Like Kafka's controller event queue, one operation at a time decides on the image and
+writes: whoever calls `append` holds `exclusive` from reading the image to writing its
+records, so that an operation built over several slices of the event loop never sees
+another's half-applied batch. Encoding and applying a batch give way to the event loop
+every few milliseconds; the fsync runs in a thread.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 import uuid
@@ -15,12 +22,17 @@ from pathlib import Path
 from cluster.image import MetadataImage
 from cluster.log import PartitionLog
 from cluster.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
-from cluster.metadata_records import encode_metadata_batch
+from cluster.metadata_records import encode_record, iter_metadata_records
+from cluster.records import frame_records, seal_batch
+from controller.time_slices import TimeSlice, gently
 
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 CONTROLLER_EPOCH = 1
+# Records encoded between two chances for the event loop to run something else.
+ENCODE_SLICE = 100
+FREEZE_AFTER_RECORDS = 1000
 
 
 class MetadataWriter:
@@ -28,6 +40,7 @@ class MetadataWriter:
         self.log = PartitionLog(Path(data_dir) / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
         self.image = MetadataImage(cluster_id=cluster_id)
         self.changed = asyncio.Condition()
+        self.exclusive = asyncio.Lock()
         replay_partition_log(self.log, self.image)
         log.info("replayed the metadata log up to offset %d", self.image.offset)
 
@@ -40,17 +53,38 @@ class MetadataWriter:
         return self.log.log_end_offset - 1
 
     async def append(self, records: list[tuple[str, dict]]) -> int:
-        """Write records as one batch, durably; returns the offset of the last one."""
+        """Write records as one batch, durably; returns the offset of the last one.
+
+        The caller holds `exclusive` since it read the image it decided on.
+        """
+        assert self.exclusive.locked(), "metadata writes are made under MetadataWriter.exclusive"
         if not records:
             return self.last_offset
-        batch = encode_metadata_batch(records, base_offset=self.log.log_end_offset, leader_epoch=CONTROLLER_EPOCH,
-                                      timestamp=int(time.time() * 1000))
+        batch = await self._encode(records)
         self.log.append_as_follower(batch)
-        self.log.flush()
-        self.image.replay(batch)
+        await asyncio.to_thread(self.log.flush)
+        async for offset, name, fields in gently(iter_metadata_records(batch)):
+            self.image.apply(offset, name, fields)
+        if len(records) >= FREEZE_AFTER_RECORDS:
+            # The objects a large batch added to the image live as long as their topics: moving
+            # them out of the GC's generations spares every later full pass walking them (such a
+            # pass over a large image holds the event loop for many milliseconds). Young garbage
+            # cycles are collected first (a short pass), so that freezing keeps none of them.
+            gc.collect(1)
+            gc.freeze()
         async with self.changed:
             self.changed.notify_all()
         return self.last_offset
+
+    async def _encode(self, records: list[tuple[str, dict]]) -> bytes:
+        body = bytearray()
+        time_slice = TimeSlice()
+        for start in range(0, len(records), ENCODE_SLICE):
+            chunk = records[start:start + ENCODE_SLICE]
+            frame_records([(None, encode_record(name, fields)) for name, fields in chunk], start, body)
+            await time_slice.give_way()
+        return seal_batch(body, len(records), base_offset=self.log.log_end_offset, leader_epoch=CONTROLLER_EPOCH,
+                          timestamp=int(time.time() * 1000))
 
     async def notify(self) -> None:
         async with self.changed:

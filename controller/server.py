@@ -5,27 +5,66 @@ import asyncio
 import logging
 import time
 
-from cluster.control import ControlConnection
+from cluster.control import BadControlRequest, ControlConnection
 from cluster.process_table import process_table_id
 from cluster.errors import ErrorCode
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
 from controller import topics
 from cluster.config import BrokerConfig
+from controller.arguments import check_arguments, expect, expect_list
 from controller.brokers import (
-    Session, changes_for_fenced_broker, elect_leader, imbalanced_leader_changes, leaderless_partition_changes,
-    register_broker_record,
+    PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
+    iter_leaderless_partition_changes, register_broker_record,
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
+from controller.time_slices import TimeSlice, gently
+from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
 PRODUCER_ID_BLOCK = 1000
+FENCE_CHANGES_LOGGED = 100
 
 
 class DuplicateBrokerRegistration(Exception):
     """A node id is taken by another live process."""
+
+
+# The arguments each operation needs, checked before it runs (nested ones are checked where they are read).
+ARGUMENTS = {
+    "register": {"node_id": int, "incarnation_id": str, "host": str, "port": int, "pid": (int, type(None))},
+    "heartbeat": {"node_id": int, "broker_epoch": int, "applied_offset": int},
+    "fetch_metadata": {"offset": int, "max_wait_ms": (int, float, type(None))},
+    "create_topics": {"topics": list},
+    "delete_topics": {"topics": list},
+    "create_partitions": {"topics": list},
+    "alter_configs": {"resources": list},
+    "replace_configs": {"resources": list},
+    "allocate_producer_ids": {"node_id": int},
+    "alter_partition": {"node_id": int, "topic_id": str, "partition": int, "leader_epoch": int,
+                        "partition_epoch": int, "isr": list},
+    "controlled_shutdown": {"node_id": int, "broker_epoch": int},
+    "process_died": {"node_id": int, "incarnation_id": str},
+    "elect_leaders": {"election_type": int, "partitions": (list, type(None))},
+    "wait_ready": {"node_ids": list, "timeout_ms": (int, float, type(None))},
+    "wait_in_sync": {"topic": str, "timeout_ms": (int, float, type(None))},
+}
+
+
+async def changes_of(changes) -> list[tuple[str, dict]]:
+    """The changes a per-partition generator yields, computed a slice at a time."""
+    return [change async for change in gently(changes) if change]
+
+
+def _checked(op: str, handler):
+    spec = ARGUMENTS.get(op, {})
+
+    async def checked(args: dict, conn) -> dict:
+        check_arguments(args, spec)
+        return await handler(args, conn)
+    return checked
 
 
 class Controller:
@@ -46,6 +85,9 @@ class Controller:
         self._process_table = process_table_id()
 
     def handlers(self) -> dict:
+        return {op: _checked(op, handler) for op, handler in self._operations().items()}
+
+    def _operations(self) -> dict:
         return {
             "register": self.register,
             "heartbeat": self.heartbeat,
@@ -71,11 +113,14 @@ class Controller:
     # --- brokers ---
 
     async def register(self, args: dict, conn: ControlConnection) -> dict:
-        await self._fence_previous_incarnation(args["node_id"], args["incarnation_id"])
-        broker_epoch = self.writer.end_offset  # Kafka uses the offset of the registration record
-        await self.writer.append([register_broker_record(args, broker_epoch)])
-        self.sessions[args["node_id"]] = Session(args["node_id"], broker_epoch, self.writer.last_offset,
-                                                 last_heartbeat=time.monotonic())
+        _topic_id(args["incarnation_id"])  # a malformed one is refused before anything is written
+        expect(args.get("rack"), (str, type(None)), "rack")
+        async with self.writer.exclusive:
+            await self._fence_previous_incarnation(args["node_id"], args["incarnation_id"])
+            broker_epoch = self.writer.end_offset  # Kafka uses the offset of the registration record
+            await self.writer.append([register_broker_record(args, broker_epoch)])
+            self.sessions[args["node_id"]] = Session(args["node_id"], broker_epoch, self.writer.last_offset,
+                                                     last_heartbeat=time.monotonic())
         log.info("node %d registered with broker epoch %d", args["node_id"], broker_epoch)
         if args.get("pid") and self._process_table is not None and args.get("process_table") == self._process_table:
             incarnation_id = str(topic_id_from_kafka_string(args["incarnation_id"]))
@@ -100,7 +145,7 @@ class Controller:
             raise DuplicateBrokerRegistration(f"node {node_id} is registered by another live process")
         log.warning("node %d registers as a new process while the old one was unfenced: fencing the old one",
                     node_id)
-        await self.fence(session or Session(node_id, broker.broker_epoch, broker.broker_epoch))
+        await self._fence_locked(session or Session(node_id, broker.broker_epoch, broker.broker_epoch))
 
     async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
         session = self.sessions.get(args["node_id"])
@@ -109,15 +154,22 @@ class Controller:
         session.last_heartbeat = time.monotonic()
         session.heard_from = True
         session.applied_offset = args["applied_offset"]
-        broker = self.image.brokers.get(session.node_id)
-        if (broker is not None and broker.fenced and not session.shutting_down
-                and session.applied_offset >= session.registered_at_offset):
-            records = [("UnfenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
-            await self.writer.append(records + leaderless_partition_changes(self.image, session.node_id))
-            log.info("node %d unfenced", session.node_id)
+        if self._may_unfence(session):
+            async with self.writer.exclusive:
+                if self._may_unfence(session):
+                    records = [("UnfenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
+                    changes = await changes_of(iter_leaderless_partition_changes(self.image, session.node_id))
+                    await self.writer.append(records + changes)
+                    log.info("node %d unfenced", session.node_id)
         else:
             await self.writer.notify()
         return {"fenced": self.image.brokers[session.node_id].fenced}
+
+    def _may_unfence(self, session: Session) -> bool:
+        broker = self.image.brokers.get(session.node_id)
+        return (broker is not None and broker.fenced and not session.shutting_down
+                and self.sessions.get(session.node_id) is session
+                and session.applied_offset >= session.registered_at_offset)
 
     async def fence_silent_brokers(self) -> None:
         """Fence brokers whose heartbeats stopped, as Kafka's controller does after its session timeout."""
@@ -133,12 +185,22 @@ class Controller:
 
     async def fence(self, session: Session) -> None:
         """Fence a broker and, in the same batch, move its leaderships and ISR places."""
+        async with self.writer.exclusive:
+            broker = self.image.brokers.get(session.node_id)
+            if broker is not None and not broker.fenced and broker.broker_epoch == session.broker_epoch:
+                await self._fence_locked(session)
+
+    async def _fence_locked(self, session: Session) -> None:
         records = [("FenceBrokerRecord", {"id": session.node_id, "epoch": session.broker_epoch})]
-        changes = changes_for_fenced_broker(self.image, session.node_id)
-        for _, change in changes:
+        changes = await changes_of(iter_changes_for_fenced_broker(self.image, session.node_id))
+        # Each change is worth a line while there are few; a node with thousands gets a summary.
+        detailed = changes if len(changes) <= FENCE_CHANGES_LOGGED else []
+        for _, change in detailed:
             log.info("fencing node %d: partition %s-%d leader %s isr %s", session.node_id,
                      self.image.topics_by_id[change["topic_id"]].name, change["partition_id"],
                      change.get("leader", "unchanged"), change.get("isr", "unchanged"))
+        if not detailed and changes:
+            log.info("fencing node %d: %d partitions change leader or ISR", session.node_id, len(changes))
         await self.writer.append(records + changes)
 
     async def controlled_shutdown(self, args: dict, conn: ControlConnection) -> dict:
@@ -146,10 +208,9 @@ class Controller:
         session = self.sessions.get(args["node_id"])
         if session is None or session.broker_epoch != args["broker_epoch"]:
             raise ValueError(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
-        broker = self.image.brokers.get(session.node_id)
-        if broker is not None and not broker.fenced:
-            await self.fence(session)
+        # Before the fence is written: a heartbeat answered meanwhile must not unfence it again.
         session.shutting_down = True
+        await self.fence(session)
         return {"metadata_offset": self.writer.last_offset}
 
     async def balance_leaders(self) -> None:
@@ -159,26 +220,36 @@ class Controller:
         while True:
             await asyncio.sleep(interval)
             if self.config.get_bool("auto.leader.rebalance.enable"):
-                changes = imbalanced_leader_changes(self.image)
-                if changes:
-                    log.info("moving %d leaderships back to their preferred replicas", len(changes))
-                    await self.writer.append(changes)
+                async with self.writer.exclusive:
+                    changes = await changes_of(iter_imbalanced_leader_changes(self.image))
+                    if changes:
+                        log.info("moving %d leaderships back to their preferred replicas", len(changes))
+                        await self.writer.append(changes)
 
     async def elect_leaders(self, args: dict, conn) -> dict:
         """ElectLeaders: args["partitions"] is [[topic, partition], ...] or None for every partition,
-        in which case (as in Kafka) partitions that needed no election are left out of the results."""
-        requested = args.get("partitions")
-        every = requested is None
-        if every:
-            requested = [[t.name, i] for t in self.image.topics.values() for i in sorted(t.partitions)]
-        results, records = [], []
-        for topic, index in requested:
-            outcome, record = elect_leader(self.image, topic, index, args["election_type"])
-            if record is not None:
-                records.append(record)
-            if not (every and outcome == ErrorCode.ELECTION_NOT_NEEDED):
-                results.append([topic, index, int(outcome)])
-        offset = await self.writer.append(records) if records else self.writer.last_offset
+        in which case (as in Kafka) partitions that needed no election are left out of the results.
+        More than MAX_RECORDS_PER_USER_OP partitions asked for, or elections to write, refuse it all."""
+        requested = args["partitions"]
+        if args["election_type"] not in (PREFERRED, UNCLEAN):
+            raise BadControlRequest(f"election_type {args['election_type']} is neither preferred (0) nor unclean (1)")
+        if requested is not None and len(requested) > MAX_RECORDS_PER_USER_OP:
+            return self._refused(refuse_too_large())
+        async with self.writer.exclusive:
+            every = requested is None
+            if every:
+                requested = ((t.name, i) for t in list(self.image.topics.values()) for i in sorted(t.partitions))
+            results, records = [], []
+            async for item in gently(requested):
+                topic, index = item if every else _topic_partition(item)
+                outcome, record = elect_leader(self.image, topic, index, args["election_type"])
+                if record is not None:
+                    records.append(record)
+                if not (every and outcome == ErrorCode.ELECTION_NOT_NEEDED):
+                    results.append([topic, index, int(outcome)])
+            if len(records) > MAX_RECORDS_PER_USER_OP:
+                return self._refused(refuse_too_large())
+            offset = await self.writer.append(records) if records else self.writer.last_offset
         return {"results": results, "metadata_offset": offset}
 
     async def process_died(self, args: dict, conn: ControlConnection) -> dict:
@@ -204,41 +275,56 @@ class Controller:
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
         offset = args["offset"]
         if offset >= self.writer.end_offset:
-            await self.writer.wait_for(lambda: self.writer.end_offset > offset, args.get("max_wait_ms", 0) / 1000)
+            await self.writer.wait_for(lambda: self.writer.end_offset > offset, (args.get("max_wait_ms") or 0) / 1000)
         data = self.writer.read(offset, FETCH_MAX_BYTES) if offset < self.writer.end_offset else b""
         return {"data": data, "high_watermark": self.writer.end_offset}
 
     # --- admin ---
 
-    async def _apply(self, outcome: topics.Outcome, validate_only: bool = False) -> dict:
-        offset = self.writer.last_offset
-        if outcome.records and not validate_only:
-            offset = await self.writer.append(outcome.records)
+    def _refused(self, outcome: topics.Outcome) -> dict:
+        code, message = outcome.refused
+        log.info("admin request refused: %s", message)
+        return {"error_code": int(code), "error_message": message, "metadata_offset": self.writer.last_offset}
+
+    async def _decide_and_apply(self, decide, validate_only: bool = False) -> dict:
+        """Run an admin operation alone against the image and write its records, unless it was refused."""
+        async with self.writer.exclusive:
+            outcome = await decide()
+            if outcome.refused:
+                return self._refused(outcome)
+            offset = self.writer.last_offset
+            if outcome.records and not validate_only:
+                offset = await self.writer.append(outcome.records)
         return {"results": outcome.results, "metadata_offset": offset}
 
     async def create_topics(self, args: dict, conn) -> dict:
-        outcome = topics.create_topics(self.image, self.unfenced_brokers(), args["topics"], self.defaults)
-        return await self._apply(outcome, args.get("validate_only", False))
+        return await self._decide_and_apply(lambda: topics.create_topics(
+            self.image, self.unfenced_brokers(), args["topics"], self.defaults), bool(args.get("validate_only")))
 
     async def delete_topics(self, args: dict, conn) -> dict:
-        return await self._apply(topics.delete_topics(self.image, args["topics"]))
+        return await self._decide_and_apply(lambda: topics.delete_topics(self.image, args["topics"]))
 
     async def create_partitions(self, args: dict, conn) -> dict:
-        outcome = topics.create_partitions(self.image, self.unfenced_brokers(), args["topics"])
-        return await self._apply(outcome, args.get("validate_only", False))
+        return await self._decide_and_apply(lambda: topics.create_partitions(
+            self.image, self.unfenced_brokers(), args["topics"]), bool(args.get("validate_only")))
 
     async def alter_configs(self, args: dict, conn) -> dict:
-        return await self._apply(topics.alter_configs(self.image, args["resources"]), args.get("validate_only", False))
+        return await self._decide_and_apply(lambda: topics.alter_configs(self.image, args["resources"]),
+                                            bool(args.get("validate_only")))
 
     async def replace_configs(self, args: dict, conn) -> dict:
-        outcome = topics.replace_configs(self.image, args["resources"])
-        return await self._apply(outcome, args.get("validate_only", False))
+        return await self._decide_and_apply(lambda: topics.replace_configs(self.image, args["resources"]),
+                                            bool(args.get("validate_only")))
 
     async def alter_partition(self, args: dict, conn) -> dict:
         """A leader changes its ISR, as Kafka's AlterPartition: only at the current epochs."""
-        topic = self.image.topics_by_id.get(topic_id_from_kafka_string(args["topic_id"]))
+        isr = [expect(b, int, "isr member") for b in args["isr"]]
+        async with self.writer.exclusive:
+            return await self._alter_partition(args, isr)
+
+    async def _alter_partition(self, args: dict, isr: list[int]) -> dict:
+        topic = self.image.topics_by_id.get(_topic_id(args["topic_id"]))
         partition = topic.partitions.get(args["partition"]) if topic else None
-        isr = list(args["isr"])
         if partition is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif partition.leader != args["node_id"] or partition.leader_epoch != args["leader_epoch"]:
@@ -259,10 +345,12 @@ class Controller:
         return {"error_code": int(code), "metadata_offset": self.writer.last_offset}
 
     async def allocate_producer_ids(self, args: dict, conn) -> dict:
-        first = self.image.next_producer_id
-        await self.writer.append([("ProducerIdsRecord", {"broker_id": args["node_id"],
-                                                         "broker_epoch": args.get("broker_epoch", -1),
-                                                         "next_producer_id": first + PRODUCER_ID_BLOCK})])
+        async with self.writer.exclusive:
+            first = self.image.next_producer_id
+            await self.writer.append([("ProducerIdsRecord", {"broker_id": args["node_id"],
+                                                             "broker_epoch": expect(args.get("broker_epoch", -1), int,
+                                                                                    "broker_epoch"),
+                                                             "next_producer_id": first + PRODUCER_ID_BLOCK})])
         return {"first_producer_id": first, "count": PRODUCER_ID_BLOCK}
 
     # --- launcher ---
@@ -284,13 +372,17 @@ class Controller:
             "cluster_id": self.image.cluster_id,
             "metadata_offset": self.writer.last_offset,
             "brokers": brokers,
-            "topics": [{
-                "name": t.name, "topic_id": topic_id_to_kafka_string(t.topic_id),
-                "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas,
-                                "isr": p.isr, "leader_epoch": p.leader_epoch}
-                               for _, p in sorted(t.partitions.items())],
-            } for _, t in sorted(self.image.topics.items())],
+            "topics": await self._topics_status(),
         }
+
+    async def _topics_status(self) -> list[dict]:
+        time_slice = TimeSlice()
+        return [{
+            "name": topic.name, "topic_id": topic_id_to_kafka_string(topic.topic_id),
+            "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas, "isr": p.isr,
+                            "leader_epoch": p.leader_epoch}
+                           async for _, p in gently(sorted(topic.partitions.items()), time_slice)],
+        } for _, topic in sorted(self.image.topics.items())]
 
     def _ready(self, node_ids: list[int]) -> bool:
         caught_up = {s.node_id for s in self.sessions.values()
@@ -301,7 +393,7 @@ class Controller:
     async def wait_ready(self, args: dict, conn) -> dict:
         """Until nodes args["node_ids"] are registered, unfenced and caught up with the metadata log."""
         node_ids = args["node_ids"]
-        if not await self.writer.wait_for(lambda: self._ready(node_ids), args.get("timeout_ms", 30000) / 1000):
+        if not await self.writer.wait_for(lambda: self._ready(node_ids), (args.get("timeout_ms") or 30000) / 1000):
             raise TimeoutError(f"nodes {node_ids} did not register and catch up in time")
         return await self.status(args, conn)
 
@@ -312,5 +404,19 @@ class Controller:
 
     async def wait_in_sync(self, args: dict, conn) -> dict:
         """Until every partition of a topic has a leader and all its replicas in the ISR."""
-        in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), args.get("timeout_ms", 30000) / 1000)
+        timeout_s = (args.get("timeout_ms") or 30000) / 1000
+        in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), timeout_s)
         return {"in_sync": in_sync}
+
+
+def _topic_partition(item) -> tuple[str, int]:
+    if len(expect_list(item, "topic partition")) != 2:
+        raise BadControlRequest(f"topic partition: expected [topic, partition], got {item!r}")
+    return expect(item[0], str, "topic"), expect(item[1], int, "partition")
+
+
+def _topic_id(kafka_string: str):
+    try:
+        return topic_id_from_kafka_string(kafka_string)
+    except ValueError:
+        raise BadControlRequest(f"topic id {kafka_string!r} is not a Kafka topic id") from None

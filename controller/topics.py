@@ -1,7 +1,11 @@
 """Validation and records for topic creation, deletion, partition growth and topic configs.
 
-Each function checks a request against the current image and returns per-item results
-plus the records to write; nothing is written when a request is validate-only.
+Each operation checks a whole request against the current image before it builds anything,
+and is bounded as Kafka's controller bounds it: no user operation writes more than
+MAX_RECORDS_PER_USER_OP records (POLICY_VIOLATION for the whole request otherwise). The
+checks come in Kafka's order with Kafka's codes and messages. Loops over a request's items
+give way to the event loop every few milliseconds. Nothing is written for a validate-only
+request.
 """
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ from cluster.config import TOPIC_CONFIG_DEFAULTS_FROM_BROKER, TOPIC_CONFIG_FIXED
 from cluster.errors import ErrorCode
 from cluster.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
-from cluster.topic_names import topic_name_error
-from controller.placement import assign_replicas
+from cluster.topic_names import MAX_NAME_LENGTH, topic_name_error
+from controller.arguments import expect, expect_list, optional
+from controller.placement import iter_replica_assignments
+from controller.time_slices import gently
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_DEFAULTS_FROM_BROKER) | frozenset(TOPIC_CONFIG_FIXED_DEFAULTS)
 NUMERIC_CONFIGS = frozenset(n for n, v in TOPIC_CONFIG_FIXED_DEFAULTS.items() if v.lstrip("-").isdigit()) | {
@@ -21,98 +27,252 @@ NUMERIC_CONFIGS = frozenset(n for n, v in TOPIC_CONFIG_FIXED_DEFAULTS.items() if
     "index.interval.bytes"}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP, and the partitions one CreateTopics may ask for.
+MAX_RECORDS_PER_USER_OP = 10_000
+TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+
 
 @dataclass
 class Outcome:
     results: list[dict] = field(default_factory=list)
     records: list[tuple[str, dict]] = field(default_factory=list)
+    # Set when the whole request is refused: every item gets this (code, message), as Kafka's
+    # getErrorResponse answers, and nothing is written.
+    refused: tuple[ErrorCode, str] | None = None
 
 
 class RequestError(Exception):
-    def __init__(self, code: ErrorCode, message: str):
+    def __init__(self, code: ErrorCode, message: str | None):
         super().__init__(message)
         self.code = code
+        self.message = message
+
+
+def refuse_too_large() -> Outcome:
+    return Outcome(refused=(ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS))
 
 
 def _result(name, code=ErrorCode.NONE, message=None, **extra) -> dict:
     return {"name": name, "error_code": int(code), "error_message": message, **extra}
 
 
-def create_topics(image: MetadataImage, brokers: list[int], topics: list[dict], defaults: dict) -> Outcome:
-    outcome = Outcome()
-    seen: set[str] = set()
+def _error_result(name, exc: RequestError, **extra) -> dict:
+    return _result(name, exc.code, exc.message, **extra)
+
+
+def _duplicates(names: list) -> dict:
+    """Names given more than once, each mapped to False until its one INVALID_REQUEST result is out."""
+    seen, twice = set(), {}
+    for name in names:
+        if name in seen:
+            twice[name] = False
+        seen.add(name)
+    return twice
+
+
+def _report_duplicate(outcome: Outcome, duplicates: dict, name: str) -> None:
+    # Kafka creates none of them and answers the name once.
+    if not duplicates[name]:
+        duplicates[name] = True
+        outcome.results.append(_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+
+
+# --- CreateTopics ---
+
+@dataclass
+class TopicPlan:
+    """A topic that passed every check: what its records will say."""
+    name: str
+    partitions: int
+    factor: int
+    configs: dict
+    manual: list[list[int]] | None = None  # replicas per partition, when the request placed them
+    first_broker: int = 0
+
+    @property
+    def record_count(self) -> int:
+        return 1 + self.partitions + len(self.configs)
+
+
+async def create_topics(image: MetadataImage, brokers: list[int], requests: list, defaults: dict) -> Outcome:
+    """brokers: the unfenced brokers new replicas may go to."""
+    if len(expect_list(requests, "topics")) > MAX_RECORDS_PER_USER_OP:
+        return refuse_too_large()
+    requests = [_creatable_topic(r) async for r in gently(requests)]
+    if sum(_partitions_asked(r, defaults) for r in requests) > MAX_RECORDS_PER_USER_OP:
+        return Outcome(refused=(ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS))
+    if sum(len(r["configs"]) for r in requests) > MAX_RECORDS_PER_USER_OP:  # a ConfigRecord each
+        return refuse_too_large()
+    duplicates = _duplicates([r["name"] for r in requests])
+    outcome, plans = Outcome(), []
     start = sum(len(t.partitions) for t in image.topics.values())
-    for request in topics:
-        name = request.get("name")
+    async for request in gently(requests):
+        name = request["name"]
+        if name in duplicates:
+            _report_duplicate(outcome, duplicates, name)
+            continue
         try:
-            if name in seen:
-                raise RequestError(ErrorCode.INVALID_REQUEST, f"topic {name} appears twice in the request")
-            seen.add(name)
-            records, result = _create_topic(image, brokers, request, defaults, start)
-            start += result["num_partitions"]
-            outcome.records += records
-            outcome.results.append(result)
+            plan = _plan_topic(image, brokers, request, defaults, start)
         except RequestError as exc:
-            outcome.results.append(_result(name, exc.code, str(exc)))
+            outcome.results.append(_error_result(name, exc))
+            continue
+        start += plan.partitions
+        plans.append(plan)
+        outcome.results.append(_result(name, num_partitions=plan.partitions, replication_factor=plan.factor,
+                                       configs=plan.configs))
+    if sum(plan.record_count for plan in plans) > MAX_RECORDS_PER_USER_OP:
+        return refuse_too_large()
+    ids = {}
+    for plan in plans:
+        ids[plan.name] = uuid.uuid4()
+        outcome.records += [record async for record in gently(_topic_records(plan, ids[plan.name], brokers))]
+    for result in outcome.results:
+        if result["name"] in ids and not result["error_code"]:
+            result["topic_id"] = topic_id_to_kafka_string(ids[result["name"]])
     return outcome
 
 
-def _create_topic(image, brokers, request, defaults, start_index):
+def _creatable_topic(request) -> dict:
+    expect(request, dict, "topic")
+    return {
+        "name": expect(request.get("name"), str, "topic name"),
+        "num_partitions": expect(request.get("num_partitions", -1), int, "num_partitions"),
+        "replication_factor": expect(request.get("replication_factor", -1), int, "replication_factor"),
+        "assignments": _assignments(optional(request.get("assignments"), dict, "assignments")),
+        "configs": optional(request.get("configs"), dict, "configs") or {},
+    }
+
+
+def _assignments(assignments: dict | None) -> dict[int, list] | None:
+    """Partition index -> replica list; the broker ids are checked once the count is known to be in bounds."""
+    if not assignments or len(assignments) > MAX_RECORDS_PER_USER_OP:
+        return assignments or None  # too many to read: the partition count refuses the request
+    return {int(expect(index, (int, str), "partition index")): expect_list(replicas, "replicas")
+            for index, replicas in assignments.items()}
+
+
+def _partitions_asked(request: dict, defaults: dict) -> int:
+    """What Kafka counts against the partitions one CreateTopics may create."""
+    if request["assignments"]:
+        return len(request["assignments"])
+    if request["num_partitions"] == -1:
+        return defaults["num.partitions"]
+    return max(request["num_partitions"], 0)
+
+
+def _plan_topic(image, brokers, request, defaults, start_index) -> TopicPlan:
     name = request["name"]
     if topic_name_error(name):
-        raise RequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is illegal")
+        raise RequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, _illegal_name_message(name))
     if name in image.topics:
-        raise RequestError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-    configs = validate_configs(request.get("configs") or {})
-    assignments = request.get("assignments")
-    partitions, factor = request.get("num_partitions", -1), request.get("replication_factor", -1)
-    if assignments:
-        if partitions != -1 or factor != -1:
-            raise RequestError(ErrorCode.INVALID_REQUEST,
-                               "both replica assignments and partitions/replication factor were given")
-        replicas = _manual_assignment(assignments, brokers)
-    else:
-        partitions = defaults["num.partitions"] if partitions == -1 else partitions
-        factor = defaults["default.replication.factor"] if factor == -1 else factor
-        if partitions < 1:
-            raise RequestError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1")
-        if factor < 1 or factor > len(brokers):
-            raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                               f"replication factor {factor} but {len(brokers)} brokers are available")
-        replicas = assign_replicas(brokers, partitions, factor, start_index=start_index % max(len(brokers), 1))
-    topic_id = uuid.uuid4()
-    records = [("TopicRecord", {"name": name, "topic_id": topic_id})]
-    records += [_partition_record(topic_id, index, members) for index, members in enumerate(replicas)]
-    records += [_config_record(name, key, value) for key, value in sorted(configs.items())]
-    result = _result(name, topic_id=topic_id_to_kafka_string(topic_id), num_partitions=len(replicas),
-                     replication_factor=len(replicas[0]), configs=configs)
-    return records, result
+        raise RequestError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    configs = validate_configs(request["configs"])
+    partitions, factor = request["num_partitions"], request["replication_factor"]
+    if request["assignments"]:
+        if factor != -1:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                                                          "replication factor was not set to -1.")
+        if partitions != -1:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                                                          "numPartitions was not set to -1.")
+        manual = _manual_assignment(image, brokers, request["assignments"])
+        return TopicPlan(name, len(manual), len(manual[0]), configs, manual=manual)
+    if factor < -1 or factor == 0:
+        raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           "Replication factor must be larger than 0, or -1 to use the default value.")
+    if partitions < -1 or partitions == 0:
+        raise RequestError(ErrorCode.INVALID_PARTITIONS,
+                           "Number of partitions was set to an invalid non-positive value.")
+    partitions = defaults["num.partitions"] if partitions == -1 else partitions
+    factor = defaults["default.replication.factor"] if factor == -1 else factor
+    problem = _placement_problem(brokers, factor)
+    if problem:
+        raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           f"Unable to replicate the partition {factor} time(s): {problem}")
+    return TopicPlan(name, partitions, factor, configs, first_broker=start_index % max(len(brokers), 1))
 
 
-def _manual_assignment(assignments: dict, brokers: list[int]) -> list[list[int]]:
-    indexes = sorted(int(k) for k in assignments)
-    if indexes != list(range(len(indexes))):
-        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1")
-    replicas = [list(assignments.get(i, assignments.get(str(i)))) for i in indexes]
-    _check_replicas(replicas, brokers)
+def _illegal_name_message(name: str) -> str:
+    """Kafka's Topic.validate messages."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}"
+    return f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+
+
+def _placement_problem(brokers: list[int], factor: int) -> str | None:
+    """Why Kafka's replica placer could not place factor replicas, if it could not."""
+    if not brokers:
+        return "All brokers are currently fenced."
+    if factor > len(brokers):
+        return (f"The target replication factor of {factor} cannot be reached because only "
+                f"{len(brokers)} broker(s) are registered.")
+    return None
+
+
+def _topic_records(plan: TopicPlan, topic_id: uuid.UUID, brokers: list[int]):
+    yield "TopicRecord", {"name": plan.name, "topic_id": topic_id}
+    replicas = plan.manual or iter_replica_assignments(brokers, plan.partitions, plan.factor,
+                                                       start_index=plan.first_broker)
+    active = set(brokers)
+    for index, members in enumerate(replicas):
+        yield _partition_record(topic_id, index, members, [b for b in members if b in active])
+    for key, value in sorted(plan.configs.items()):
+        yield _config_record(plan.name, key, value)
+
+
+def _manual_assignment(image, brokers, assignments: dict[int, list[int]]) -> list[list[int]]:
+    """Replicas per partition as a request placed them, checked as Kafka's controller checks them."""
+    replicas = []
+    for index in range(len(assignments)):
+        if index not in assignments:
+            raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                               "partitions should be a consecutive 0-based integer sequence")
+        replicas.append(_checked_replicas(image, brokers, index, assignments[index],
+                                          len(replicas[0]) if replicas else None))
     return replicas
 
 
-def _check_replicas(replicas: list[list[int]], brokers: list[int]) -> None:
-    sizes = {len(r) for r in replicas}
-    for members in replicas:
-        if not members or len(set(members)) != len(members) or any(b not in brokers for b in members):
-            raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                               f"replicas {members} must be distinct registered brokers")
-    if len(sizes) > 1:
-        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "all partitions need the same replica count")
+def _checked_replicas(image, brokers, index: int, members: list, factor: int | None) -> list[int]:
+    if not members:
+        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           "The manual partition assignment includes an empty replica list.")
+    registered = len(set(image.brokers) | set(brokers))
+    if len(members) > registered:  # some broker repeats or is unknown; not worth sorting them all to say which
+        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"The manual partition assignment includes {len(members)} replicas, but only "
+                           f"{registered} broker(s) are registered.")
+    members = [expect(b, int, "broker id") for b in members]
+    previous = None
+    for broker in sorted(members):
+        if broker not in image.brokers and broker not in brokers:
+            raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
+                                                                     f"broker {broker}, but no such broker is "
+                                                                     f"registered.")
+        if broker == previous:
+            raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
+                                                                     f"the broker {broker} more than once.")
+        previous = broker
+    if factor is not None and len(members) != factor:
+        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"The manual partition assignment includes a partition with {len(members)} replica(s), "
+                           f"but this is not consistent with previous partitions, which have {factor} replica(s).")
+    if not set(members) & set(brokers):
+        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"All brokers specified in the manual partition "
+                                                                 f"assignment for partition {index} are fenced or in "
+                                                                 f"controlled shutdown.")
+    return list(members)
 
 
-def _partition_record(topic_id: uuid.UUID, index: int, replicas: list[int]) -> tuple[str, dict]:
-    # Every replica of a new, empty partition is in sync, as in Kafka.
+def _partition_record(topic_id: uuid.UUID, index: int, replicas: list[int], isr: list[int]) -> tuple[str, dict]:
+    # The ISR of a new, empty partition is every active replica, led by the first, as in Kafka.
     return ("PartitionRecord", {
-        "partition_id": index, "topic_id": topic_id, "replicas": replicas, "isr": list(replicas),
-        "removing_replicas": [], "adding_replicas": [], "leader": replicas[0], "leader_recovery_state": 0,
+        "partition_id": index, "topic_id": topic_id, "replicas": list(replicas), "isr": isr,
+        "removing_replicas": [], "adding_replicas": [], "leader": isr[0], "leader_recovery_state": 0,
         "leader_epoch": 0, "partition_epoch": 0, "directories": [uuid.UUID(int=0)] * len(replicas),
     })
 
@@ -123,75 +283,138 @@ def _config_record(topic: str, name: str, value: str | None) -> tuple[str, dict]
 
 
 def validate_configs(configs: dict) -> dict:
+    nulls = [name for name, value in configs.items() if value is None]
+    if nulls:
+        raise RequestError(ErrorCode.INVALID_CONFIG,
+                           f"Null value not supported for topic configs: {','.join(map(str, nulls))}")
     for name, value in configs.items():
         if name not in TOPIC_CONFIG_NAMES:
-            raise RequestError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name}")
-        if value is None:
-            raise RequestError(ErrorCode.INVALID_CONFIG, f"null value for topic config {name}")
+            raise RequestError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+        if not isinstance(value, str):
+            raise RequestError(ErrorCode.INVALID_CONFIG, f"{name} must be a string, got {value!r}")
         if name in NUMERIC_CONFIGS and not value.strip().lstrip("-").isdigit():
-            raise RequestError(ErrorCode.INVALID_CONFIG, f"{name} must be an integer, got {value!r}")
+            raise RequestError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: "
+                                                         f"Not a number of type LONG")
     return dict(configs)
 
 
-def delete_topics(image: MetadataImage, topics: list[dict]) -> Outcome:
-    outcome = Outcome()
-    for request in topics:
-        if request.get("topic_id"):
-            topic = image.topics_by_id.get(topic_id_from_kafka_string(request["topic_id"]))
-            missing = ErrorCode.UNKNOWN_TOPIC_ID
-        else:
-            topic = image.topics.get(request.get("name"))
-            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+# --- DeleteTopics ---
+
+async def delete_topics(image: MetadataImage, requests: list) -> Outcome:
+    if len(expect_list(requests, "topics")) > MAX_RECORDS_PER_USER_OP:
+        return refuse_too_large()
+    outcome, deleted = Outcome(), set()
+    async for request in gently(requests):
+        expect(request, dict, "topic")
+        topic, missing = _topic_to_delete(image, request)
         if topic is None:
-            outcome.results.append(_result(request.get("name"), missing, "topic does not exist",
-                                           topic_id=request.get("topic_id")))
+            outcome.results.append(_result(request.get("name"), missing, topic_id=request.get("topic_id")))
             continue
-        outcome.records.append(("RemoveTopicRecord", {"topic_id": topic.topic_id}))
+        if topic.topic_id not in deleted:
+            deleted.add(topic.topic_id)
+            outcome.records.append(("RemoveTopicRecord", {"topic_id": topic.topic_id}))
         outcome.results.append(_result(topic.name, topic_id=topic_id_to_kafka_string(topic.topic_id)))
     return outcome
 
 
-def create_partitions(image: MetadataImage, brokers: list[int], topics: list[dict]) -> Outcome:
-    outcome = Outcome()
-    for request in topics:
-        name = request["name"]
-        topic = image.topics.get(name)
+def _topic_to_delete(image, request: dict):
+    if request.get("topic_id"):
+        kafka_string = expect(request["topic_id"], str, "topic_id")
         try:
-            if topic is None:
-                raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
-            current = len(topic.partitions)
-            wanted = request["count"]
-            if wanted <= current:
-                raise RequestError(ErrorCode.INVALID_PARTITIONS,
-                                   f"topic {name} has {current} partitions; the new count must be larger")
-            factor = len(topic.partitions[0].replicas)
-            if request.get("assignments"):
-                replicas = [list(r) for r in request["assignments"]]
-                if len(replicas) != wanted - current:
-                    raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                       f"{len(replicas)} assignments for {wanted - current} new partitions")
-                _check_replicas(replicas, brokers)
-            else:
-                if factor > len(brokers):
-                    raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR, "not enough live brokers")
-                replicas = assign_replicas(brokers, wanted - current, factor, first_partition=current)
-            outcome.records += [_partition_record(topic.topic_id, current + i, r) for i, r in enumerate(replicas)]
+            topic_id = topic_id_from_kafka_string(kafka_string)
+        except ValueError:
+            return None, ErrorCode.UNKNOWN_TOPIC_ID
+        return image.topics_by_id.get(topic_id), ErrorCode.UNKNOWN_TOPIC_ID
+    return image.topics.get(expect(request.get("name"), str, "topic name")), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# --- CreatePartitions ---
+
+async def create_partitions(image: MetadataImage, brokers: list[int], requests: list) -> Outcome:
+    if len(expect_list(requests, "topics")) > MAX_RECORDS_PER_USER_OP:
+        return refuse_too_large()
+    requests = [_partition_growth(r) async for r in gently(requests)]
+    duplicates = _duplicates([r["name"] for r in requests])
+    outcome, growing = Outcome(), []
+    async for request in gently(requests):
+        name = request["name"]
+        if name in duplicates:
+            _report_duplicate(outcome, duplicates, name)
+            continue
+        try:
+            growing.append((_check_growth(image, request), request, len(outcome.results)))
             outcome.results.append(_result(name))
         except RequestError as exc:
-            outcome.results.append(_result(name, exc.code, str(exc)))
+            outcome.results.append(_error_result(name, exc))
+    # Checked before a single replica is placed: the count may be anything a client sends.
+    if sum(request["count"] - len(topic.partitions) for topic, request, _ in growing) > MAX_RECORDS_PER_USER_OP:
+        return refuse_too_large()
+    for topic, request, position in growing:
+        try:
+            outcome.records += [r async for r in gently(_new_partition_records(image, brokers, topic, request))]
+        except RequestError as exc:
+            outcome.results[position] = _error_result(topic.name, exc)
     return outcome
 
 
-def alter_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
+def _partition_growth(request) -> dict:
+    expect(request, dict, "topic")
+    assignments = optional(request.get("assignments"), list, "assignments")
+    return {
+        "name": expect(request.get("name"), str, "topic name"),
+        "count": expect(request.get("count"), int, "count"),
+        "assignments": assignments,  # replica lists are read once their number is known to be right
+    }
+
+
+def _check_growth(image, request: dict):
+    name, count = request["name"], request["count"]
+    topic = image.topics.get(name)
+    if topic is None or not topic.partitions:
+        raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+    current = len(topic.partitions)
+    if count == current:
+        raise RequestError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if count < current:
+        raise RequestError(ErrorCode.INVALID_PARTITIONS, f"The topic {name} currently has {current} partition(s); "
+                                                         f"{count} would not be an increase.")
+    if request["assignments"] is not None and len(request["assignments"]) != count - current:
+        raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Attempted to add {count - current} additional partition(s), but only "
+                           f"{len(request['assignments'])} assignment(s) were specified.")
+    return topic
+
+
+def _new_partition_records(image, brokers, topic, request):
+    """Records of a topic's new partitions; raises RequestError before the first one if they cannot be placed."""
+    current = len(topic.partitions)
+    factor = len(next(iter(topic.partitions.values())).replicas)
+    if request["assignments"] is not None:
+        replicas = [_checked_replicas(image, brokers, current + i, expect_list(members, "replicas"), factor)
+                    for i, members in enumerate(request["assignments"])]
+    else:
+        problem = _placement_problem(brokers, factor)
+        if problem:
+            raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR, problem)
+        replicas = iter_replica_assignments(brokers, request["count"] - current, factor, first_partition=current)
+    active = set(brokers)
+    return (_partition_record(topic.topic_id, current + i, members, [b for b in members if b in active])
+            for i, members in enumerate(replicas))
+
+
+# --- IncrementalAlterConfigs and AlterConfigs ---
+
+async def alter_configs(image: MetadataImage, resources: list) -> Outcome:
+    """IncrementalAlterConfigs: each named config is set, deleted, appended to or subtracted from."""
     def changed(name: str, resource: dict) -> list:
         if name not in image.topics:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
         current = image.topic_configs(name)
         return [_config_record(name, c["name"], _new_value(current, c)) for c in resource["configs"]]
-    return _topic_config_outcome(resources, changed)
+    return await _topic_config_outcome(resources, _config_resource, changed)
 
 
-def replace_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
+async def replace_configs(image: MetadataImage, resources: list) -> Outcome:
     """Legacy AlterConfigs: each topic's dynamic configs become exactly the given set; those not
     named go back to their defaults (Kafka's ConfigurationControlManager.legacyAlterConfigs)."""
     def replaced(name: str, resource: dict) -> list:
@@ -203,13 +426,18 @@ def replace_configs(image: MetadataImage, resources: list[dict]) -> Outcome:
         current = image.topic_configs(name)
         return [_config_record(name, key, value) for key, value in wanted.items() if current.get(key) != value] + \
             [_config_record(name, key, None) for key in current if key not in wanted]
-    return _topic_config_outcome(resources, replaced)
+    return await _topic_config_outcome(resources, _replacement_resource, replaced)
 
 
-def _topic_config_outcome(resources: list[dict], records_for) -> Outcome:
+async def _topic_config_outcome(resources: list, read_resource, records_for) -> Outcome:
     """A result per resource; one whose records_for(name, resource) raises writes nothing."""
+    if len(expect_list(resources, "resources")) > MAX_RECORDS_PER_USER_OP or sum(
+            len(expect(r, dict, "resource").get("configs") or ()) for r in resources
+    ) > MAX_RECORDS_PER_USER_OP:
+        return refuse_too_large()
+    resources = [read_resource(r) async for r in gently(resources)]
     outcome = Outcome()
-    for resource in resources:
+    async for resource in gently(resources):
         kind, name = resource["resource_type"], resource["resource_name"]
         reply = {"resource_type": kind, "resource_name": name, "error_code": 0, "error_message": None}
         try:
@@ -217,16 +445,39 @@ def _topic_config_outcome(resources: list[dict], records_for) -> Outcome:
                 raise RequestError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
             outcome.records += records_for(name, resource)
         except RequestError as exc:
-            reply.update(error_code=int(exc.code), error_message=str(exc))
+            reply.update(error_code=int(exc.code), error_message=exc.message)
         outcome.results.append(reply)
     return outcome
+
+
+def _config_resource(resource) -> dict:
+    expect(resource, dict, "resource")
+    return {
+        "resource_type": expect(resource.get("resource_type"), int, "resource_type"),
+        "resource_name": expect(resource.get("resource_name"), str, "resource_name"),
+        "configs": [{"name": expect(expect(c, dict, "config").get("name"), str, "config name"),
+                     "op": expect(c.get("op"), int, "config operation"),
+                     "value": optional(c.get("value"), str, "config value")}
+                    for c in expect_list(resource.get("configs"), "configs")],
+    }
+
+
+def _replacement_resource(resource) -> dict:
+    expect(resource, dict, "resource")
+    configs = expect(resource.get("configs"), dict, "configs")
+    return {
+        "resource_type": expect(resource.get("resource_type"), int, "resource_type"),
+        "resource_name": expect(resource.get("resource_name"), str, "resource_name"),
+        "configs": {expect(name, str, "config name"): optional(value, str, "config value")
+                    for name, value in configs.items()},
+    }
 
 
 def _new_value(current: dict, change: dict) -> str | None:
     name, op, value = change["name"], change["op"], change.get("value")
     if op == DELETE:
         if name not in TOPIC_CONFIG_NAMES:
-            raise RequestError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name}")
+            raise RequestError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
         return None
     if op in (APPEND, SUBTRACT):
         items = [i for i in current.get(name, "").split(",") if i]

@@ -4,6 +4,16 @@ Reads Kafka's own property names; command-line flags override the file. Once the
 listener is bound and the node has registered with the controller it prints one JSON line
 `{"ready": true, "port": ..., "admin_port": ..., "pid": ..., "incarnation_id": ...}` to stdout
 (the launcher waits for it; the admin port takes fault injection and replica-state queries).
+
+`process.roles` is honoured as Kafka does: `broker,controller` (Kafka's quickstart) also runs a
+controller on the CONTROLLER listener, serving the log dir's `__cluster_metadata`; `controller`
+alone makes this process a controller. The controller runs as a child process rather than in
+this event loop, for three reasons: `node` and `controller` stay separate programs as the
+layout wants; the broker's produce and fetch work never delays heartbeats and admin requests
+(each has its own interpreter and event loop, and the machine's cores); and it is the same
+controller program a cluster runs. It cannot outlive the node (the kernel sends it SIGTERM
+when the node exits, SIGKILL included), and if it exits first the node logs it at ERROR and
+stops too, as a Kafka process whose controller fails does.
 """
 from __future__ import annotations
 
@@ -15,7 +25,8 @@ import os
 import signal
 import sys
 
-from cluster.config import BrokerConfig, load_properties
+from cluster.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties
+from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker, Listener
 from node.server import KafkaServer
@@ -40,7 +51,11 @@ def parse_args(argv: list[str]) -> BrokerConfig:
     if args.data_dir:
         values["log.dirs"] = args.data_dir
     if args.host is not None or args.port is not None:
-        values["listeners"] = f"PLAINTEXT://{args.host or '127.0.0.1'}:{args.port or 0}"
+        # The flags replace the listener for clients; a CONTROLLER listener of the file stays.
+        controller_names = BrokerConfig(values).get("controller.listener.names").split(",")
+        kept = [spec for spec in values.get("listeners", "").split(",")
+                if spec.strip() and spec.strip().partition("://")[0] in controller_names]
+        values["listeners"] = ",".join([f"PLAINTEXT://{args.host or '127.0.0.1'}:{args.port or 0}", *kept])
     if args.controller:
         values["controller.address"] = args.controller
     for item in args.set:
@@ -49,7 +64,97 @@ def parse_args(argv: list[str]) -> BrokerConfig:
     return BrokerConfig(values)
 
 
-async def run(config: BrokerConfig) -> None:
+# Broker configs a controller reads, passed on to a controller this node starts.
+CONTROLLER_SETTINGS = ("auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds")
+CONTROLLER_START_TIMEOUT_S = 60
+CONTROLLER_STOP_TIMEOUT_S = 10
+
+
+def controller_command(config: BrokerConfig, parent_pid: int | None = None) -> list[str]:
+    """`python -m controller` with this node's settings, listening on its CONTROLLER listener."""
+    _, host, port = config.controller_listener()
+    command = [sys.executable, "-m", "controller", "--data-dir", str(config.metadata_log_dir), "--host", host,
+               "--port", str(port), "--node-id", str(config.node_id),
+               "--heartbeat-timeout-ms", config.get("broker.session.timeout.ms"),
+               "--num-partitions", config.get("num.partitions"),
+               "--default-replication-factor", config.get("default.replication.factor")]
+    command += [arg for key in CONTROLLER_SETTINGS for arg in ("--set", f"{key}={config.get(key)}")]
+    return command + (["--exit-with-parent", str(parent_pid)] if parent_pid else [])
+
+
+class LocalController:
+    """The controller child of a `broker,controller` node."""
+
+    def __init__(self, process: asyncio.subprocess.Process, port: int):
+        self.process = process
+        self.port = port
+        self.stopping = False
+
+    @classmethod
+    async def start(cls, config: BrokerConfig) -> "LocalController":
+        # Its own session: a Ctrl-C meant for the node must not stop the controller before the
+        # node's controlled shutdown has moved its leaderships.
+        process = await asyncio.create_subprocess_exec(
+            *controller_command(config, os.getpid()), stdout=asyncio.subprocess.PIPE, start_new_session=True)
+        try:
+            line = await asyncio.wait_for(process.stdout.readline(), CONTROLLER_START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            line = b""
+        if not line:
+            if process.returncode is None:
+                process.kill()
+            raise SystemExit(f"the controller did not start (exit status {await process.wait()})")
+        return cls(process, json.loads(line)["port"])
+
+    async def watch(self, on_exit) -> None:
+        status = await self.process.wait()
+        if not self.stopping:
+            log.error("the controller process (pid %d) exited with status %s: stopping this node",
+                      self.process.pid, status)
+            on_exit()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), CONTROLLER_STOP_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                log.warning("the controller did not stop in %d s: killing it", CONTROLLER_STOP_TIMEOUT_S)
+                self.process.kill()
+                await self.process.wait()
+
+
+async def run(config: BrokerConfig) -> int:
+    """Serve until SIGTERM or SIGINT; the exit status (1 if this node's controller failed)."""
+    stop, serving, failed = asyncio.Event(), asyncio.Event(), []
+    controller = None
+    if "controller" in config.process_roles:
+        controller = await LocalController.start(config)
+        _, host, _ = config.controller_listener()
+        config.values["controller.address"] = f"{host if host not in ('', '0.0.0.0', '::') else '127.0.0.1'}:" \
+                                              f"{controller.port}"
+        main = asyncio.current_task()
+
+        def controller_failed() -> None:
+            failed.append(True)
+            stop.set()
+            if not serving.is_set():  # still starting: it would wait for its controller forever
+                main.cancel()
+        watch = asyncio.create_task(controller.watch(controller_failed))
+    try:
+        await serve(config, stop, serving)
+    except asyncio.CancelledError:
+        if not failed:
+            raise
+    finally:
+        if controller:
+            await controller.stop()
+            watch.cancel()
+    return 1 if failed else 0
+
+
+async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Event) -> None:
     broker = Broker(config)
     server = KafkaServer(broker, config.get_int("socket.request.max.bytes"))
     _, host, port = config.listener()
@@ -57,11 +162,11 @@ async def run(config: BrokerConfig) -> None:
     name, advertised_host, advertised_port = config.advertised_listener(bound_port)
     await broker.start(Listener(name, advertised_host, advertised_port))
     admin = AdminServer(broker)
-    admin_port = await admin.start(host)
+    admin_port = await admin.start(host, int(config.get(ADMIN_PORT_CONFIG) or 0))
     print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
                       "incarnation_id": str(broker.incarnation_id)}), flush=True)
     log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)
-    stop = asyncio.Event()
+    serving.set()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -74,19 +179,26 @@ async def run(config: BrokerConfig) -> None:
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     await broker.metadata.controlled_shutdown()
-    retention.cancel()
-    isr_expiration.cancel()
-    checkpoints.cancel()
-    offset_expiry.cancel()
+    await cancel_and_wait([retention, isr_expiration, checkpoints, offset_expiry])
     await server.close()
     await admin.close()
     await broker.close()
+    await cancel_remaining_tasks()
+    log.info("node %d stopped", broker.node_id)
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("KRAFTWERK_LOG_LEVEL", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run(parse_args(sys.argv[1:] if argv is None else argv)))
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        config.check_roles()
+    except ConfigError as exc:
+        raise SystemExit(f"cannot start: {exc}") from None
+    if config.process_roles == {"controller"}:
+        command = controller_command(config)
+        os.execv(command[0], command)
+    sys.exit(asyncio.run(run(config)))
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ class AdminServer:
             "replica_states": self.replica_states,
         })
 
-    async def start(self, host: str) -> int:
-        return await self.server.start(host, 0)
+    async def start(self, host: str, port: int = 0) -> int:
+        return await self.server.start(host, port)
 
     async def close(self) -> None:
         await self.server.close()

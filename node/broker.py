@@ -51,7 +51,7 @@ class Broker:
         await self.metadata.start()
 
     async def close(self) -> None:
-        self.fetchers.close()
+        await self.fetchers.close()
         await self.metadata.close()
         self.replicas.close()
 

@@ -18,6 +18,7 @@ from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
 from cluster.process_table import process_table_id
+from cluster.shutdown import cancel_and_wait, cancel_requested
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -47,16 +48,28 @@ class MetadataSync:
     # --- local replica of the metadata log ---
 
     def load_local_log(self) -> None:
-        directory = self.broker.log_dir / METADATA_PARTITION_DIR
-        self.log = PartitionLog(directory, topic_id=METADATA_TOPIC_ID)
-        replay_partition_log(self.log, self.image)
         props = read_meta_properties(self.broker.log_dir)
         if props.get("cluster.id"):
             self.image.cluster_id = props["cluster.id"]
+        config = self.broker.config
+        if "controller" in config.process_roles and config.metadata_log_dir == self.broker.log_dir:
+            # As in Kafka's combined mode, the one metadata log is the controller's: this node
+            # keeps no copy beside it and builds its image from what the controller serves.
+            log.info("the metadata log in %s is this node's controller's: fetching the image from it",
+                     self.broker.log_dir)
+            return
+        self.log = PartitionLog(self.broker.log_dir / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
+        replay_partition_log(self.log, self.image)
         log.info("replayed local metadata log up to offset %d", self.image.offset)
 
+    @property
+    def next_offset(self) -> int:
+        """The next metadata offset this node needs."""
+        return self.log.log_end_offset if self.log else self.image.offset + 1
+
     def _append_and_apply(self, data: bytes) -> None:
-        self.log.append_as_follower(data)
+        if self.log:
+            self.log.append_as_follower(data)
         self.image.replay(data)
         self.broker.replicas.reconcile()
 
@@ -72,8 +85,7 @@ class MetadataSync:
         await self._registered.wait()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        await cancel_and_wait(self._tasks)
         if self.client:
             await self.client.close()
         if self.log:
@@ -85,19 +97,25 @@ class MetadataSync:
                 self.client = ControlClient(host, port)
                 await self.client.connect()
                 await self._register()
-                workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
-                closed = asyncio.create_task(self.client.closed.wait())
-                done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
-                for task in [*workers, closed]:
-                    task.cancel()
-                for task in done:
-                    if not task.cancelled() and task.exception():
-                        log.warning("controller link failed: %s", task.exception())
+                await self._serve_link()
             except (OSError, ControlError) as exc:
                 log.warning("cannot reach the controller at %s:%s: %s", host, port, exc)
             if self.client:
                 await self.client.close()
             await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def _serve_link(self) -> None:
+        """Fetch metadata and heartbeat until either fails or the connection closes."""
+        workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
+        closed = asyncio.create_task(self.client.closed.wait())
+        try:
+            done, _ = await asyncio.wait([*workers, closed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when the node stops (this task cancelled): no worker outlives the link.
+            await cancel_and_wait([*workers, closed])
+        for task in done:
+            if not task.cancelled() and task.exception():
+                log.warning("controller link failed: %s", task.exception())
 
     async def _register(self) -> None:
         listener = self.broker.listener
@@ -128,9 +146,9 @@ class MetadataSync:
         self.image.cluster_id = cluster_id
 
     async def _fetch_loop(self) -> None:
-        while True:
+        while not cancel_requested():
             reply = await self._call_through_faults(
-                "fetch_metadata", offset=self.log.log_end_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
+                "fetch_metadata", offset=self.next_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
             if reply["data"]:
@@ -143,7 +161,7 @@ class MetadataSync:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
-        while True:
+        while not cancel_requested():
             reply = await self._call_through_faults(
                 "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
                 applied_offset=self.image.offset,

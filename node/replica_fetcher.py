@@ -15,6 +15,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.errors import ErrorCode
 from cluster.records import CorruptRecordError, iter_batch_headers, read_uvarint
+from cluster.shutdown import cancel_and_wait
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,8 @@ class ReplicaFetchers:
             if leader not in self.tasks or self.tasks[leader].done():
                 self.tasks[leader] = asyncio.get_running_loop().create_task(self._follow(leader))
 
-    def close(self) -> None:
-        for task in self.tasks.values():
-            task.cancel()
+    async def close(self) -> None:
+        await cancel_and_wait(self.tasks.values())
 
     async def _follow(self, leader: int) -> None:
         while leader in self.followed:

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from cluster.records import read_uvarint
+from cluster.shutdown import cancel_and_wait
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
@@ -89,8 +90,7 @@ class KafkaServer:
     async def close(self) -> None:
         if self.server:
             self.server.close()
-        for task in list(self.connections):
-            task.cancel()
+        await cancel_and_wait(list(self.connections))
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -107,6 +107,11 @@ class KafkaServer:
             pass
         except MalformedRequest as exc:
             log.info("closing connection from %s: %s", peer, exc)
+        except asyncio.CancelledError:
+            # The node is stopping: answers not yet written go with the connection.
+            writer_task.cancel()
+            self._drain_queue(responses)
+            # Not re-raised: asyncio 3.11 logs a connection handler that ends cancelled as an error.
         finally:
             if not writer_task.done():
                 await responses.put(None)

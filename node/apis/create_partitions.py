@@ -1,4 +1,9 @@
-"""CreatePartitions: grow a topic's partition count through the controller."""
+"""CreatePartitions: grow a topic's partition count through the controller.
+
+Counts and assignments are checked before anything is placed; a request that would add more
+than 10,000 partitions in all is refused whole with POLICY_VIOLATION, as Kafka refuses an
+operation of more than 10,000 records.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
@@ -20,6 +25,9 @@ async def handle(broker, header, request):
     } for topic in request.topics]
     try:
         reply = await broker.call_controller("create_partitions", topics=topics, validate_only=request.validate_only)
+        if reply.get("error_code"):
+            reply["results"] = [{"name": t["name"], "error_code": reply["error_code"],
+                                 "error_message": reply["error_message"]} for t in topics]
         results = [Result(name=r["name"], error_code=r["error_code"], error_message=r.get("error_message"))
                    for r in reply["results"]]
     except Exception as exc:

@@ -1,4 +1,8 @@
-"""CreateTopics: forwarded to the controller; answered once this node's image shows the topics."""
+"""CreateTopics: forwarded to the controller; answered once this node's image shows the topics.
+
+The controller checks each topic as Kafka's does and refuses a whole request that would create
+more than 10,000 partitions or write more than 10,000 records (POLICY_VIOLATION for every topic).
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
@@ -28,6 +32,9 @@ async def handle(broker, header, request):
         results = [Result(name=t["name"], error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc),
                           num_partitions=-1, replication_factor=-1, configs=None) for t in topics]
     else:
+        if reply.get("error_code"):
+            reply["results"] = [{"name": t["name"], "error_code": reply["error_code"],
+                                 "error_message": reply["error_message"]} for t in topics]
         results = [_result(broker, r, request.validate_only) for r in reply["results"]]
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=results)
 

@@ -1,4 +1,7 @@
-"""DeleteTopics: by name (v0-5) or by name or topic id (v6+), forwarded to the controller."""
+"""DeleteTopics: by name (v0-5) or by name or topic id (v6+), forwarded to the controller.
+
+More than 10,000 topics in one request are refused whole with POLICY_VIOLATION.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
@@ -21,6 +24,8 @@ async def handle(broker, header, request):
         wanted = [{"name": name} for name in request.topic_names]
     try:
         reply = await broker.call_controller("delete_topics", topics=wanted)
+        if reply.get("error_code"):
+            reply["results"] = [{**w, "error_code": reply["error_code"]} for w in wanted]
         results = [_result(r) for r in reply["results"]]
     except Exception as exc:
         results = [Result(name=w.get("name"), topic_id=_uuid(w.get("topic_id")), error_code=ErrorCode.REQUEST_TIMED_OUT,

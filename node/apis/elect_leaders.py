@@ -31,13 +31,17 @@ async def handle(broker, header, request):
         reply = await broker.call_controller("elect_leaders", election_type=election_type, partitions=requested)
     except ControllerUnavailable:
         return _answer(header.api_version, ErrorCode.NOT_CONTROLLER, [])
+    if reply.get("error_code"):
+        # Refused whole (more than 10,000 elections): every partition asked for gets the error, as in Kafka.
+        code = reply["error_code"]
+        return _answer(header.api_version, code, [[t, p, code] for t, p in requested or ()], reply["error_message"])
     return _answer(header.api_version, ErrorCode.NONE, reply["results"])
 
 
-def _answer(version: int, error: ErrorCode, results: list):
+def _answer(version: int, error: ErrorCode, results: list, message: str | None = None):
     by_topic: dict[str, list] = {}
     for topic, partition, code in results:
         by_topic.setdefault(topic, []).append(PartitionResult(
-            partition_id=partition, error_code=code, error_message=_MESSAGES.get(ErrorCode(code))))
+            partition_id=partition, error_code=code, error_message=message or _MESSAGES.get(ErrorCode(code))))
     return RESPONSE[version](throttle_time_ms=0, error_code=error, replica_election_results=[
         TopicResult(topic=topic, partition_result=partitions) for topic, partitions in by_topic.items()])

@@ -20,6 +20,9 @@ async def handle(broker, header, request):
     } for r in request.resources]
     try:
         reply = await broker.call_controller("alter_configs", resources=resources, validate_only=request.validate_only)
+        if reply.get("error_code"):  # more than 10,000 changes: refused whole, POLICY_VIOLATION
+            reply["results"] = [{**r, "error_code": reply["error_code"], "error_message": reply["error_message"]}
+                                for r in resources]
         results = [Result(error_code=r["error_code"], error_message=r.get("error_message"),
                           resource_type=r["resource_type"], resource_name=r["resource_name"])
                    for r in reply["results"]]

@@ -44,13 +44,17 @@ def test_up_use_down_up_again(data_dir):
     status = kraftwerk("status", data_dir=data_dir).stdout
     assert status.count("running") == 3 and status.count("unfenced") == 3
 
-    kraftwerk("topic", "create", "greetings", "--partitions", "3", data_dir=data_dir)
+    # No --replication-factor: the cluster's default.replication.factor, min(3, nodes), as Kafka clients get.
+    created = kraftwerk("topic", "create", "greetings", "--partitions", "3", data_dir=data_dir).stdout
+    assert created == "created topic greetings with 3 partitions and replication factor 3\n"
     assert kraftwerk("topic", "list", data_dir=data_dir).stdout.split() == ["greetings"]
     kraftwerk("produce", "greetings", "--partition", "1", "hello", "world", data_dir=data_dir)
     kraftwerk("produce", "greetings", "--partition", "2", "--key", "k", "--header", "origin=cli", data_dir=data_dir,
               input="from\nstdin\n")
     described = kraftwerk("topic", "describe", "greetings", data_dir=data_dir).stdout
     topic_id = described.split("(")[1].split(")")[0]
+    assert_status_json(data_dir, topic_id)
+    ports = {node_id: node["port"] for node_id, node in json.loads((data_dir / "cluster.json").read_text())["nodes"].items()}
 
     def consume(partition: str) -> list[str]:
         return kraftwerk("consume", "greetings", "--from-beginning", "--partition", partition, "--timeout", "3",
@@ -67,12 +71,39 @@ def test_up_use_down_up_again(data_dir):
     assert not any(pid_alive(pid) for pid in pids)
 
     kraftwerk("up", "--port", "0", "--detach", data_dir=data_dir)
+    assert {node_id: node["port"] for node_id, node in json.loads((data_dir / "cluster.json").read_text())["nodes"]
+            .items()} == ports  # the ports it first got: the bootstrap list printed then still works
     assert topic_id in kraftwerk("topic", "describe", "greetings", data_dir=data_dir).stdout
     assert consume("1") == ["hello", "world"]
     assert consume("2") == ["from", "stdin"]
     kraftwerk("topic", "delete", "greetings", data_dir=data_dir)
     assert kraftwerk("topic", "list", data_dir=data_dir).stdout.split() == []
     kraftwerk("down", data_dir=data_dir)
+
+
+def assert_status_json(data_dir, topic_id: str) -> None:
+    """`status --json` and `topic describe --json` of a 3-node cluster holding topic greetings, 3 partitions of 3
+    replicas, with 0, 2 and 2 messages."""
+    state = json.loads((data_dir / "cluster.json").read_text())
+    status = json.loads(kraftwerk("status", "--json", data_dir=data_dir).stdout)
+    assert [(n["node_id"], n["pid"], n["port"], n["admin_port"], n["process"], n["fenced"], n["partitions_led"])
+            for n in status["nodes"]] == [
+        (int(node_id), node["pid"], node["port"], node["admin_port"], "running", False, 1)
+        for node_id, node in sorted(state["nodes"].items())]
+    [topic] = status["topics"]
+    assert (topic["name"], topic["topic_id"]) == ("greetings", topic_id)
+    partitions = topic["partitions"]
+    assert [p["partition"] for p in partitions] == [0, 1, 2]
+    assert sorted(p["leader"] for p in partitions) == [1, 2, 3]  # leaders spread evenly
+    for p in partitions:
+        assert sorted(p["replicas"]) == [1, 2, 3] and sorted(p["isr"]) == [1, 2, 3]
+        assert p["leader"] == p["replicas"][0] and p["leader_epoch"] == 0
+        assert p["lag"] == {str(node): 0 for node in p["replicas"]}
+    assert [p["high_watermark"] for p in partitions] == [0, 2, 2]
+
+    described = json.loads(kraftwerk("topic", "describe", "greetings", "--json", data_dir=data_dir).stdout)
+    assert described == {"name": "greetings", "topic_id": topic_id, "partitions": [
+        {key: p[key] for key in ("partition", "leader", "leader_epoch", "replicas", "isr")} for p in partitions]}
 
 
 def test_group_commands(data_dir):
@@ -104,10 +135,24 @@ def test_group_commands(data_dir):
         cells = [c.strip() for c in row.strip("│ ").split("│")]
         assert cells[:5] == ["events", "0", "4", "10", "6"]
         assert cells[7] == "reader-1"
+        described = json.loads(kraftwerk("group", "describe", "readers", "--json", data_dir=data_dir).stdout)
+        member_id = described["members"][0]["member_id"]
+        assert member_id.startswith("reader-1-")  # Kafka's member ids: the client id and a uuid
+        assert described == {
+            "group_id": "readers", "state": "Stable", "protocol": "range",
+            "members": [{"member_id": member_id, "client_id": "reader-1", "host": "/127.0.0.1",
+                         "assignment": [["events", 0], ["events", 1]]}],
+            "partitions": [
+                {"topic": "events", "partition": 0, "committed": 4, "log_end": 10, "lag": 6, "member_id": member_id,
+                 "host": "/127.0.0.1", "client_id": "reader-1"},
+                {"topic": "events", "partition": 1, "committed": None, "log_end": 0, "lag": None,
+                 "member_id": member_id, "host": "/127.0.0.1", "client_id": "reader-1"}]}
         # Offsets of a live group cannot be moved, as with kafka-consumer-groups.sh.
         refused = subprocess.run([*KRAFTWERK, "group", "reset-offsets", "readers", "--topic",
                                   "events", "--to-earliest", "--data-dir", str(data_dir)], capture_output=True, text=True)
-        assert refused.returncode != 0
+        assert refused.returncode == 1
+        assert refused.stderr == "Error: offsets of consumer group 'readers' can only be reset while it is " \
+                                 "inactive, but its state is Stable.\n"
     finally:
         consumer.close()
 
@@ -227,7 +272,7 @@ def test_up_refuses_a_running_cluster_and_down_spares_reused_pids(data_dir):
 
 
 def test_bench_prints_every_figure():
-    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3"],
+    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3", "--down-runs", "2"],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {}
@@ -236,6 +281,7 @@ def test_bench_prints_every_figure():
         if len(cells) == 4:
             rows[cells[0]] = cells[1:]
     for measure in ("cluster start-up", "produce acks=1", "produce acks=-1", "fetch (consume all)",
-                    "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable"):
+                    "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable",
+                    "cluster down (min of 2)", "cluster down (median of 2)", "cluster down (max of 2)"):
         assert float(rows[measure][0]) >= 0, f"{measure}: {rows[measure]}"
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0

@@ -1,4 +1,6 @@
-from cluster.config import BrokerConfig, parse_listener, parse_properties
+import pytest
+
+from cluster.config import BrokerConfig, ConfigError, parse_listener, parse_properties
 
 
 def test_server_properties_parsing():
@@ -13,3 +15,33 @@ def test_broker_config_defaults_and_listeners():
     assert config.controller_address() == ("localhost", 9093)
     assert config.topic_defaults()["retention.ms"] == "604800000"
     assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
+
+
+def test_kafka_quickstart_combined_roles_and_listeners():
+    config = BrokerConfig({
+        "process.roles": "broker,controller", "node.id": "1", "controller.quorum.voters": "1@localhost:9093",
+        "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+        "advertised.listeners": "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+        "controller.listener.names": "CONTROLLER", "log.dirs": "/tmp/kraft-combined-logs"})
+    config.check_roles()
+    assert config.process_roles == {"broker", "controller"}
+    assert config.listener() == ("PLAINTEXT", "", 9092)
+    assert config.controller_listener() == ("CONTROLLER", "", 9093)
+    assert config.advertised_listener(9092) == ("PLAINTEXT", "localhost", 9092)
+    assert config.controller_address() == ("localhost", 9093)
+    assert str(config.metadata_log_dir) == "/tmp/kraft-combined-logs"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"controller.quorum.voters": "1@a:9093,2@b:9093"}, "names 2 voters; kraftwerk runs a single controller"),
+    ({"controller.quorum.bootstrap.servers": "a:9093,b:9093"}, "names 2 controllers"),
+    ({"controller.quorum.voters": "a:9093"}, "is not id@host:port"),
+    ({"process.roles": "broker"}, "either controller.quorum.bootstrap.servers must contain"),
+    ({"process.roles": "controller", "controller.quorum.voters": "2@a:9093",
+      "listeners": "CONTROLLER://:9093"}, "the node id 1 must be included in the set of voters"),
+    ({"process.roles": "controller", "controller.quorum.voters": "1@a:9093"}, "a controller needs a listener named"),
+    ({"process.roles": "zookeeper"}, "each role must be broker or controller"),
+])
+def test_role_settings_kafka_refuses_are_refused(values, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig(values).check_roles()

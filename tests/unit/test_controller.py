@@ -1,3 +1,4 @@
+import asyncio
 import json
 import os
 import select
@@ -46,15 +47,15 @@ def test_replication_factor_above_broker_count_is_refused():
 ])
 def test_create_topic_validation(request_fields, code):
     request = {"num_partitions": -1, "replication_factor": -1, "assignments": None, "configs": {}, **request_fields}
-    outcome = topics.create_topics(MetadataImage(), [1, 2, 3], [request], DEFAULTS)
+    outcome = asyncio.run(topics.create_topics(MetadataImage(), [1, 2, 3], [request], DEFAULTS))
     assert [r["error_code"] for r in outcome.results] == [code]
     assert outcome.records == []
 
 
 def test_create_topic_records():
-    outcome = topics.create_topics(MetadataImage(), [1, 2, 3], [{
+    outcome = asyncio.run(topics.create_topics(MetadataImage(), [1, 2, 3], [{
         "name": "orders", "num_partitions": 6, "replication_factor": 2, "assignments": None,
-        "configs": {"retention.ms": "1000"}}], DEFAULTS)
+        "configs": {"retention.ms": "1000"}}], DEFAULTS))
     names = [name for name, _ in outcome.records]
     assert names == ["TopicRecord"] + ["PartitionRecord"] * 6 + ["ConfigRecord"]
     assert outcome.results[0]["num_partitions"] == 6 and outcome.results[0]["replication_factor"] == 2
@@ -152,9 +153,9 @@ def image_with_topic(replicas_by_partition: list[list[int]], live: list[int], co
         if node_id in live:
             records.append(("UnfenceBrokerRecord", {"id": node_id, "epoch": node_id}))
     assignments = dict(enumerate(replicas_by_partition))
-    records += topics.create_topics(image, [1, 2, 3], [{"name": "t", "num_partitions": -1, "replication_factor": -1,
-                                                        "assignments": assignments, "configs": configs or {}}],
-                                 DEFAULTS).records
+    records += asyncio.run(topics.create_topics(image, [1, 2, 3], [{
+        "name": "t", "num_partitions": -1, "replication_factor": -1, "assignments": assignments,
+        "configs": configs or {}}], DEFAULTS)).records
     for offset, (name, fields) in enumerate(records):
         image.apply(offset, name, fields)
     return image

@@ -1,4 +1,6 @@
 """The controller's side of the legacy AlterConfigs: a topic's dynamic configs become the given set."""
+import asyncio
+
 from cluster.errors import ErrorCode
 from cluster.image import MetadataImage
 from controller import topics
@@ -8,15 +10,16 @@ DEFAULTS = {"num.partitions": 1, "default.replication.factor": 1}
 
 def image_with_topic(configs: dict) -> MetadataImage:
     image = MetadataImage()
-    outcome = topics.create_topics(image, [1], [{"name": "orders", "num_partitions": 1, "replication_factor": 1,
-                                                 "assignments": None, "configs": configs}], DEFAULTS)
+    outcome = asyncio.run(topics.create_topics(image, [1], [{"name": "orders", "num_partitions": 1, "replication_factor": 1,
+                                                             "assignments": None, "configs": configs}], DEFAULTS))
     for offset, (name, fields) in enumerate(outcome.records):
         image.apply(offset, name, fields)
     return image
 
 
 def replace(image: MetadataImage, configs: dict, name: str = "orders", kind: int = 2):
-    outcome = topics.replace_configs(image, [{"resource_type": kind, "resource_name": name, "configs": configs}])
+    outcome = asyncio.run(topics.replace_configs(image, [{"resource_type": kind, "resource_name": name,
+                                                           "configs": configs}]))
     return [r["error_code"] for r in outcome.results], [(f["name"], f["value"]) for _, f in outcome.records]
 
 

@@ -1,0 +1,106 @@
+"""How long large admin operations hold the controller's event loop: `python -m controller.stall_bench`.
+
+Runs a controller in this process on a temporary metadata log with three live brokers, then
+creates a topic of --partitions partitions, grows another by as many, and deletes both, while
+a probe task measures how late the event loop runs it (it asks to wake every millisecond).
+Prints the longest stall and the time each operation took; figures, not pass/fail. Full passes
+of Python's cyclic GC over every object the process holds are part of the stalls.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from cluster.log import topic_id_to_kafka_string
+from controller.metadata_writer import MetadataWriter
+from controller.server import Controller
+
+PROBE_INTERVAL_S = 0.001
+
+
+class StallProbe:
+    """Records the longest delay between asking the event loop to wake and waking: in wall-clock
+    time, and in this thread's CPU time (the part the controller's own work caused, without the
+    time the operating system gave other processes on a busy machine)."""
+
+    def __init__(self):
+        self.longest_s = self.longest_cpu_s = 0.0
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        while True:
+            asked, asked_cpu = time.perf_counter(), time.thread_time()
+            await asyncio.sleep(PROBE_INTERVAL_S)
+            self.longest_s = max(self.longest_s, time.perf_counter() - asked - PROBE_INTERVAL_S)
+            self.longest_cpu_s = max(self.longest_cpu_s, time.thread_time() - asked_cpu - PROBE_INTERVAL_S)
+
+    def start(self) -> None:
+        self.longest_s = self.longest_cpu_s = 0.0
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> tuple[float, float]:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        return self.longest_s, self.longest_cpu_s
+
+
+async def live_controller(data_dir: Path) -> Controller:
+    controller = Controller(MetadataWriter(data_dir, "stall-bench"), {"num.partitions": 1,
+                                                                     "default.replication.factor": 1}, 60_000)
+    ops = controller.handlers()
+    for node_id in (1, 2, 3):
+        reply = await ops["register"]({"node_id": node_id, "incarnation_id": topic_id_to_kafka_string(uuid.uuid4()),
+                                       "host": "127.0.0.1", "port": 9000 + node_id}, None)
+        await ops["heartbeat"]({"node_id": node_id, "broker_epoch": reply["broker_epoch"],
+                                "applied_offset": 1 << 40}, None)
+    return controller
+
+
+async def measure(op, args: dict, probe: StallProbe) -> tuple[float, tuple[float, float], dict]:
+    probe.start()
+    started = time.perf_counter()
+    reply = await op(args, None)
+    took = time.perf_counter() - started
+    return took, await probe.stop(), reply
+
+
+async def run(partitions: int) -> None:
+    with tempfile.TemporaryDirectory() as data_dir:
+        controller = await live_controller(Path(data_dir))
+        gc.collect()
+        gc.freeze()  # as `python -m controller` does once it has replayed its log
+        ops, probe = controller.handlers(), StallProbe()
+        steps = [
+            (f"create a topic of {partitions} partitions x 3 replicas", "create_topics", {"topics": [
+                {"name": "big", "num_partitions": partitions, "replication_factor": 3}]}),
+            ("create a 1-partition topic", "create_topics", {"topics": [
+                {"name": "grown", "num_partitions": 1, "replication_factor": 3}]}),
+            (f"grow it by {partitions - 1} partitions", "create_partitions", {"topics": [
+                {"name": "grown", "count": partitions}]}),
+            ("fence a broker leading a third of them", "controlled_shutdown", {"node_id": 2, "broker_epoch": None}),
+            ("status of every partition", "status", {}),
+            ("delete both topics", "delete_topics", {"topics": [{"name": "big"}, {"name": "grown"}]}),
+        ]
+        for label, op, args in steps:
+            if op == "controlled_shutdown":
+                args["broker_epoch"] = controller.sessions[2].broker_epoch
+            took, (stall, cpu_stall), reply = await measure(ops[op], args, probe)
+            errors = [r["error_code"] for r in reply.get("results", []) if r.get("error_code")]
+            print(f"{label:<42} {took * 1000:7.1f} ms; longest event-loop stall {stall * 1000:6.2f} ms "
+                  f"({cpu_stall * 1000:5.2f} ms of CPU)" + (f"  (errors {errors})" if errors else ""))
+        controller.writer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m controller.stall_bench", description=__doc__)
+    parser.add_argument("--partitions", type=int, default=5000)
+    asyncio.run(run(parser.parse_args().partitions))
+
+
+if __name__ == "__main__":
+    main()
