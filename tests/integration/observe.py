@@ -1,5 +1,5 @@
-"""What tests read back from a running cluster besides messages: a group's committed offsets
-and what its nodes logged at ERROR."""
+"""What tests read back from a cluster besides messages: a group's committed offsets and what
+its processes logged at ERROR."""
 from __future__ import annotations
 
 from kafka import KafkaAdminClient
@@ -14,8 +14,8 @@ def committed(cluster, group: str) -> dict[int, int]:
         admin.close()
 
 
-def node_errors(cluster) -> dict[int, list[str]]:
-    """Each node's ERROR lines so far; read them before stop() to judge what clients caused."""
-    return {node.node_id: [line for line in node.log_path.read_text(errors="replace").splitlines()
-                           if " ERROR " in line]
-            for node in cluster.nodes.values()}
+def logged_errors(cluster) -> dict[str, list[str]]:
+    """The ERROR lines of every process of the cluster (controller and nodes), by log name.
+    After stop() they include the shutdown, when the cluster's data dir was passed in."""
+    return {log.stem: [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
+            for log in sorted((cluster.data_dir / "logs").glob("*.log"))}
