@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 
 from cluster.launcher import Cluster
 from node.offsets_topic import partition_for_group
 from tests.integration.observe import committed
+from tests.integration.wire import exchange_once
 
 PARTITIONS = 6
 MESSAGES = 600
@@ -333,20 +336,16 @@ def test_static_member_restarting_gets_its_partitions_back_without_a_rebalance(c
 
 
 def test_a_metadata_request_naming_the_offsets_topic_creates_it_as_a_group_would():
-    # Burrow asks for `__consumer_offsets` before any group exists; Kafka then creates it with
-    # offsets.topic.num.partitions, not num.partitions, and compacted.
-    from kafka.admin import ConfigResource, ConfigResourceType
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-
-    from tests.integration.wire import exchange_once
-
+    # Burrow asks for `__consumer_offsets` before any group exists; Kafka's auto topic creation
+    # then makes it with offsets.topic.num.partitions and .replication.factor, compacted.
     with Cluster(nodes=3) as fresh:
         host, port = fresh.bootstrap_servers.split(",")[0].rsplit(":", 1)
         request = MetadataRequest[5](topics=[MetadataRequest[5].MetadataRequestTopic(name="__consumer_offsets")],
                                      allow_auto_topic_creation=True)
-        [topic] = exchange_once((host, int(port)), request, MetadataResponse, 5).topics
-        assert (topic.error_code, topic.is_internal, len(topic.partitions)) == (0, True, 50)
-        assert {len(p.replica_nodes) for p in topic.partitions} == {3}
+        exchange_once((host, int(port)), request, MetadataResponse, 5)
+        [topic] = [t for t in fresh.status()["topics"] if t["name"] == "__consumer_offsets"]
+        assert len(topic["partitions"]) == 50
+        assert {len(p["replicas"]) for p in topic["partitions"]} == {3}
         admin = KafkaAdminClient(bootstrap_servers=fresh.bootstrap_servers)
         try:
             described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "__consumer_offsets")])
