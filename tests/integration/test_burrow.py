@@ -85,7 +85,11 @@ def start_zookeeper(work: Path) -> tuple[subprocess.Popen, int]:
         process = subprocess.Popen(
             ["java", "-Xmx128m", "-cp", str(ZOOKEEPER_JAR), "org.apache.zookeeper.server.ZooKeeperServerMain",
              str(config)], cwd=work, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    wait_until(lambda: zookeeper_serves(port), "ZooKeeper start", process, log)
+    try:
+        wait_until(lambda: zookeeper_serves(port), "ZooKeeper start", process, log)
+    except BaseException:
+        stop(process)
+        raise
     return process, port
 
 
