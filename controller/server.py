@@ -400,7 +400,8 @@ class Controller:
         return [{
             "name": topic.name, "topic_id": topic_id_to_kafka_string(topic.topic_id),
             "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas, "isr": p.isr,
-                            "leader_epoch": p.leader_epoch}
+                            "leader_epoch": p.leader_epoch, "adding_replicas": p.adding_replicas,
+                            "removing_replicas": p.removing_replicas}
                            async for _, p in gently(sorted(topic.partitions.items()), time_slice)],
         } for _, topic in sorted(self.image.topics.items())]
 

@@ -1,0 +1,215 @@
+"""Partition reassignment through kafka-python's admin client, as kafka-reassign-partitions.sh drives it:
+moves that complete with exact replicas, ISR and leader, removed replicas' logs deleted, nothing
+acknowledged lost; moves held in progress by a replication throttle; cancellation; Kafka's errors."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka import admin as confluent_admin
+from kafka.protocol.admin import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
+from kafka.errors import (
+    InvalidReplicationAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError,
+)
+
+from cluster.launcher import Cluster
+from tests.integration.wire import exchange
+
+# A follower.replication.throttled.rate low enough to hold a move of a few MB for as long as a test needs.
+CRAWL = "1000"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(nodes=4, data_dir=tmp_path_factory.mktemp("reassignment"),
+                 node_config={"follower.replication.throttled.rate": CRAWL}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    yield client
+    client.close()
+
+
+def partition_state(cluster, topic: str, index: int = 0) -> dict:
+    partitions = next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"]
+    return next(p for p in partitions if p["partition"] == index)
+
+
+def produce(cluster, topic: str, count: int, size: int = 100) -> list[bytes]:
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    values = [b"%08d" % i + b"x" * (size - 8) for i in range(count)]
+    for value in values:
+        producer.send(topic, value, partition=0)
+    producer.flush(60)
+    producer.close()
+    return values
+
+
+def consume(cluster, topic: str, expected: int) -> list[bytes]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=15000)
+    consumer.assign([TopicPartition(topic, 0)])
+    values = []
+    for message in consumer:
+        values.append(message.value)
+        if len(values) == expected:
+            break
+    consumer.close()
+    return values
+
+
+def partition_dirs(cluster, node_id: int, topic: str) -> list[str]:
+    log_dir = cluster.nodes[node_id].data_dir
+    return sorted(p.name for p in log_dir.iterdir() if p.name.startswith(f"{topic}-"))
+
+
+def wait_until(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def reassigned(cluster, topic: str, replicas: list[int]) -> bool:
+    state = partition_state(cluster, topic)
+    return state["replicas"] == replicas and sorted(state["isr"]) == sorted(replicas)
+
+
+def test_single_replica_moves_to_another_node(cluster, admin):
+    cluster.create_topic("move-one", replication_factor=1)
+    source = partition_state(cluster, "move-one")["leader"]
+    target = source % 4 + 1
+    values = produce(cluster, "move-one", 2000)
+    result = admin.alter_partition_reassignments({TopicPartition("move-one", 0): [target]})
+    assert result == {TopicPartition("move-one", 0): None}
+    wait_until(lambda: reassigned(cluster, "move-one", [target]))
+    state = partition_state(cluster, "move-one")
+    assert (state["replicas"], state["isr"], state["leader"]) == ([target], [target], target)
+    assert admin.list_partition_reassignments() == {}
+    wait_until(lambda: partition_dirs(cluster, source, "move-one") == [])
+    assert partition_dirs(cluster, target, "move-one") == ["move-one-0"]
+    assert consume(cluster, "move-one", len(values)) == values
+
+
+def set_configs(cluster, kind, name: str, changes: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs through confluent-kafka: a value SETs, None DELETEs."""
+    ops = confluent_admin.AlterConfigOpType
+    client = confluent_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = confluent_admin.ConfigResource(kind, name, incremental_configs=[
+        confluent_admin.ConfigEntry(key, value, incremental_operation=ops.SET if value is not None else ops.DELETE)
+        for key, value in changes.items()])
+    list(client.incremental_alter_configs([resource]).values())[0].result(10)
+
+
+def throttle(cluster, topic: str, replicas: str | None) -> None:
+    set_configs(cluster, confluent_admin.ResourceType.TOPIC, topic, {"follower.replication.throttled.replicas": replicas})
+
+
+def test_one_replica_of_three_is_replaced(cluster, admin):
+    cluster.create_topic("replace-one", replication_factor=3)
+    state = partition_state(cluster, "replace-one")
+    spare = ({1, 2, 3, 4} - set(state["replicas"])).pop()
+    leader, dropped = state["leader"], state["replicas"][-1]
+    target = [r if r != dropped else spare for r in state["replicas"]]
+    values = produce(cluster, "replace-one", 1000)
+    assert admin.alter_partition_reassignments({TopicPartition("replace-one", 0): target}) == {
+        TopicPartition("replace-one", 0): None}
+    wait_until(lambda: reassigned(cluster, "replace-one", target))
+    state = partition_state(cluster, "replace-one")
+    assert (state["replicas"], sorted(state["isr"]), state["leader"]) == (target, sorted(target), leader)
+    wait_until(lambda: partition_dirs(cluster, dropped, "replace-one") == [])
+    assert consume(cluster, "replace-one", len(values)) == values
+
+
+def test_the_leader_is_moved_off(cluster, admin):
+    cluster.create_topic("leader-off", replication_factor=3)
+    state = partition_state(cluster, "leader-off")
+    old_leader = state["leader"]
+    spare = ({1, 2, 3, 4} - set(state["replicas"])).pop()
+    target = [spare] + [r for r in state["replicas"] if r != old_leader]
+    values = produce(cluster, "leader-off", 1000)
+    admin.alter_partition_reassignments({TopicPartition("leader-off", 0): target})
+    wait_until(lambda: reassigned(cluster, "leader-off", target))
+    state = partition_state(cluster, "leader-off")
+    # The first target replica in the ISR leads, as Kafka elects when the leader is removed.
+    assert (state["replicas"], sorted(state["isr"]), state["leader"]) == (target, sorted(target), spare)
+    wait_until(lambda: partition_dirs(cluster, old_leader, "leader-off") == [])
+    assert consume(cluster, "leader-off", len(values)) == values
+
+
+def test_a_throttled_move_stays_in_progress_until_the_throttle_is_lifted(cluster, admin):
+    cluster.create_topic("throttled", replication_factor=1)
+    source = partition_state(cluster, "throttled")["leader"]
+    target = source % 4 + 1
+    values = produce(cluster, "throttled", 3000, size=1000)  # 3 MB: more than one fetch takes
+    throttle(cluster, "throttled", f"0:{target}")
+    admin.alter_partition_reassignments({TopicPartition("throttled", 0): [target]})
+    ongoing = {"replicas": [target, source], "adding_replicas": [target], "removing_replicas": [source]}
+    assert admin.list_partition_reassignments() == {TopicPartition("throttled", 0): ongoing}
+    assert admin.list_partition_reassignments({"throttled": [0, 1]}) == {TopicPartition("throttled", 0): ongoing}
+    state = partition_state(cluster, "throttled")
+    assert (state["replicas"], state["isr"], state["leader"]) == ([target, source], [source], source)
+    assert (state["adding_replicas"], state["removing_replicas"]) == ([target], [source])
+    throttle(cluster, "throttled", None)
+    wait_until(lambda: reassigned(cluster, "throttled", [target]))
+    assert admin.list_partition_reassignments() == {}
+    wait_until(lambda: partition_dirs(cluster, source, "throttled") == [])
+    assert consume(cluster, "throttled", len(values)) == values
+
+
+def test_a_move_is_cancelled(cluster, admin):
+    cluster.create_topic("cancelled", replication_factor=2)
+    original = partition_state(cluster, "cancelled")["replicas"]
+    adding = sorted({1, 2, 3, 4} - set(original))
+    values = produce(cluster, "cancelled", 3000, size=1000)
+    throttle(cluster, "cancelled", ",".join(f"0:{node}" for node in adding))
+    admin.alter_partition_reassignments({TopicPartition("cancelled", 0): adding})
+    wait_until(lambda: all(partition_dirs(cluster, node, "cancelled") for node in adding))
+    assert admin.alter_partition_reassignments({TopicPartition("cancelled", 0): None}) == {
+        TopicPartition("cancelled", 0): None}
+    state = partition_state(cluster, "cancelled")
+    assert (state["replicas"], sorted(state["isr"]), state["adding_replicas"], state["removing_replicas"]) == (
+        original, sorted(original), [], [])
+    assert admin.list_partition_reassignments() == {}
+    for node in adding:
+        wait_until(lambda: partition_dirs(cluster, node, "cancelled") == [])
+    assert consume(cluster, "cancelled", len(values)) == values
+
+
+def test_errors_are_kafkas(cluster, admin):
+    cluster.create_topic("refusals", replication_factor=1)
+    tp = TopicPartition("refusals", 0)
+    assert admin.alter_partition_reassignments({
+        tp: [1, 1], TopicPartition("refusals", 1): [1], TopicPartition("no-such-topic", 0): [1]}) == {
+        tp: InvalidReplicationAssignmentError, TopicPartition("refusals", 1): UnknownTopicOrPartitionError,
+        TopicPartition("no-such-topic", 0): UnknownTopicOrPartitionError}
+    assert admin.alter_partition_reassignments({tp: [99]}) == {tp: InvalidReplicationAssignmentError}
+    assert admin.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+    assert partition_state(cluster, "refusals")["replicas"] in ([1], [2], [3], [4])
+
+
+def raw_reassignment(cluster, partitions: list[tuple[int, list[int] | None]], topic: str):
+    T = AlterPartitionReassignmentsRequest.ReassignableTopic
+    request = AlterPartitionReassignmentsRequest[0](timeout_ms=10000, topics=[T(name=topic, partitions=[
+        T.ReassignablePartition(partition_index=index, replicas=replicas) for index, replicas in partitions])])
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    import socket
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        return exchange(sock, request, AlterPartitionReassignmentsResponse, 0)
+
+
+def test_an_empty_replica_list_and_an_oversized_request_are_refused(cluster):
+    cluster.create_topic("raw-refusals", replication_factor=1)
+    response = raw_reassignment(cluster, [(0, [])], "raw-refusals")
+    partition = response.responses[0].partitions[0]
+    assert (response.error_code, partition.error_code, partition.error_message) == (
+        0, 39, "The manual partition assignment includes an empty replica list.")
+    response = raw_reassignment(cluster, [(i, [1]) for i in range(10_001)], "raw-refusals")
+    assert response.error_code == 44
+    assert response.error_message == "Unable to perform excessively large batch operation."
+    assert {p.error_code for p in response.responses[0].partitions} == {44}
