@@ -53,6 +53,7 @@ ARGUMENTS = {
     "wait_in_sync": {"topic": str, "timeout_ms": (int, float, type(None))},
     "alter_reassignments": {"topics": list},
     "list_reassignments": {"topics": (list, type(None))},
+    "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
 }
 
 
@@ -110,6 +111,7 @@ class Controller:
             "wait_in_sync": self.wait_in_sync,
             "alter_reassignments": self.alter_reassignments,
             "list_reassignments": self.list_reassignments,
+            "wait_reassigned": self.wait_reassigned,
         }
 
     def unfenced_brokers(self) -> list[int]:
@@ -428,6 +430,25 @@ class Controller:
         timeout_s = (args.get("timeout_ms") or 30000) / 1000
         in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), timeout_s)
         return {"in_sync": in_sync}
+
+    async def wait_reassigned(self, args: dict, conn) -> dict:
+        """Until no partition of args["partitions"] ([[topic, partition], ...], None for all) is being moved."""
+        if args["partitions"] is not None and len(args["partitions"]) > MAX_RECORDS_PER_USER_OP:
+            return self._refused(refuse_too_large())
+        keys = None if args["partitions"] is None else [_topic_partition(item) for item in args["partitions"]]
+        timeout_s = (args.get("timeout_ms") or 30000) / 1000
+        return {"settled": await self.writer.wait_for(lambda: not self._moving(keys), timeout_s)}
+
+    def _moving(self, keys: list[tuple[str, int]] | None) -> bool:
+        if keys is None:
+            return any(reassignment.is_reassigning(p) for t in self.image.topics.values()
+                       for p in t.partitions.values())
+        for name, index in keys:
+            topic = self.image.topics.get(name)
+            partition = topic.partitions.get(index) if topic else None
+            if partition is not None and reassignment.is_reassigning(partition):
+                return True
+        return False
 
 
 def _topic_partition(item) -> tuple[str, int]:

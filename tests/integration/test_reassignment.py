@@ -3,6 +3,9 @@ moves that complete with exact replicas, ISR and leader, removed replicas' logs 
 acknowledged lost; moves held in progress by a replication throttle; cancellation; Kafka's errors."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -107,7 +110,8 @@ def set_configs(cluster, kind, name: str, changes: dict[str, str | None]) -> Non
 
 
 def throttle(cluster, topic: str, replicas: str | None) -> None:
-    set_configs(cluster, confluent_admin.ResourceType.TOPIC, topic, {"follower.replication.throttled.replicas": replicas})
+    set_configs(cluster, confluent_admin.ResourceType.TOPIC, topic,
+                {"follower.replication.throttled.replicas": replicas})
 
 
 def test_one_replica_of_three_is_replaced(cluster, admin):
@@ -213,3 +217,102 @@ def test_an_empty_replica_list_and_an_oversized_request_are_refused(cluster):
     assert response.error_code == 44
     assert response.error_message == "Unable to perform excessively large batch operation."
     assert {p.error_code for p in response.responses[0].partitions} == {44}
+
+
+def test_an_idempotent_producer_loses_nothing_while_its_partition_moves(cluster, admin):
+    cluster.create_topic("moving-writes", replication_factor=3)
+    state = partition_state(cluster, "moving-writes")
+    spare = ({1, 2, 3, 4} - set(state["replicas"])).pop()
+    target = [spare] + [r for r in state["replicas"] if r != state["leader"]]
+    acknowledged: dict[bytes, int] = {}
+    failures = []
+
+    def delivered(error, message):
+        if error is None:
+            acknowledged[message.value()] = message.offset()
+        else:
+            failures.append(error)
+
+    producer = ConfluentProducer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                                  "acks": "all", "linger.ms": 5})
+    sent = 0
+
+    def send(count: int) -> None:
+        nonlocal sent
+        for _ in range(count):
+            producer.produce("moving-writes", b"%08d" % sent, partition=0, on_delivery=delivered)
+            sent += 1
+            producer.poll(0.001)
+
+    send(2000)
+    admin.alter_partition_reassignments({TopicPartition("moving-writes", 0): target})
+    while not reassigned(cluster, "moving-writes", target):
+        send(50)
+    send(2000)
+    assert producer.flush(60) == 0
+    assert failures == []
+    assert len(acknowledged) == sent
+    assert partition_state(cluster, "moving-writes")["leader"] == spare
+    values = consume(cluster, "moving-writes", sent)
+    assert values == [b"%08d" % i for i in range(sent)]
+    assert all(values[offset] == value for value, offset in acknowledged.items())
+
+
+def kraftwerk(cluster, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--data-dir", str(cluster.data_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_cli_runs_a_kafka_plan_under_a_throttle(cluster, tmp_path):
+    cluster.create_topic("planned", replication_factor=1)
+    source = partition_state(cluster, "planned")["leader"]
+    target = source % 4 + 1
+    values = produce(cluster, "planned", 3000, size=1000)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "planned", "partition": 0, "replicas": [target], "log_dirs": ["any"]}]}))
+    assert kraftwerk(cluster, "reassign", "--file", str(plan), "--throttle", "1000") == \
+        "started the reassignment of 1 partitions\n"
+    assert json.loads(kraftwerk(cluster, "reassign", "--status", "--json")) == [
+        {"topic": "planned", "partition": 0, "replicas": [target, source], "adding_replicas": [target],
+         "removing_replicas": [source]}]
+    described = json.loads(kraftwerk(cluster, "status", "--json"))
+    moving = next(t for t in described["topics"] if t["name"] == "planned")["partitions"][0]
+    assert (moving["adding_replicas"], moving["removing_replicas"]) == ([target], [source])
+    cluster.clear_throttles()
+    assert cluster.wait_reassigned([("planned", 0)], timeout=60)
+    assert partition_state(cluster, "planned")["replicas"] == [target]
+    assert kraftwerk(cluster, "reassign", "--status") == "no partition reassignment is in progress\n"
+    assert consume(cluster, "planned", len(values)) == values
+
+
+def test_a_node_rate_set_through_incremental_alter_configs_throttles_a_move(cluster):
+    cluster.create_topic("node-rate", replication_factor=1)
+    source = partition_state(cluster, "node-rate")["leader"]
+    target = source % 4 + 1
+    produce(cluster, "node-rate", 3000, size=1000)
+    broker = confluent_admin.ResourceType.BROKER
+    set_configs(cluster, broker, str(source), {"leader.replication.throttled.rate": "1000"})
+    set_configs(cluster, confluent_admin.ResourceType.TOPIC, "node-rate",
+                {"leader.replication.throttled.replicas": f"0:{source}"})
+    assert cluster.reassign({("node-rate", 0): [target]}) == {("node-rate", 0): None}
+    assert not cluster.wait_reassigned([("node-rate", 0)], timeout=2)
+    assert cluster.list_reassignments() == {("node-rate", 0): {
+        "replicas": [target, source], "adding_replicas": [target], "removing_replicas": [source]}}
+    set_configs(cluster, broker, str(source), {"leader.replication.throttled.rate": None})
+    assert cluster.wait_reassigned([("node-rate", 0)], timeout=60)
+    with pytest.raises(Exception, match="Cannot update these configs dynamically: num.partitions"):
+        set_configs(cluster, broker, str(source), {"num.partitions": "3"})
+
+
+def test_a_fenced_node_cannot_be_a_target(cluster, admin):
+    cluster.create_topic("to-fenced", replication_factor=1)
+    source = partition_state(cluster, "to-fenced")["leader"]
+    target = source % 4 + 1
+    cluster.kill_node(target)
+    try:
+        assert cluster.reassign({("to-fenced", 0): [target]}) == {("to-fenced", 0): "INVALID_REPLICA_ASSIGNMENT"}
+    finally:
+        cluster.restart_node(target)
