@@ -285,6 +285,11 @@ def test_the_cli_runs_a_kafka_plan_under_a_throttle(cluster, tmp_path):
     assert cluster.wait_reassigned([("planned", 0)], timeout=60)
     assert partition_state(cluster, "planned")["replicas"] == [target]
     assert kraftwerk(cluster, "reassign", "--status") == "no partition reassignment is in progress\n"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "planned", "partition": 0,
+                                                              "replicas": [source]}]}))
+    output = kraftwerk(cluster, "reassign", "--file", str(plan), "--throttle", "100000000", "--wait")
+    assert output.startswith("started the reassignment of 1 partitions\nreassignment complete in ")
+    assert partition_state(cluster, "planned")["replicas"] == [source]
     assert consume(cluster, "planned", len(values)) == values
 
 
@@ -316,3 +321,18 @@ def test_a_fenced_node_cannot_be_a_target(cluster, admin):
         assert cluster.reassign({("to-fenced", 0): [target]}) == {("to-fenced", 0): "INVALID_REPLICA_ASSIGNMENT"}
     finally:
         cluster.restart_node(target)
+
+
+def test_the_cli_refuses_a_bad_plan_and_names_refused_partitions(cluster, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"version": 1, "partitions": [{"topic": "t", "replicas": [1]}]}')
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "reassign", "--file", str(plan),
+                           "--data-dir", str(cluster.data_dir)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"Error: {plan} is not a reassignment plan: each partition needs a \"topic\" string "
+                           f"and a \"partition\" number: {{'topic': 't', 'replicas': [1]}}\n")
+    plan.write_text('{"version": 1, "partitions": [{"topic": "no-such-topic", "partition": 0, "replicas": [1]}]}')
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "reassign", "--file", str(plan),
+                           "--data-dir", str(cluster.data_dir)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "no-such-topic-0: UNKNOWN_TOPIC_OR_PARTITION\nError: 1 of 1 partitions were refused\n"
