@@ -78,25 +78,25 @@ def wait_until(condition, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def reassigned(cluster, topic: str, replicas: list[int]) -> bool:
+def completes(cluster, admin, topic: str, target: list[int], leader: int, dropped: int, values: list[bytes]) -> None:
+    """Move partition 0 of topic to target; afterwards exactly target is in sync, led by leader,
+    the dropped node's copy is deleted and every acknowledged message is still there."""
+    assert admin.alter_partition_reassignments({TopicPartition(topic, 0): target}) == {TopicPartition(topic, 0): None}
+    assert cluster.wait_reassigned([(topic, 0)], timeout=60)
     state = partition_state(cluster, topic)
-    return state["replicas"] == replicas and sorted(state["isr"]) == sorted(replicas)
+    assert (state["replicas"], sorted(state["isr"]), state["leader"]) == (target, sorted(target), leader)
+    assert (state["adding_replicas"], state["removing_replicas"]) == ([], [])
+    assert admin.list_partition_reassignments() == {}
+    wait_until(lambda: partition_dirs(cluster, dropped, topic) == [])
+    assert partition_dirs(cluster, target[0], topic) == [f"{topic}-0"]
+    assert consume(cluster, topic, len(values)) == values
 
 
 def test_single_replica_moves_to_another_node(cluster, admin):
     cluster.create_topic("move-one", replication_factor=1)
     source = partition_state(cluster, "move-one")["leader"]
     target = source % 4 + 1
-    values = produce(cluster, "move-one", 2000)
-    result = admin.alter_partition_reassignments({TopicPartition("move-one", 0): [target]})
-    assert result == {TopicPartition("move-one", 0): None}
-    wait_until(lambda: reassigned(cluster, "move-one", [target]))
-    state = partition_state(cluster, "move-one")
-    assert (state["replicas"], state["isr"], state["leader"]) == ([target], [target], target)
-    assert admin.list_partition_reassignments() == {}
-    wait_until(lambda: partition_dirs(cluster, source, "move-one") == [])
-    assert partition_dirs(cluster, target, "move-one") == ["move-one-0"]
-    assert consume(cluster, "move-one", len(values)) == values
+    completes(cluster, admin, "move-one", [target], target, source, produce(cluster, "move-one", 2000))
 
 
 def set_configs(cluster, kind, name: str, changes: dict[str, str | None]) -> None:
@@ -118,32 +118,18 @@ def test_one_replica_of_three_is_replaced(cluster, admin):
     cluster.create_topic("replace-one", replication_factor=3)
     state = partition_state(cluster, "replace-one")
     spare = ({1, 2, 3, 4} - set(state["replicas"])).pop()
-    leader, dropped = state["leader"], state["replicas"][-1]
+    dropped = state["replicas"][-1]
     target = [r if r != dropped else spare for r in state["replicas"]]
-    values = produce(cluster, "replace-one", 1000)
-    assert admin.alter_partition_reassignments({TopicPartition("replace-one", 0): target}) == {
-        TopicPartition("replace-one", 0): None}
-    wait_until(lambda: reassigned(cluster, "replace-one", target))
-    state = partition_state(cluster, "replace-one")
-    assert (state["replicas"], sorted(state["isr"]), state["leader"]) == (target, sorted(target), leader)
-    wait_until(lambda: partition_dirs(cluster, dropped, "replace-one") == [])
-    assert consume(cluster, "replace-one", len(values)) == values
+    completes(cluster, admin, "replace-one", target, state["leader"], dropped, produce(cluster, "replace-one", 1000))
 
 
 def test_the_leader_is_moved_off(cluster, admin):
     cluster.create_topic("leader-off", replication_factor=3)
     state = partition_state(cluster, "leader-off")
-    old_leader = state["leader"]
     spare = ({1, 2, 3, 4} - set(state["replicas"])).pop()
-    target = [spare] + [r for r in state["replicas"] if r != old_leader]
-    values = produce(cluster, "leader-off", 1000)
-    admin.alter_partition_reassignments({TopicPartition("leader-off", 0): target})
-    wait_until(lambda: reassigned(cluster, "leader-off", target))
-    state = partition_state(cluster, "leader-off")
+    target = [spare] + [r for r in state["replicas"] if r != state["leader"]]
     # The first target replica in the ISR leads, as Kafka elects when the leader is removed.
-    assert (state["replicas"], sorted(state["isr"]), state["leader"]) == (target, sorted(target), spare)
-    wait_until(lambda: partition_dirs(cluster, old_leader, "leader-off") == [])
-    assert consume(cluster, "leader-off", len(values)) == values
+    completes(cluster, admin, "leader-off", target, spare, state["leader"], produce(cluster, "leader-off", 1000))
 
 
 def test_a_throttled_move_stays_in_progress_until_the_throttle_is_lifted(cluster, admin):
@@ -160,7 +146,7 @@ def test_a_throttled_move_stays_in_progress_until_the_throttle_is_lifted(cluster
     assert (state["replicas"], state["isr"], state["leader"]) == ([target, source], [source], source)
     assert (state["adding_replicas"], state["removing_replicas"]) == ([target], [source])
     throttle(cluster, "throttled", None)
-    wait_until(lambda: reassigned(cluster, "throttled", [target]))
+    assert cluster.wait_reassigned([("throttled", 0)], timeout=60)
     assert admin.list_partition_reassignments() == {}
     wait_until(lambda: partition_dirs(cluster, source, "throttled") == [])
     assert consume(cluster, "throttled", len(values)) == values
@@ -246,13 +232,14 @@ def test_an_idempotent_producer_loses_nothing_while_its_partition_moves(cluster,
 
     send(2000)
     admin.alter_partition_reassignments({TopicPartition("moving-writes", 0): target})
-    while not reassigned(cluster, "moving-writes", target):
+    while cluster.list_reassignments():
         send(50)
     send(2000)
     assert producer.flush(60) == 0
     assert failures == []
     assert len(acknowledged) == sent
-    assert partition_state(cluster, "moving-writes")["leader"] == spare
+    state = partition_state(cluster, "moving-writes")
+    assert (state["replicas"], sorted(state["isr"]), state["leader"]) == (target, sorted(target), spare)
     values = consume(cluster, "moving-writes", sent)
     assert values == [b"%08d" % i for i in range(sent)]
     assert all(values[offset] == value for value, offset in acknowledged.items())
