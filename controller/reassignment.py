@@ -18,7 +18,7 @@ from cluster.errors import ErrorCode
 from cluster.image import MetadataImage, PartitionInfo
 from controller.arguments import expect, expect_list, optional
 from controller.time_slices import gently
-from controller.topics import MAX_RECORDS_PER_USER_OP, Outcome, RequestError, _checked_replicas, refuse_too_large
+from controller.topics import MAX_RECORDS_PER_USER_OP, Outcome, RequestError, checked_replicas, refuse_too_large
 
 NO_REASSIGNMENT = "No partition reassignment is in progress."
 
@@ -69,7 +69,7 @@ def _reassignment_record(image, brokers, name: str, index: int, target: list | N
             raise RequestError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT)
         change = _reverted(partition)
     else:
-        target = _checked_replicas(image, brokers, index, target, None)
+        target = checked_replicas(image, brokers, index, target, None)
         fenced = sorted(set(target) - set(brokers))
         if fenced:
             raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,

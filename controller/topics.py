@@ -236,12 +236,12 @@ def _manual_assignment(image, brokers, assignments: dict[int, list[int]]) -> lis
         if index not in assignments:
             raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                "partitions should be a consecutive 0-based integer sequence")
-        replicas.append(_checked_replicas(image, brokers, index, assignments[index],
+        replicas.append(checked_replicas(image, brokers, index, assignments[index],
                                           len(replicas[0]) if replicas else None))
     return replicas
 
 
-def _checked_replicas(image, brokers, index: int, members: list, factor: int | None) -> list[int]:
+def checked_replicas(image, brokers, index: int, members: list, factor: int | None) -> list[int]:
     if not members:
         raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            "The manual partition assignment includes an empty replica list.")
@@ -398,7 +398,7 @@ def _new_partition_records(image, brokers, topic, request):
     current = len(topic.partitions)
     factor = len(next(iter(topic.partitions.values())).replicas)
     if request["assignments"] is not None:
-        replicas = [_checked_replicas(image, brokers, current + i, expect_list(members, "replicas"), factor)
+        replicas = [checked_replicas(image, brokers, current + i, expect_list(members, "replicas"), factor)
                     for i, members in enumerate(request["assignments"])]
     else:
         problem = _placement_problem(brokers, factor)
