@@ -17,7 +17,7 @@ from cluster.control import BadControlRequest
 from cluster.errors import ErrorCode
 from cluster.image import MetadataImage, PartitionInfo
 from controller.arguments import expect, expect_list, optional
-from controller.time_slices import gently
+from controller.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, Outcome, RequestError, checked_replicas, refuse_too_large
 
 NO_REASSIGNMENT = "No partition reassignment is in progress."
@@ -35,11 +35,11 @@ async def alter_reassignments(image: MetadataImage, brokers: list[int], requests
             len(expect_list(expect(t, dict, "topic").get("partitions"), "partitions")) for t in requests
     ) > MAX_RECORDS_PER_USER_OP:
         return refuse_too_large()
-    outcome = Outcome()
-    async for request in gently(requests):
+    outcome, time_slice = Outcome(), TimeSlice()
+    async for request in gently(requests, time_slice):
         name = expect(request.get("name"), str, "topic name")
         results = []
-        for item in request["partitions"]:
+        async for item in gently(request["partitions"], time_slice):
             index, target = _reassignable_partition(item)
             try:
                 record = _reassignment_record(image, brokers, name, index, target)
@@ -135,16 +135,21 @@ async def list_reassignments(image: MetadataImage, requested: list | None) -> li
         if len(expect_list(requested, "topics")) > MAX_RECORDS_PER_USER_OP:
             raise RequestError(ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
         wanted = (_listed_topic(image, item) for item in requested)
-    listed = []
-    async for topic, indexes in gently(wanted):
+    listed, time_slice = [], TimeSlice()
+    async for topic, indexes in gently(wanted, time_slice):
         if topic is None:
             continue
-        partitions = [topic.partitions.get(expect(i, int, "partition")) for i in indexes]
-        moving = [{"partition": p.partition, "replicas": p.replicas, "adding_replicas": p.adding_replicas,
-                   "removing_replicas": p.removing_replicas} for p in partitions if p and is_reassigning(p)]
+        # A request may name any number of partitions: they are looked up a slice at a time too.
+        moving = [_ongoing(p) async for p in gently((topic.partitions.get(expect(i, int, "partition"))
+                                                       for i in indexes), time_slice) if p and is_reassigning(p)]
         if moving:
             listed.append({"name": topic.name, "partitions": moving})
     return listed
+
+
+def _ongoing(partition: PartitionInfo) -> dict:
+    return {"partition": partition.partition, "replicas": partition.replicas,
+            "adding_replicas": partition.adding_replicas, "removing_replicas": partition.removing_replicas}
 
 
 def _listed_topic(image: MetadataImage, item) -> tuple:
