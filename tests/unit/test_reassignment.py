@@ -3,6 +3,9 @@ PartitionReassignmentRevert and completeReassignmentIfNeeded make them."""
 import asyncio
 import uuid
 
+import pytest
+
+from cluster.control import BadControlRequest
 from cluster.errors import ErrorCode
 from cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from cluster.config import valid_throttled_replicas
@@ -66,6 +69,8 @@ def test_refusals():
     assert alter(image, [], brokers=(1, 2, 3))[0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert alter(image, [1, 4], brokers=(1, 2, 3))[0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert alter(image, None, brokers=(1, 2, 3))[0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    with pytest.raises(BadControlRequest, match="broker id"):
+        alter(image, ["1"])
     outcome = asyncio.run(reassignment.alter_reassignments(image, [1], [
         {"name": "t", "partitions": [{"partition": i, "replicas": [1]} for i in range(10_001)]}]))
     assert outcome.refused[0] == ErrorCode.POLICY_VIOLATION
