@@ -67,7 +67,7 @@ def _reassignment_record(image, brokers, name: str, index: int, target: list | N
     if target is None:
         if not is_reassigning(partition):
             raise RequestError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT)
-        change = _reverted(partition)
+        change = _reverted(partition, name, image.topic_configs(name).get("unclean.leader.election.enable") == "true")
     else:
         target = checked_replicas(image, brokers, index, target, None)
         fenced = sorted(set(target) - set(brokers))
@@ -89,10 +89,17 @@ def _towards(partition: PartitionInfo, target: list[int]) -> dict:
             "removing_replicas": removing, "adding_replicas": adding}
 
 
-def _reverted(partition: PartitionInfo) -> dict:
-    """Kafka's PartitionReassignmentRevert: the replicas being added go, the original set stays."""
+def _reverted(partition: PartitionInfo, name: str, unclean_allowed: bool) -> dict:
+    """Kafka's PartitionReassignmentRevert: the replicas being added go, the original set stays. If
+    only added replicas are in sync, going back means an unclean election: refused unless allowed."""
     replicas = [r for r in partition.replicas if r not in partition.adding_replicas]
-    isr = [r for r in partition.isr if r not in partition.adding_replicas] or list(replicas)
+    isr = [r for r in partition.isr if r not in partition.adding_replicas]
+    if not isr:
+        if not unclean_allowed:
+            raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                               f"Unable to revert partition assignment for {name}:{partition.partition} "
+                               f"because it would require an unclean leader election.")
+        isr = replicas[:1]
     return {"replicas": replicas, "isr": isr, "removing_replicas": [], "adding_replicas": []}
 
 

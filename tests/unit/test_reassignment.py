@@ -62,6 +62,12 @@ def test_cancelling_reverts_to_the_original_replicas():
     assert (change["replicas"], change["adding_replicas"], change["removing_replicas"]) == ([2, 3, 1], [], [])
 
 
+def test_cancelling_is_refused_where_only_added_replicas_are_in_sync():
+    image = image_with(PartitionInfo(0, replicas=[4, 1], isr=[4], leader=4, adding_replicas=[4],
+                                     removing_replicas=[1]))
+    assert alter(image, None)[0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
 def test_refusals():
     image = image_with(PartitionInfo(0, replicas=[1], isr=[1], leader=1), fenced=(4,))
     assert alter(image, [2, 2], brokers=(1, 2, 3))[0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
