@@ -14,6 +14,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.log import OffsetOutOfRangeError
 from cluster.errors import ErrorCode
+from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 
 REQUEST = FetchRequest
@@ -56,6 +57,7 @@ async def handle(broker, header, request):
         if not await _wait_for_data(broker, fetches, remaining):
             _read_all(broker, fetches, request.max_bytes, follower)
             break
+    record_client_fetches(fetches, follower)
     return _response(broker, fetches, version)
 
 
