@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 
 EARLIEST = -2  # Spark's per-partition JSON uses Kafka's ListOffsets codes
@@ -97,6 +98,18 @@ def client_config(options: dict) -> dict:
         config[name] = value
     if not config.get("bootstrap.servers"):
         raise OptionError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+    return config
+
+
+def consumer_config(options: "SourceOptions") -> dict:
+    """What each task's consumer runs with: the kafka.* options over the source's own settings."""
+    config = {
+        "group.id": f"{options.group_id_prefix}-{uuid.uuid4()}",  # never joined: the partition is assigned
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",  # an offset gone by retention is reported, not skipped silently
+    }
+    config.update(options.client_config)
     return config
 
 

@@ -10,11 +10,11 @@ import re
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec as ListOffsetsSpec
 from pyspark.sql.datasource import InputPartition
 
-from spark_jobs.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
+from spark_jobs.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions, consumer_config
 
 _INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state"}
 _RETRY_BACKOFF_S = 0.1
@@ -46,6 +46,7 @@ class ClusterView:
         self.options = options
         self.timeout_s = options.request_timeout_s
         try:
+            Consumer(consumer_config(options)).close()  # the tasks' settings, checked before any task runs
             self.admin = AdminClient(dict(options.client_config))
         except KafkaException as error:
             raise OptionError(f"Invalid kafka.* option: {error.args[0].str()}") from None

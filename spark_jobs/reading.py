@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import bisect
 import time
-import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from spark_jobs.options import SourceOptions
+from spark_jobs.options import SourceOptions, consumer_config
 from spark_jobs.planning import DataLossError, OffsetRange
 
 CONSUME_BATCH = 20000
@@ -34,17 +33,6 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     if include_headers:
         fields.append(pa.field("headers", HEADERS_TYPE))
     return pa.schema(fields)
-
-
-def consumer_config(options: SourceOptions) -> dict:
-    config = {
-        "group.id": f"{options.group_id_prefix}-{uuid.uuid4()}",  # never joined: the partition is assigned
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "error",  # an offset gone by retention is reported, not skipped silently
-    }
-    config.update(options.client_config)
-    return config
 
 
 def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:

@@ -112,10 +112,11 @@ class KraftwerkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         starts = from_json(start)
         if isinstance(limit, ReadMaxRows):
             new = [tp for tp in latest if tp not in starts]
-            starts = {**self._cluster().earliest(new), **starts} if new else starts
-            latest = rate_limit(starts, latest, limit.max_rows)
-        # A partition the metadata no longer shows keeps its offset, so nothing is read twice.
-        return to_json({**from_json(start), **latest})
+            known = {**self._cluster().earliest(new), **starts} if new else starts
+            latest = rate_limit(known, latest, limit.max_rows)
+        # Never behind the start: a new leader may briefly report less while its high watermark settles, and a
+        # partition the metadata no longer shows keeps its offset, so nothing is read twice.
+        return to_json({**starts, **{tp: max(end, starts.get(tp, end)) for tp, end in latest.items()}})
 
     def reportLatestOffset(self):
         return to_json(self._latest())

@@ -61,12 +61,12 @@ def local_session(app_name: str):
     return spark
 
 
-def produce(bootstrap: str, topic: str, records) -> None:
+def produce(bootstrap: str, topic: str, records, config: dict | None = None) -> None:
     """Write (partition, key, value, headers, timestamp_ms) tuples with an acks=all producer."""
     from confluent_kafka import Producer
 
     failures = []
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **(config or {})})
     for partition, key, value, headers, timestamp in records:
         producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp or 0,
                          on_delivery=lambda error, _m: failures.append(error) if error else None)
