@@ -68,7 +68,8 @@ def produce(bootstrap: str, topic: str, records, config: dict | None = None) -> 
     failures = []
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **(config or {})})
     for partition, key, value, headers, timestamp in records:
-        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp or 0,
+        producer.produce(topic, value, key, partition=-1 if partition is None else partition,  # -1: partitioner
+                         headers=headers, timestamp=timestamp or 0,
                          on_delivery=lambda error, _m: failures.append(error) if error else None)
         producer.poll(0)
     producer.flush()
