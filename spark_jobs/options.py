@@ -101,6 +101,12 @@ def client_config(options: dict) -> dict:
     return config
 
 
+# librdkafka's fetch queue refills only below queued.min.messages (100,000) after a backoff:
+# a task reading one partition as fast as it can wants the queue kept full and large fetches.
+READ_AHEAD = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 0,
+              "max.partition.fetch.bytes": 8 << 20, "fetch.max.bytes": 64 << 20}
+
+
 def consumer_config(options: "SourceOptions") -> dict:
     """What each task's consumer runs with: the kafka.* options over the source's own settings."""
     config = {
@@ -108,6 +114,7 @@ def consumer_config(options: "SourceOptions") -> dict:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",  # an offset gone by retention is reported, not skipped silently
+        **READ_AHEAD,
     }
     config.update(options.client_config)
     return config
