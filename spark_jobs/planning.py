@@ -52,12 +52,7 @@ class ClusterView:
             raise OptionError(f"Invalid kafka.* option: {error.args[0].str()}") from None
 
     def metadata(self):
-        try:
-            return self.admin.list_topics(timeout=self.timeout_s)
-        except KafkaException as error:
-            raise ConnectionError(
-                f"No answer from kafka.bootstrap.servers={self.options.bootstrap_servers} within "
-                f"kafka.request.timeout.ms={int(self.timeout_s * 1000)}: {error.args[0].str()}") from None
+        return cluster_metadata(self.admin, self.options.bootstrap_servers, self.timeout_s)
 
     def leaders(self) -> dict[TopicPartitionKey, int]:
         """The node id leading each partition of the subscription (-1 while it has none)."""
@@ -140,6 +135,15 @@ class ClusterView:
 
     def close(self) -> None:
         self.admin = None
+
+
+def cluster_metadata(admin: AdminClient, bootstrap_servers: str, timeout_s: float):
+    """The cluster's metadata, or a clear error when no node answers within kafka.request.timeout.ms."""
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as error:
+        raise ConnectionError(f"No answer from kafka.bootstrap.servers={bootstrap_servers} within "
+                              f"kafka.request.timeout.ms={int(timeout_s * 1000)}: {error.args[0].str()}") from None
 
 
 def _retriable(error: KafkaException) -> bool:

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from spark_jobs.options import sink_options, source_options
 from spark_jobs.planning import ClusterView, check_data_loss, offset_ranges
 from spark_jobs.reading import read_range
-from spark_jobs.writing import check_sink_schema, write_batches
+from spark_jobs.writing import check_reachable, check_sink_schema, write_batches
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "timestampType int")
@@ -42,15 +42,17 @@ class KraftwerkDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KraftwerkStreamReader(source_options(self.options, batch=False))
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+    def _sink_options(self, schema: StructType):
         options = sink_options(self.options)
         check_sink_schema(schema, options)
-        return KraftwerkWriter(options)
+        check_reachable(options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return KraftwerkWriter(self._sink_options(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
-        options = sink_options(self.options)
-        check_sink_schema(schema, options)
-        return KraftwerkStreamWriter(options)
+        return KraftwerkStreamWriter(self._sink_options(schema))
 
 
 class KraftwerkBatchReader(DataSourceReader):

@@ -49,6 +49,19 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
                               f"not {columns[name].simpleString()}")
 
 
+def check_reachable(options: SinkOptions) -> None:
+    """Fail the write at planning, not after message.timeout.ms in every task, when no node answers."""
+    from confluent_kafka.admin import AdminClient
+
+    from spark_jobs.options import DEFAULT_REQUEST_TIMEOUT_MS
+    from spark_jobs.planning import cluster_metadata
+
+    timeout_s = int(options.client_config.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)) / 1000
+    connection = {k: v for k, v in options.client_config.items()
+                  if k == "bootstrap.servers" or k.startswith(("security.", "sasl.", "ssl.", "client."))}
+    cluster_metadata(AdminClient(connection), options.bootstrap_servers, timeout_s)
+
+
 def producer_config(options: SinkOptions) -> dict:
     """Idempotent, acks=all and Kafka's murmur2 partitioner, unless the user's kafka.* options say otherwise."""
     user = options.client_config

@@ -1,5 +1,6 @@
 """Driver run by spark-submit in the standalone-cluster test: reads a topic through the kraftwerk source
-and prints, as one JSON line, which executor process (the JVM's pid) read each Kafka partition."""
+and prints, as one JSON line, which executor process (the JVM's pid) read each Kafka partition.
+It opens its session as the example jobs do, so spark-submit's master is the one used."""
 from __future__ import annotations
 
 import json
@@ -20,12 +21,9 @@ def executor_pid() -> int:
 
 
 def main(bootstrap_servers: str, topic: str) -> None:
-    from pyspark.sql import SparkSession
+    from spark_jobs.jobs import session
 
-    from spark_jobs import register
-
-    spark = SparkSession.builder.appName("kraftwerk-standalone-test").getOrCreate()
-    register(spark)
+    spark = session("kraftwerk-standalone-test")
     df = spark.read.format("kraftwerk").option("kafka.bootstrap.servers", bootstrap_servers) \
         .option("subscribe", topic).load()
     read_by = df.select("partition", "offset").rdd.mapPartitions(

@@ -74,3 +74,23 @@ def produce(bootstrap: str, topic: str, records, config: dict | None = None) -> 
         producer.poll(0)
     producer.flush()
     assert failures == []
+
+
+def leaders_of(cluster, topic: str) -> dict[int, int]:
+    """Partition -> the node leading it, as the nodes themselves report."""
+    return {p["partition"]: node["node_id"] for node in cluster.replica_states().values()
+            for p in node["partitions"] if p["topic"] == topic and p["leader"] == node["node_id"]}
+
+
+def assert_read_from_leaders(cluster, topic: str, leaders_before: dict[int, int]) -> None:
+    """Each partition's consumer fetches were served by its leader, and by no other node.
+
+    A leadership that moved during the read (a node fenced on a loaded machine) lets both the
+    old and the new leader have served it.
+    """
+    leaders_after = leaders_of(cluster, topic)
+    served = cluster.client_fetch_stats()
+    for partition, leader in leaders_before.items():
+        allowed = {leader, leaders_after.get(partition, leader)}
+        servers = {node for node, partitions in served.items() if (topic, partition) in partitions}
+        assert servers and servers <= allowed, f"{topic}-{partition} led by {allowed} was served by {servers}"

@@ -9,7 +9,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from cluster.launcher import Cluster
-from tests.integration.spark_support import local_session, produce, require_spark
+from tests.integration.spark_support import leaders_of, local_session, produce, require_spark
 
 # Small producer batches, so that a read takes many fetches and a kill lands in the middle of it.
 SMALL_BATCHES = {"batch.size": 4096, "linger.ms": 0}
@@ -27,11 +27,6 @@ def kraftwerk():
     require_spark()
     with Cluster(nodes=3, node_config={"log.retention.check.interval.ms": "100"}) as running:
         yield running
-
-
-def leader_of(cluster, topic: str, partition: int) -> int:
-    return next(node["node_id"] for node in cluster.replica_states().values() for p in node["partitions"]
-                if (p["topic"], p["partition"]) == (topic, partition) and p["leader"] == node["node_id"])
 
 
 def wait_for_first_fetch(cluster, node_id: int, topic: str, partition: int, job: threading.Thread) -> None:
@@ -52,7 +47,7 @@ def test_batch_read_follows_a_leader_killed_during_the_read(spark, kraftwerk):
     assert kraftwerk.wait_in_sync("killed-batch")
     records = values_written("killed-batch", 60_000)
     produce(kraftwerk.bootstrap_servers, "killed-batch", records, SMALL_BATCHES)
-    victim = leader_of(kraftwerk, "killed-batch", 0)
+    victim = leaders_of(kraftwerk, "killed-batch")[0]
     kraftwerk.delay_node(victim, 30)  # its partitions take a while to read, so the kill lands mid-read
     result = {}
     read = spark.read.format("kraftwerk").option("kafka.bootstrap.servers", kraftwerk.bootstrap_servers) \
@@ -111,7 +106,7 @@ def test_streaming_query_follows_a_leader_killed_while_it_runs(spark, kraftwerk,
         .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="200 milliseconds").start()
     try:
         progress.event.wait()
-        kraftwerk.kill_node(leader_of(kraftwerk, "killed-stream", 0))
+        kraftwerk.kill_node(leaders_of(kraftwerk, "killed-stream")[0])
         after = [(p, k, v.replace(b"killed-stream-", b"after-kill-"), h, t)
                  for p, k, v, h, t in values_written("killed-stream", 600)]
         produce(kraftwerk.bootstrap_servers, "killed-stream", after)

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from kafka.partitioner.default import murmur2
@@ -14,7 +11,7 @@ from cluster.launcher import Cluster
 from spark_jobs.partition_report import report
 from spark_jobs.repartition import repartition
 from spark_jobs.windowed_counts import start as start_windowed_counts
-from tests.integration.spark_support import REPO, local_session, produce, require_spark, spark_environment
+from tests.integration.spark_support import leaders_of, local_session, produce, require_spark
 
 MINUTE_MS = 60_000
 BASE_MS = 1_699_999_980_000  # a whole minute
@@ -34,11 +31,6 @@ def kraftwerk():
         yield running
 
 
-def leaders(cluster, topic: str) -> dict[int, int]:
-    return {p["partition"]: node["node_id"] for node in cluster.replica_states().values()
-            for p in node["partitions"] if p["topic"] == topic and p["leader"] == node["node_id"]}
-
-
 def utc(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).replace(tzinfo=None)
 
@@ -50,24 +42,13 @@ def test_partition_report_counts_each_partition_and_names_its_leader(spark, kraf
 
     rows = report(spark, kraftwerk.bootstrap_servers, "reported")
 
-    led_by = leaders(kraftwerk, "reported")
+    led_by = leaders_of(kraftwerk, "reported")
     assert rows == [
         {"partition": 0, "records": 10, "bytes": 20, "first_offset": 0, "last_offset": 9,
          "first_time": utc(BASE_MS), "last_time": utc(BASE_MS + 9), "leader": led_by[0]},
         {"partition": 1, "records": 20, "bytes": 60, "first_offset": 0, "last_offset": 19,
          "first_time": utc(BASE_MS), "last_time": utc(BASE_MS + 19), "leader": led_by[1]},
     ]
-
-
-def test_partition_report_runs_as_a_module(kraftwerk):
-    done = subprocess.run([sys.executable, "-m", "spark_jobs.partition_report", "reported",
-                           "--bootstrap-servers", kraftwerk.bootstrap_servers],
-                          cwd=REPO, env={**os.environ, **spark_environment()}, capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert lines[0] == "topic reported: 30 records in 2 partitions with data"
-    assert [line.split("\t")[:5] for line in lines[2:]] == [["0", "10", "20", "0", "9"], ["1", "20", "60", "0", "19"]]
 
 
 def written_counts(spark, cluster, topic: str) -> list[tuple]:

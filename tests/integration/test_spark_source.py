@@ -10,7 +10,9 @@ import json
 import pytest
 
 from cluster.launcher import Cluster
-from tests.integration.spark_support import local_session, produce, require_spark
+from tests.integration.spark_support import (
+    assert_read_from_leaders, leaders_of, local_session, produce, require_spark,
+)
 
 # Java's Utils.murmur2 of these keys, as Kafka's UtilsTest pins them: where a Java producer puts each key.
 JAVA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
@@ -75,18 +77,14 @@ def test_batch_read_returns_every_record_once_each_partition_from_its_leader(spa
     assert kraftwerk.wait_in_sync("spread")
     records = sample_records(600)
     produce(kraftwerk.bootstrap_servers, "spread", records)
-    leaders = {p["partition"]: p["leader"] for node in kraftwerk.replica_states().values()
-               for p in node["partitions"] if p["topic"] == "spread" and p["leader"] == node["node_id"]}
+    leaders = leaders_of(kraftwerk, "spread")
     assert sorted(set(leaders.values())) == [1, 2, 3]
 
     rows = reader(spark, kraftwerk, subscribe="spread", includeHeaders="true").load().collect()
 
     assert len(rows) == 600
     assert normalized(tuple(row) for row in rows) == expected_rows("spread", records)
-    served = kraftwerk.client_fetch_stats()
-    for partition, leader in leaders.items():
-        assert served[leader][("spread", partition)]["fetches"] >= 1
-        assert all(("spread", partition) not in served[node] for node in served if node != leader)
+    assert_read_from_leaders(kraftwerk, "spread", leaders)
 
 
 def test_columns_and_types_are_those_of_sparks_kafka_source(spark, kraftwerk):
@@ -166,6 +164,24 @@ def test_failed_send_fails_the_write_with_the_brokers_error(spark, kraftwerk):
     with pytest.raises(Exception, match="routed-a-7.*(Unknown partition|UNKNOWN_PARTITION)"):
         df.write.format("kraftwerk").mode("append").option("kafka.bootstrap.servers", kraftwerk.bootstrap_servers) \
             .option("topic", "routed-a").option("kafka.message.timeout.ms", "5000").save()
+
+
+def test_a_refused_record_fails_the_write_with_the_brokers_error(spark, kraftwerk):
+    leader = leaders_of(kraftwerk, "routed-a")[0]
+    kraftwerk.inject_error(leader, "Produce", "TOPIC_AUTHORIZATION_FAILED", count=1)
+    df = spark.createDataFrame([("refused", 0)], "value string, partition int")
+    with pytest.raises(Exception, match="routed-a-0: Broker: Topic authorization failed"):
+        df.write.format("kraftwerk").mode("append").option("kafka.bootstrap.servers", kraftwerk.bootstrap_servers) \
+            .option("topic", "routed-a").save()
+    kraftwerk.heal_node(leader)
+
+
+def test_a_write_to_an_unreachable_bootstrap_fails_at_planning(spark):
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="No answer from kafka.bootstrap.servers=127.0.0.1:1 within "
+                                        "kafka.request.timeout.ms=2000"):
+        df.write.format("kraftwerk").mode("append").option("kafka.bootstrap.servers", "127.0.0.1:1") \
+            .option("topic", "anywhere").option("kafka.request.timeout.ms", "2000").save()
 
 
 @pytest.mark.parametrize("options, message", [

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from cluster.launcher import Cluster
-from tests.integration.spark_support import REPO, produce, require_spark, spark_environment
+from tests.integration.spark_support import (
+    REPO, assert_read_from_leaders, leaders_of, produce, require_spark, spark_environment,
+)
 
 SPARK_READY_TIMEOUT_S = 120
 
@@ -111,15 +113,12 @@ def submit(master_url: str, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, **spark_environment(), "SPARK_HOME": str(spark_home())})
 
 
-def leaders(cluster, topic: str) -> dict[int, int]:
-    return {p["partition"]: node["node_id"] for node in cluster.replica_states().values()
-            for p in node["partitions"] if p["topic"] == topic and p["leader"] == node["node_id"]}
-
-
 def test_executors_in_their_own_processes_read_partitions_from_their_leaders(standalone, kraftwerk):
     kraftwerk.create_topic("standalone", partitions=6, replication_factor=3)
     produce(kraftwerk.bootstrap_servers, "standalone",
             [(i % 6, None, f"v{i}".encode(), None, None) for i in range(6000)])
+    led_by = leaders_of(kraftwerk, "standalone")
+    assert sorted(set(led_by.values())) == [1, 2, 3]
 
     done = submit(standalone, str(REPO / "tests" / "integration" / "spark_standalone_job.py"),
                   kraftwerk.bootstrap_servers, "standalone")
@@ -131,22 +130,19 @@ def test_executors_in_their_own_processes_read_partitions_from_their_leaders(sta
     executor_of = {p: pid for p, _o, pid in rows}
     assert all(pid > 0 and pid != result["driver_pid"] for pid in executor_of.values())
     assert len(set(executor_of.values())) == 2  # two executor processes shared the partitions
-    led_by = leaders(kraftwerk, "standalone")
-    assert sorted(set(led_by.values())) == [1, 2, 3]
-    served = kraftwerk.client_fetch_stats()
-    for partition, leader in led_by.items():
-        assert served[leader][("standalone", partition)]["fetches"] >= 1
-        assert all(("standalone", partition) not in served[node] for node in served if node != leader)
+    assert_read_from_leaders(kraftwerk, "standalone", led_by)
 
 
-def test_an_example_job_runs_with_spark_submit_on_the_standalone_cluster(standalone, kraftwerk):
-    done = submit(standalone, str(REPO / "spark_jobs" / "partition_report.py"), "standalone",
-                  "--bootstrap-servers", kraftwerk.bootstrap_servers)
+def test_an_example_job_runs_on_the_standalone_cluster_as_a_module(standalone, kraftwerk):
+    done = subprocess.run([sys.executable, "-m", "spark_jobs.partition_report", "standalone", "--master", standalone,
+                           "--bootstrap-servers", kraftwerk.bootstrap_servers],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **spark_environment(), "SPARK_HOME": str(spark_home())})
 
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.strip().splitlines()
     assert lines[0] == "topic standalone: 6000 records in 6 partitions with data"
-    led_by = leaders(kraftwerk, "standalone")
+    led_by = leaders_of(kraftwerk, "standalone")
     assert [line.split("\t")[:5] + line.split("\t")[-1:] for line in lines[2:]] == [
         [str(p), "1000", str(sum(len(f"v{i}") for i in range(p, 6000, 6))), "0", "999", str(led_by[p])]
         for p in range(6)]
