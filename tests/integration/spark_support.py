@@ -61,6 +61,26 @@ def local_session(app_name: str):
     return spark
 
 
+def module_fixtures(app_name: str, node_config: dict | None = None):
+    """A test module's `spark` (local[2]) and `kraftwerk` (3 nodes) fixtures, each started once per module:
+    `spark, kraftwerk = module_fixtures("my-tests")`."""
+    @pytest.fixture(scope="module")
+    def spark():
+        session = local_session(app_name)
+        yield session
+        session.stop()
+
+    @pytest.fixture(scope="module")
+    def kraftwerk():
+        from cluster.launcher import Cluster
+
+        require_spark()
+        with Cluster(nodes=3, node_config=node_config) as running:
+            yield running
+
+    return spark, kraftwerk
+
+
 def produce(bootstrap: str, topic: str, records, config: dict | None = None) -> None:
     """Write (partition, key, value, headers, timestamp_ms) tuples with an acks=all producer."""
     from confluent_kafka import Producer

@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from cluster.launcher import Cluster
-from tests.integration.spark_support import leaders_of, local_session, produce, require_spark
+from tests.integration.spark_support import leaders_of, module_fixtures, produce
 
 # Small producer batches, so that a read takes many fetches and a kill lands in the middle of it.
 SMALL_BATCHES = {"batch.size": 4096, "linger.ms": 0}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session("kraftwerk-failover-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def kraftwerk():
-    require_spark()
-    with Cluster(nodes=3, node_config={"log.retention.check.interval.ms": "100"}) as running:
-        yield running
+spark, kraftwerk = module_fixtures("kraftwerk-failover-tests", {"log.retention.check.interval.ms": "100"})
 
 
 def wait_for_first_fetch(cluster, node_id: int, topic: str, partition: int, job: threading.Thread) -> None:

@@ -4,31 +4,17 @@ from __future__ import annotations
 import datetime
 import json
 
-import pytest
 from kafka.partitioner.default import murmur2
 
-from cluster.launcher import Cluster
 from spark_jobs.partition_report import report
 from spark_jobs.repartition import repartition
 from spark_jobs.windowed_counts import start as start_windowed_counts
-from tests.integration.spark_support import leaders_of, local_session, produce, require_spark
+from tests.integration.spark_support import leaders_of, module_fixtures, produce
 
-MINUTE_MS = 60_000
 BASE_MS = 1_699_999_980_000  # a whole minute
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session("kraftwerk-job-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def kraftwerk():
-    require_spark()
-    with Cluster(nodes=3) as running:
-        yield running
+spark, kraftwerk = module_fixtures("kraftwerk-job-tests")
 
 
 def utc(ms: int) -> datetime.datetime:

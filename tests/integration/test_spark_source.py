@@ -9,10 +9,7 @@ import json
 
 import pytest
 
-from cluster.launcher import Cluster
-from tests.integration.spark_support import (
-    assert_read_from_leaders, leaders_of, local_session, produce, require_spark,
-)
+from tests.integration.spark_support import assert_read_from_leaders, leaders_of, module_fixtures, produce
 
 # Java's Utils.murmur2 of these keys, as Kafka's UtilsTest pins them: where a Java producer puts each key.
 JAVA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
@@ -20,19 +17,7 @@ JAVA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-st
                 b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971}
 BASE_TIME_MS = 1_700_000_000_000
 
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session("kraftwerk-source-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def kraftwerk():
-    require_spark()
-    with Cluster(nodes=3) as running:
-        yield running
+spark, kraftwerk = module_fixtures("kraftwerk-source-tests")
 
 
 def reader(spark, cluster, **options):
