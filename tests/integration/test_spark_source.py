@@ -81,6 +81,15 @@ def test_columns_and_types_are_those_of_sparks_kafka_source(spark, kraftwerk):
     assert with_headers.schema.fields[-1].dataType.simpleString() == "array<struct<key:string,value:binary>>"
 
 
+def test_log_append_time_topics_report_timestamp_type_1_with_the_brokers_time(spark, kraftwerk):
+    kraftwerk.create_topic("appended", partitions=1, replication_factor=3,
+                           config={"message.timestamp.type": "LogAppendTime"})
+    produce(kraftwerk.bootstrap_servers, "appended", [(0, None, b"v", None, BASE_TIME_MS)])
+    rows = reader(spark, kraftwerk, subscribe="appended").load().select("timestamp", "timestampType").collect()
+    assert [r.timestampType for r in rows] == [1]
+    assert rows[0].timestamp > datetime.datetime(2025, 1, 1)  # the broker's clock, not the producer's 2023 time
+
+
 def test_offset_ranges_timestamps_and_min_partitions(spark, kraftwerk):
     starting = json.dumps({"spread": {"0": 10, "1": -2, "2": 0, "3": 0, "4": 0, "5": 99}})
     ending = json.dumps({"spread": {"0": 20, "1": 5, "2": -1, "3": 0, "4": 0, "5": 100}})
