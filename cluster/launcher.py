@@ -522,6 +522,18 @@ class Cluster:
         if refused:
             raise ClusterError(f"cannot set replication throttles: {refused[0]['error_message']}")
 
+    def client_fetch_stats(self, timeout: float = 2) -> dict[int, dict[tuple[str, int], dict]]:
+        """Per running node, {(topic, partition): {"fetches", "bytes"}} it served to consumers (not followers)."""
+        stats = {}
+        for node_id in sorted(self.nodes):
+            try:
+                reply = self._node_control(node_id, "client_fetch_stats", timeout=timeout)
+            except (ClusterError, ControlError, OSError):
+                continue
+            stats[node_id] = {(p["topic"], p["partition"]): {"fetches": p["fetches"], "bytes": p["bytes"]}
+                              for p in reply["partitions"]}
+        return stats
+
 
 def _wait_exit(pid: int, timeout: float | None) -> bool:
     """True once pid has exited; a pidfd becomes readable at exit, so nothing polls."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from cluster.control import ControlServer
 from node.apis import HANDLERS
+from node.fetch_stats import client_fetch_stats
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
 
 
@@ -33,6 +34,7 @@ class AdminServer:
             "delay": self.delay,
             "inject_error": self.inject_error,
             "replica_states": self.replica_states,
+            "client_fetch_stats": self.client_fetch_stats,
         })
 
     async def start(self, host: str, port: int = 0) -> int:
@@ -83,3 +85,7 @@ class AdminServer:
                 "follower_offsets": sorted(replicas.follower_offsets.get((topic, index), {}).items()),
             })
         return {"node_id": self.broker.node_id, "partitions": states}
+
+    async def client_fetch_stats(self, args: dict, conn) -> dict:
+        """Per partition, the fetch answers with records this node sent to consumers, and their bytes."""
+        return {"node_id": self.broker.node_id, "partitions": client_fetch_stats()}

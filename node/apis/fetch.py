@@ -24,6 +24,7 @@ from cluster.compression import DecompressedTooLargeError
 from cluster.log import OffsetOutOfRangeError
 from cluster.records import CorruptRecordError
 from cluster.errors import ErrorCode
+from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 
 REQUEST = FetchRequest
@@ -74,6 +75,7 @@ async def handle(broker, header, request):
             break
     if version <= LAST_LEGACY_FORMAT_VERSION:
         await _down_convert(broker, fetches, version, follower)
+    record_client_fetches(fetches, follower)
     return _response(broker, fetches, version)
 
 
