@@ -24,7 +24,7 @@ from cluster.log import PartitionLog
 from cluster.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
 from cluster.metadata_records import encode_record, iter_metadata_records
 from cluster.records import frame_records, seal_batch
-from controller.time_slices import TimeSlice, gently
+from cluster.time_slices import TimeSlice, gently
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ from cluster.control import BadControlRequest, ControlConnection
 from cluster.process_table import process_table_id
 from cluster.errors import ErrorCode
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.time_slices import TimeSlice, gently
 from controller import topics
 from cluster.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
@@ -18,7 +19,6 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
-from controller.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
-"""Long loops on the controller's event loop give way every few milliseconds.
+"""Long loops on an event loop give way every few milliseconds.
 
 The controller serves every node's heartbeats, metadata fetches and admin requests on one
-event loop, so a loop over thousands of partitions must not hold it: it runs in slices of
-SLICE_SECONDS and lets everything else (and a SIGTERM) in between.
+event loop, and a node serves its clients, replication and its own heartbeats on one, so a
+loop over thousands of partitions must not hold either: it runs in slices of SLICE_SECONDS
+and lets everything else (and a SIGTERM) in between.
 """
 from __future__ import annotations
 
