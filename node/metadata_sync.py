@@ -19,6 +19,7 @@ from cluster.metadata_log import (
 )
 from cluster.process_table import process_table_id
 from cluster.shutdown import cancel_and_wait, cancel_requested
+from cluster.time_slices import FREEZE_AFTER_RECORDS, freeze_long_lived
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,9 @@ class MetadataSync:
         self.client: ControlClient | None = None
         self.broker_epoch = -1
         self.fenced = True
+        # The last metadata offset whose records this node has acted on (its image, and the
+        # partitions it hosts, opened or removed): what it reports and what admin requests wait for.
+        self.applied_offset = -1
         self.applied = asyncio.Condition()
         self._heartbeat_now = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -67,11 +71,17 @@ class MetadataSync:
         """The next metadata offset this node needs."""
         return self.log.log_end_offset if self.log else self.image.offset + 1
 
-    def _append_and_apply(self, data: bytes) -> None:
+    async def _append_and_apply(self, data: bytes) -> None:
+        """Apply fetched batches to the image and the hosted partitions, in slices that give way to
+        the event loop (heartbeats, clients and replication go on meanwhile); only then is their
+        offset reported as applied."""
         if self.log:
             self.log.append_as_follower(data)
-        self.image.replay(data)
-        self.broker.replicas.reconcile()
+        delta = await self.image.replay_gently(data)
+        await self.broker.replicas.reconcile(delta)
+        self.applied_offset = self.image.offset
+        if delta.records >= FREEZE_AFTER_RECORDS:
+            freeze_long_lived()
 
     # --- controller link ---
 
@@ -152,7 +162,7 @@ class MetadataSync:
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
             if reply["data"]:
-                self._append_and_apply(reply["data"])
+                await self._append_and_apply(reply["data"])
                 async with self.applied:
                     self.applied.notify_all()
                 # Report progress at once: the controller unfences us and declares the
@@ -164,7 +174,7 @@ class MetadataSync:
         while not cancel_requested():
             reply = await self._call_through_faults(
                 "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
-                applied_offset=self.image.offset,
+                applied_offset=self.applied_offset,
             )
             self.fenced = reply["fenced"]
             self._heartbeat_now.clear()
@@ -203,4 +213,8 @@ class MetadataSync:
 
     async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> None:
         async with self.applied:
-            await asyncio.wait_for(self.applied.wait_for(lambda: self.image.offset >= offset), timeout)
+            try:
+                await asyncio.wait_for(self.applied.wait_for(lambda: self.applied_offset >= offset), timeout)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(f"this node had not applied metadata offset {offset} "
+                                           f"after {timeout:g} s") from None
