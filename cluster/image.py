@@ -128,7 +128,6 @@ class MetadataDelta:
     removed_topics: set[str] = field(default_factory=set)
     # topics whose configs changed; None in the set: a broker's (every topic's defaults)
     config_topics: set[str | None] = field(default_factory=set)
-    brokers_changed: bool = False
     records: int = 0
 
     def note(self, image: MetadataImage, name: str, fields: dict | None) -> None:
@@ -145,8 +144,6 @@ class MetadataDelta:
         elif name == "ConfigRecord":
             is_topic = fields["resource_type"] == CONFIG_RESOURCE_TOPIC
             self.config_topics.add(fields["resource_name"] if is_topic else None)
-        elif name in _BROKER_RECORDS:
-            self.brokers_changed = True
 
 
 # BrokerRegistrationChangeRecord's fencing field
@@ -251,9 +248,6 @@ def _apply_feature_level(image: "MetadataImage", r: dict) -> None:
 def _apply_producer_ids(image: "MetadataImage", r: dict) -> None:
     image.next_producer_id = r["next_producer_id"]
 
-
-_BROKER_RECORDS = {"RegisterBrokerRecord", "UnregisterBrokerRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
-                   "BrokerRegistrationChangeRecord"}
 
 _APPLIERS = {
     "RegisterBrokerRecord": _apply_register_broker,

@@ -15,20 +15,13 @@ import time
 from cluster.launcher import Cluster
 
 SAMPLED_PARTITIONS = 8
+READY_TIMEOUT_S = 600
 
 
 def open_replicas(cluster: Cluster, topic: str) -> dict[int, int]:
     """Per node, how many logs of the topic it has open."""
     return {node_id: sum(p["topic"] == topic for p in state["partitions"])
             for node_id, state in cluster.replica_states(timeout=30).items()}
-
-
-def wait_for_open_replicas(cluster: Cluster, topic: str, expected: int, deadline: float) -> dict[int, int]:
-    counts = open_replicas(cluster, topic)
-    while sum(counts.values()) < expected and time.monotonic() < deadline:
-        time.sleep(0.2)  # a benchmark watching from outside: nothing to wait on but the nodes' answers
-        counts = open_replicas(cluster, topic)
-    return counts
 
 
 def produce_to_samples(bootstrap: str, topic: str, partitions: int) -> None:
@@ -54,7 +47,8 @@ def run(nodes: int, partitions: int, replication_factor: int, session_timeout_ms
     from kafka.admin import NewTopic
 
     topic = "large"
-    with Cluster(nodes=nodes, node_config={"broker.session.timeout.ms": str(session_timeout_ms)}) as cluster:
+    with Cluster(nodes=nodes, node_config={"broker.session.timeout.ms": str(session_timeout_ms)},
+                 startup_timeout=READY_TIMEOUT_S) as cluster:
         for node_id in cluster.nodes:
             cluster._node_control(node_id, "stall_probe", action="start")
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=300_000)
@@ -62,8 +56,9 @@ def run(nodes: int, partitions: int, replication_factor: int, session_timeout_ms
         admin.create_topics([NewTopic(topic, partitions, replication_factor)], timeout_ms=300_000)
         answered = time.monotonic() - started
         admin.close()
-        counts = wait_for_open_replicas(cluster, topic, partitions * replication_factor, started + 600)
+        cluster.wait_ready()  # every node has applied the topic's records: its logs are open
         opened = time.monotonic() - started
+        counts = open_replicas(cluster, topic)
         produce_to_samples(cluster.bootstrap_servers, topic, partitions)
         usable = time.monotonic() - started
         stalls = {node_id: cluster._node_control(node_id, "stall_probe", action="stop", timeout=30)
