@@ -9,6 +9,8 @@ import copy
 import uuid
 from dataclasses import dataclass, field
 
+from cluster.time_slices import TimeSlice, gently
+
 
 @dataclass
 class Endpoint:
@@ -87,8 +89,61 @@ class MetadataImage:
         for offset, name, fields in iter_metadata_records(data):
             self.apply(offset, name, fields)
 
+    async def replay_gently(self, data, time_slice: TimeSlice | None = None) -> "MetadataDelta":
+        """replay(), giving way to the event loop every few milliseconds; returns what changed.
+
+        Records are decoded first (most of the work) and only then applied. A topic the buffer
+        creates is found by name only once every record is applied, so that nobody reading the
+        image meanwhile sees it with some of its partitions.
+        """
+        from cluster.metadata_records import iter_metadata_records
+
+        time_slice = time_slice or TimeSlice()
+        records = [record async for record in gently(iter_metadata_records(data), time_slice)]
+        delta = MetadataDelta(records=len(records))
+        async for offset, name, fields in gently(records, time_slice):
+            if name == "TopicRecord" and fields is not None:
+                topic = TopicInfo(fields["name"], fields["topic_id"])
+                self.topics_by_id[topic.topic_id] = delta.new_topics[topic.name] = topic
+                self.offset = offset
+                continue
+            delta.note(self, name, fields)
+            self.apply(offset, name, fields)
+        for topic in delta.new_topics.values():
+            if self.topics_by_id.get(topic.topic_id) is topic:  # not removed again by the same buffer
+                self.topics[topic.name] = topic
+        return delta
+
     def copy(self) -> "MetadataImage":
         return copy.deepcopy(self)
+
+
+@dataclass
+class MetadataDelta:
+    """What a run of records changed, for those who act on changes (a node's replicas)."""
+
+    new_topics: dict[str, TopicInfo] = field(default_factory=dict)
+    # (topic id, partition) of every partition a record created or changed
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    removed_topics: set[str] = field(default_factory=set)
+    # topics whose configs changed; None in the set: a broker's (every topic's defaults)
+    config_topics: set[str | None] = field(default_factory=set)
+    records: int = 0
+
+    def note(self, image: MetadataImage, name: str, fields: dict | None) -> None:
+        """Note what a record is about to change (before it is applied: a removed topic's name is
+        known only then)."""
+        if fields is None:
+            return
+        if name in ("PartitionRecord", "PartitionChangeRecord"):
+            self.partitions.add((fields["topic_id"], fields["partition_id"]))
+        elif name == "RemoveTopicRecord":
+            topic = image.topics_by_id.get(fields["topic_id"])
+            if topic is not None:
+                self.removed_topics.add(topic.name)
+        elif name == "ConfigRecord":
+            is_topic = fields["resource_type"] == CONFIG_RESOURCE_TOPIC
+            self.config_topics.add(fields["resource_name"] if is_topic else None)
 
 
 # BrokerRegistrationChangeRecord's fencing field

@@ -299,7 +299,8 @@ class Cluster:
         return states
 
     def wait_in_sync(self, topic: str, timeout: float = 30) -> bool:
-        """True once every partition of topic has a leader and all its replicas in sync; False on timeout."""
+        """True once every partition of topic has a leader and all its replicas in sync, and every live node
+        has applied the metadata; False on timeout."""
         reply = self._control("wait_in_sync", topic=topic, timeout_ms=int(timeout * 1000), timeout=timeout + 5)
         return reply["in_sync"]
 

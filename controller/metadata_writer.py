@@ -13,7 +13,6 @@ every few milliseconds; the fsync runs in a thread.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 import uuid
@@ -24,7 +23,7 @@ from cluster.log import PartitionLog
 from cluster.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
 from cluster.metadata_records import encode_record, iter_metadata_records
 from cluster.records import frame_records, seal_batch
-from controller.time_slices import TimeSlice, gently
+from cluster.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,6 @@ METADATA_TOPIC_ID = uuid.UUID(int=1)
 CONTROLLER_EPOCH = 1
 # Records encoded between two chances for the event loop to run something else.
 ENCODE_SLICE = 100
-FREEZE_AFTER_RECORDS = 1000
 
 
 class MetadataWriter:
@@ -66,12 +64,7 @@ class MetadataWriter:
         async for offset, name, fields in gently(iter_metadata_records(batch)):
             self.image.apply(offset, name, fields)
         if len(records) >= FREEZE_AFTER_RECORDS:
-            # The objects a large batch added to the image live as long as their topics: moving
-            # them out of the GC's generations spares every later full pass walking them (such a
-            # pass over a large image holds the event loop for many milliseconds). Young garbage
-            # cycles are collected first (a short pass), so that freezing keeps none of them.
-            gc.collect(1)
-            gc.freeze()
+            freeze_long_lived()
         async with self.changed:
             self.changed.notify_all()
         return self.last_offset

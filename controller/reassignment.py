@@ -17,7 +17,7 @@ from cluster.control import BadControlRequest
 from cluster.errors import ErrorCode
 from cluster.image import MetadataImage, PartitionInfo
 from controller.arguments import expect, expect_list, optional
-from controller.time_slices import TimeSlice, gently
+from cluster.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, Outcome, RequestError, checked_replicas, refuse_too_large
 
 NO_REASSIGNMENT = "No partition reassignment is in progress."

@@ -9,6 +9,7 @@ from cluster.control import BadControlRequest, ControlConnection
 from cluster.process_table import process_table_id
 from cluster.errors import ErrorCode
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.time_slices import TimeSlice, gently
 from controller import topics
 from cluster.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
@@ -19,7 +20,6 @@ from controller.brokers import (
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
 from controller import reassignment
-from controller.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
@@ -423,10 +423,13 @@ class Controller:
     def _in_sync(self, topic_name: str) -> bool:
         topic = self.image.topics.get(topic_name)
         return topic is not None and all(
-            p.leader >= 0 and sorted(p.isr) == sorted(p.replicas) for p in topic.partitions.values())
+            p.leader >= 0 and sorted(p.isr) == sorted(p.replicas) for p in topic.partitions.values()
+        ) and self._ready(self.unfenced_brokers())
 
     async def wait_in_sync(self, args: dict, conn) -> dict:
-        """Until every partition of a topic has a leader and all its replicas in the ISR."""
+        """Until every partition of a topic has a leader and all its replicas in the ISR, and every
+        live node has applied the metadata (a new topic's replicas are in its ISR from the start,
+        before the nodes have opened their logs)."""
         timeout_s = (args.get("timeout_ms") or 30000) / 1000
         in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), timeout_s)
         return {"in_sync": in_sync}

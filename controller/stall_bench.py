@@ -17,36 +17,9 @@ import uuid
 from pathlib import Path
 
 from cluster.log import topic_id_to_kafka_string
+from cluster.stall_probe import StallProbe
 from controller.metadata_writer import MetadataWriter
 from controller.server import Controller
-
-PROBE_INTERVAL_S = 0.001
-
-
-class StallProbe:
-    """Records the longest delay between asking the event loop to wake and waking: in wall-clock
-    time, and in this thread's CPU time (the part the controller's own work caused, without the
-    time the operating system gave other processes on a busy machine)."""
-
-    def __init__(self):
-        self.longest_s = self.longest_cpu_s = 0.0
-        self._task: asyncio.Task | None = None
-
-    async def _run(self) -> None:
-        while True:
-            asked, asked_cpu = time.perf_counter(), time.thread_time()
-            await asyncio.sleep(PROBE_INTERVAL_S)
-            self.longest_s = max(self.longest_s, time.perf_counter() - asked - PROBE_INTERVAL_S)
-            self.longest_cpu_s = max(self.longest_cpu_s, time.thread_time() - asked_cpu - PROBE_INTERVAL_S)
-
-    def start(self) -> None:
-        self.longest_s = self.longest_cpu_s = 0.0
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> tuple[float, float]:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        return self.longest_s, self.longest_cpu_s
 
 
 async def live_controller(data_dir: Path) -> Controller:

@@ -16,10 +16,10 @@ from cluster.config import TOPIC_CONFIG_DEFAULTS_FROM_BROKER, TOPIC_CONFIG_FIXED
 from cluster.errors import ErrorCode
 from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, MetadataImage
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.time_slices import gently
 from cluster.topic_names import MAX_NAME_LENGTH, topic_name_error
 from controller.arguments import expect, expect_list, optional
 from controller.placement import iter_replica_assignments
-from controller.time_slices import gently
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_DEFAULTS_FROM_BROKER) | frozenset(TOPIC_CONFIG_FIXED_DEFAULTS)
 NUMERIC_CONFIGS = frozenset(n for n, v in TOPIC_CONFIG_FIXED_DEFAULTS.items() if v.lstrip("-").isdigit()) | {

@@ -6,6 +6,7 @@ the Kafka listener, so that a node isolated from everyone can still be told to h
 from __future__ import annotations
 
 from cluster.control import ControlServer
+from cluster.stall_probe import StallProbe
 from node.apis import HANDLERS
 from node.fetch_stats import client_fetch_stats
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
@@ -35,12 +36,15 @@ class AdminServer:
             "inject_error": self.inject_error,
             "replica_states": self.replica_states,
             "client_fetch_stats": self.client_fetch_stats,
+            "stall_probe": self.stall_probe,
         })
+        self.probe = StallProbe()
 
     async def start(self, host: str, port: int = 0) -> int:
         return await self.server.start(host, port)
 
     async def close(self) -> None:
+        await self.probe.stop()
         await self.server.close()
 
     async def describe_faults(self, args: dict, conn) -> dict:
@@ -67,6 +71,17 @@ class AdminServer:
     async def inject_error(self, args: dict, conn) -> dict:
         self.faults.inject_error(api_key_by_name(args["api"]), error_code_by_name(args["error"]), args.get("count", 1))
         return self.faults.describe()
+
+    async def stall_probe(self, args: dict, conn) -> dict:
+        """args["action"] "start" arms a probe of this node's event loop; "stop" ends it and answers
+        the longest stall it saw since it started (for benchmarks)."""
+        if args.get("action") == "start":
+            self.probe.start()
+            return {"running": True}
+        if args.get("action") != "stop":
+            raise ValueError(f"stall_probe: action must be start or stop, not {args.get('action')!r}")
+        longest_s, longest_cpu_s = await self.probe.stop()
+        return {"running": False, "longest_stall_ms": longest_s * 1000, "longest_stall_cpu_ms": longest_cpu_s * 1000}
 
     async def replica_states(self, args: dict, conn) -> dict:
         """Each hosted partition's offsets; a leader adds what it knows of its followers."""

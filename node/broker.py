@@ -18,6 +18,14 @@ from node.replication_throttle import LEADER, ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
+APPLY_TIMEOUT_S = 30.0
+
+
+def apply_timeout_s(timeout_ms: int) -> float:
+    """How long an admin request waits for this node to apply its change: the request's own
+    timeout_ms, or APPLY_TIMEOUT_S when it gives none."""
+    return timeout_ms / 1000 if timeout_ms > 0 else APPLY_TIMEOUT_S
+
 
 @dataclass
 class Listener:
@@ -49,7 +57,8 @@ class Broker:
     async def start(self, advertised: Listener) -> None:
         self.listener = advertised
         self.metadata.load_local_log()
-        self.replicas.reconcile()
+        await self.replicas.reconcile()
+        self.metadata.applied_offset = self.image.offset
         await self.metadata.start()
 
     async def close(self) -> None:
@@ -102,10 +111,12 @@ class Broker:
 
     # --- controller round trips for admin requests ---
 
-    async def call_controller(self, op: str, **args) -> dict:
+    async def call_controller(self, op: str, *, apply_timeout_s: float = APPLY_TIMEOUT_S, **args) -> dict:
+        """Forward an operation; answered once this node has applied what it wrote (its image and
+        the partitions it hosts), waiting at most apply_timeout_s for that."""
         reply = await self.metadata.call_controller(op, **args)
         if "metadata_offset" in reply:
-            await self.metadata.wait_for_offset(reply["metadata_offset"])
+            await self.metadata.wait_for_offset(reply["metadata_offset"], apply_timeout_s)
         return reply
 
     def now_ms(self) -> int:

@@ -30,8 +30,9 @@ def check_leader(broker, topic: str, partition: int, current_leader_epoch: int =
     if info.leader != broker.node_id:
         return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
     partition_log = broker.replicas.get_log(topic, partition)
-    if partition_log is None:
-        # Led here by the image but not yet opened: the metadata is still being applied.
+    if partition_log is None or broker.replicas.term_of((topic, partition)) != info.leader_epoch:
+        # Led here by the image but not yet opened, or this term not yet taken: the metadata is
+        # still being applied.
         return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
     return LeaderCheck(ErrorCode.NONE, info, partition_log)
 

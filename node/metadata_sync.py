@@ -18,7 +18,9 @@ from cluster.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
 from cluster.process_table import process_table_id
+from cluster.records import iter_batch_headers
 from cluster.shutdown import cancel_and_wait, cancel_requested
+from cluster.time_slices import FREEZE_AFTER_RECORDS, freeze_long_lived
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,12 @@ class MetadataSync:
         self.client: ControlClient | None = None
         self.broker_epoch = -1
         self.fenced = True
+        # The last metadata offset whose records this node has acted on (its image, and the
+        # partitions it hosts, opened or removed): what it reports and what admin requests wait for.
+        self.applied_offset = -1
         self.applied = asyncio.Condition()
+        self._applying: asyncio.Task | None = None
+        self._fetched_end = 0  # without a copy of the log: the offset after the last batch fetched
         self._heartbeat_now = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._registered = asyncio.Event()
@@ -64,14 +71,40 @@ class MetadataSync:
 
     @property
     def next_offset(self) -> int:
-        """The next metadata offset this node needs."""
-        return self.log.log_end_offset if self.log else self.image.offset + 1
+        """The next metadata offset this node needs (what was fetched before it may still be being applied)."""
+        return self.log.log_end_offset if self.log else max(self._fetched_end, self.image.offset + 1)
 
-    def _append_and_apply(self, data: bytes) -> None:
+    async def _apply_in_order(self, data: bytes) -> None:
+        """Keep fetched batches, then apply them after every batch fetched before them.
+
+        The apply is a task of its own that a failing controller link does not cut short: the
+        batches are kept already and will not be fetched again. A later link's batches wait for it.
+        """
         if self.log:
             self.log.append_as_follower(data)
-        self.image.replay(data)
-        self.broker.replicas.reconcile()
+        else:
+            self._fetched_end = max(header.next_offset for _, header in iter_batch_headers(data))
+        self._applying = asyncio.create_task(self._apply(data, self._applying))
+        await asyncio.shield(self._applying)
+
+    async def _apply(self, data: bytes, previous: asyncio.Task | None) -> None:
+        """Apply fetched batches to the image and the hosted partitions, in slices that give way to
+        the event loop (heartbeats, clients and replication go on meanwhile); only then is their
+        offset reported as applied."""
+        if previous is not None:
+            await asyncio.wait([previous])
+            if not previous.cancelled() and previous.exception() is not None:
+                log.warning("applying metadata up to offset %d failed: %s", self.image.offset, previous.exception())
+        delta = await self.image.replay_gently(data)
+        await self.broker.replicas.reconcile(delta)
+        self.applied_offset = self.image.offset
+        if delta.records >= FREEZE_AFTER_RECORDS:
+            freeze_long_lived()
+        async with self.applied:
+            self.applied.notify_all()
+        # Report progress at once: the controller unfences us and declares the
+        # cluster ready only once it knows what we have applied.
+        self._heartbeat_now.set()
 
     # --- controller link ---
 
@@ -85,7 +118,7 @@ class MetadataSync:
         await self._registered.wait()
 
     async def close(self) -> None:
-        await cancel_and_wait(self._tasks)
+        await cancel_and_wait([*self._tasks, *([self._applying] if self._applying else [])])
         if self.client:
             await self.client.close()
         if self.log:
@@ -152,19 +185,14 @@ class MetadataSync:
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
             if reply["data"]:
-                self._append_and_apply(reply["data"])
-                async with self.applied:
-                    self.applied.notify_all()
-                # Report progress at once: the controller unfences us and declares the
-                # cluster ready only once it knows what we have applied.
-                self._heartbeat_now.set()
+                await self._apply_in_order(reply["data"])
 
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
         while not cancel_requested():
             reply = await self._call_through_faults(
                 "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
-                applied_offset=self.image.offset,
+                applied_offset=self.applied_offset,
             )
             self.fenced = reply["fenced"]
             self._heartbeat_now.clear()
@@ -203,4 +231,8 @@ class MetadataSync:
 
     async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> None:
         async with self.applied:
-            await asyncio.wait_for(self.applied.wait_for(lambda: self.image.offset >= offset), timeout)
+            try:
+                await asyncio.wait_for(self.applied.wait_for(lambda: self.applied_offset >= offset), timeout)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(f"this node had not applied metadata offset {offset} "
+                                           f"after {timeout:g} s") from None

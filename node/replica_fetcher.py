@@ -16,6 +16,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from cluster.errors import ErrorCode
 from cluster.records import CorruptRecordError, iter_batch_headers, read_uvarint
 from cluster.shutdown import cancel_and_wait
+from cluster.time_slices import TimeSlice, gently
 from node.producer_state import PartitionProducers
 from node.replication_throttle import FOLLOWER, ReplicationThrottle
 
@@ -37,13 +38,14 @@ class ReplicaFetchers:
         self.changed: dict[int, asyncio.Event] = {}
         self.throttle = ReplicationThrottle(broker, FOLLOWER)
 
-    def reconcile(self) -> None:
+    async def reconcile(self, time_slice: TimeSlice | None = None) -> None:
         """Follow every partition replicated here whose leader is another live node."""
         wanted: dict[int, set[tuple[str, int]]] = {}
-        for topic in self.broker.image.topics.values():
-            for index, info in topic.partitions.items():
-                if info.leader not in (-1, self.broker.node_id) and self.broker.node_id in info.replicas:
-                    wanted.setdefault(info.leader, set()).add((topic.name, index))
+        partitions = ((topic.name, index, info) for topic in list(self.broker.image.topics.values())
+                      for index, info in topic.partitions.items())
+        async for name, index, info in gently(partitions, time_slice):
+            if info.leader not in (-1, self.broker.node_id) and self.broker.node_id in info.replicas:
+                wanted.setdefault(info.leader, set()).add((name, index))
         for leader in set(self.tasks) - set(wanted):
             self.tasks.pop(leader).cancel()
             self.followed.pop(leader, None)
@@ -55,6 +57,11 @@ class ReplicaFetchers:
                 self.tasks[leader] = asyncio.get_running_loop().create_task(self._follow(leader))
         for event in self.changed.values():
             event.set()  # also wakes fetchers held back by a throttle whose configs may have changed
+
+    def logs_opened(self) -> None:
+        """Logs of partitions followed here were opened: a fetcher that had none to fetch looks again."""
+        for event in self.changed.values():
+            event.set()
 
     async def close(self) -> None:
         await cancel_and_wait(self.tasks.values())

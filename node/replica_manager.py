@@ -4,18 +4,41 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from cluster.errors import ErrorCode
+from cluster.image import MetadataDelta
 from cluster.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
 from cluster.metadata_log import METADATA_PARTITION_DIR
 from cluster.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
+from cluster.time_slices import TimeSlice, gently
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
+
+# Partition logs opened per worker-thread call, and calls running at once: creating a partition is
+# a handful of small files, time spent waiting on the file system rather than holding the GIL.
+OPEN_CHUNK = 32
+OPEN_THREADS = 4
+
+
+async def in_threads(calls: Iterable[Callable]) -> AsyncIterator:
+    """The results of calls, in order, each run in a worker thread, at most OPEN_THREADS at once."""
+    loop = asyncio.get_running_loop()
+    running: deque[asyncio.Future] = deque()
+    for call in calls:
+        running.append(loop.run_in_executor(None, call))
+        if len(running) >= OPEN_THREADS:
+            yield await running.popleft()
+    while running:
+        yield await running.popleft()
 
 
 def _now_ms() -> float:
@@ -63,29 +86,125 @@ class ReplicaManager:
         self.progress: dict[tuple[str, int], dict[int, FollowerProgress]] = {}
         # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
         self._known_topics: set[str] | None = None
+        # Whether partition directories no topic owns have been looked for since the controller's
+        # metadata came (topics deleted while this node was down leave such directories).
+        self._orphans_checked = False
         # Fetch requests parked until one of their partitions gets new data.
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         # High watermarks as last checkpointed, for logs opened after a restart.
         self._checkpoint_path = Path(broker.log_dir) / HIGH_WATERMARK_CHECKPOINT
         self._checkpointed = read_offset_checkpoint(self._checkpoint_path)
+        self._checkpoint_writing = threading.Lock()
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
 
-    def reconcile(self) -> None:
-        """Open logs for every partition assigned here; remove logs of topics that are gone."""
-        image = self.broker.image
-        wanted: set[tuple[str, int]] = set()
-        for topic in image.topics.values():
-            for index, info in topic.partitions.items():
-                if self.broker.node_id in info.replicas:
-                    wanted.add((topic.name, index))
-                    self._ensure_log(topic, index, info)
-        for key in [k for k in self.logs if k not in wanted]:
-            self._remove_log(key)
-        self._remove_orphan_dirs(wanted)
+    async def reconcile(self, delta: MetadataDelta | None = None) -> None:
+        """Open logs for the partitions assigned here, remove those no longer here, take new terms
+        and configs: for what `delta` says changed, or for everything (None, at start-up).
+
+        Gives way to the event loop between partitions, and creates and deletes partition
+        directories in worker threads (a new partition's files are most of its cost); the
+        metadata is applied one batch after another, so nothing else touches those directories
+        meanwhile. A partition is served only once its log is open and its term taken
+        (check_leader answers NOT_LEADER_OR_FOLLOWER until then, as Kafka does while a broker is
+        still applying a change).
+        """
+        time_slice = TimeSlice()
+        configs: dict[str, LogConfig] = {}
+        to_open: dict[tuple[str, int], None] = {}  # (ordered, without repeats)
+        to_delete: list[PartitionLog] = []
+        async for key in gently(self._keys_to_reconcile(delta), time_slice):
+            self._reconcile_one(key, configs, to_open, to_delete)
+        async for _ in in_threads([partition_log.delete for partition_log in to_delete]):
+            await time_slice.give_way()
+        if delta is None or delta.partitions or delta.removed_topics:
+            # Before the new logs open: a follower fetches each as soon as it is open, not once all are.
+            await self.broker.fetchers.reconcile(time_slice)
+        await self._open_logs(list(to_open), configs, time_slice)
+        if delta is None or delta.removed_topics or not self._orphans_checked:
+            await self._remove_orphan_dirs(set(self.logs))
+            # Once after the controller's metadata came: directories of topics deleted while this
+            # node was down; later deletions remove their own.
+            self._orphans_checked = delta is not None
         self._update_coordinated_partitions()
-        self.broker.fetchers.reconcile()
+
+    def _keys_to_reconcile(self, delta: MetadataDelta | None) -> Iterator[tuple[str, int]]:
+        image = self.broker.image
+        if delta is None:
+            yield from ((topic.name, index) for topic in list(image.topics.values()) for index in topic.partitions)
+            yield from list(self.logs)
+            return
+        for topic_id, index in delta.partitions:
+            topic = image.topics_by_id.get(topic_id)
+            if topic is not None:
+                yield topic.name, index
+        reconfigured = delta.removed_topics | delta.config_topics
+        if reconfigured:
+            yield from [key for key in self.logs if key[0] in reconfigured or None in reconfigured]
+
+    def _reconcile_one(self, key: tuple[str, int], configs: dict[str, LogConfig],
+                       to_open: dict[tuple[str, int], None], to_delete: list[PartitionLog]) -> None:
+        topic, info = self.broker.topic(key[0]), self.broker.partition(*key)
+        hosted = info is not None and self.broker.node_id in info.replicas
+        partition_log = self.logs.get(key)
+        if partition_log is not None and (not hosted or partition_log.topic_id not in (None, topic.topic_id)):
+            # Gone from here, or the same name is a new topic (deleted and re-created): the old data goes.
+            to_delete.append(self._remove_log(key))
+            partition_log = None
+        if not hosted:
+            return
+        if key[0] not in configs:
+            configs[key[0]] = LogConfig.from_topic_configs(self.broker.topic_configs(key[0]))
+        if partition_log is None:
+            to_open[key] = None
+        else:
+            partition_log.config = configs[key[0]]
+            self._take_term(key, info, partition_log)
+
+    async def _open_logs(self, keys: list[tuple[str, int]], configs: dict[str, LogConfig],
+                         time_slice: TimeSlice) -> None:
+        """Open (or create) the logs of keys in worker threads, a chunk at a time; each chunk is
+        served as soon as it is open."""
+        chunks = (keys[i:i + OPEN_CHUNK] for i in range(0, len(keys), OPEN_CHUNK))
+        calls = (partial(self._open_chunk, [(key, self.broker.topic(key[0]).topic_id, configs[key[0]],
+                                             self.broker.partition(*key)) for key in chunk]) for chunk in chunks)
+        async for opened in in_threads(calls):
+            for key, partition_log, producers in opened:
+                self._adopt_log(key, partition_log, producers)
+                await time_slice.give_way()
+            self.broker.fetchers.logs_opened()
+
+    def _open_chunk(self, chunk: list) -> list[tuple[tuple[str, int], PartitionLog, PartitionProducers]]:
+        """In a worker thread: open the logs of a chunk; a log this node leads starts its term's epoch,
+        so that taking the term on the event loop writes no file."""
+        opened = []
+        for key, topic_id, config, info in chunk:
+            directory = self.broker.log_dir / f"{key[0]}-{key[1]}"
+            partition_log = PartitionLog(directory, topic_id=topic_id, config=config)
+            if partition_log.topic_id not in (None, topic_id):
+                partition_log.delete()
+                partition_log = PartitionLog(directory, topic_id=topic_id, config=config)
+            if info.leader == self.broker.node_id:
+                self._start_epoch(partition_log, info.leader_epoch)
+            opened.append((key, partition_log, PartitionProducers.from_log(partition_log)))
+        return opened
+
+    def _adopt_log(self, key: tuple[str, int], partition_log: PartitionLog, producers: PartitionProducers) -> None:
+        info = self.broker.partition(*key)
+        if len(info.replicas) > 1:
+            # A replica's log may end in writes that were never committed: its high watermark
+            # starts where the last checkpoint put it, as in Kafka, and peers raise it from there.
+            checkpointed = self._checkpointed.get(key, partition_log.log_start_offset)
+            partition_log.high_watermark = max(partition_log.log_start_offset,
+                                               min(checkpointed, partition_log.log_end_offset))
+        self.logs[key] = partition_log
+        self.producers[key] = producers
+        self._take_term(key, info, partition_log)
+
+    def term_of(self, key: tuple[str, int]) -> int | None:
+        """The leader epoch this node last took for a hosted partition (None before its log is open)."""
+        return self._leader_epochs.get(key)
 
     def _update_coordinated_partitions(self) -> None:
         """Load the groups of `__consumer_offsets` partitions led here; forget those led elsewhere."""
@@ -102,30 +221,8 @@ class ReplicaManager:
             coordinator.forget_deleted_topics(self._known_topics - existing)
         self._known_topics = existing
 
-    def _ensure_log(self, topic, index: int, info) -> None:
-        key = (topic.name, index)
-        partition_log = self.logs.get(key)
-        if partition_log is not None and partition_log.topic_id not in (None, topic.topic_id):
-            # Same name, new topic (deleted and re-created): the old data must go.
-            self._remove_log(key)
-            partition_log = None
-        config = LogConfig.from_topic_configs(self.broker.topic_configs(topic.name))
-        if partition_log is None:
-            directory = self.broker.log_dir / f"{topic.name}-{index}"
-            partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
-            if partition_log.topic_id not in (None, topic.topic_id):
-                partition_log.delete()
-                partition_log = PartitionLog(directory, topic_id=topic.topic_id, config=config)
-            if len(info.replicas) > 1:
-                # A replica's log may end in writes that were never committed: its high watermark
-                # starts where the last checkpoint put it, as in Kafka, and peers raise it from there.
-                checkpointed = self._checkpointed.get(key, partition_log.log_start_offset)
-                partition_log.high_watermark = max(partition_log.log_start_offset,
-                                                   min(checkpointed, partition_log.log_end_offset))
-            self.logs[key] = partition_log
-            self.producers[key] = PartitionProducers.from_log(partition_log)
-        else:
-            partition_log.config = config
+    def _take_term(self, key: tuple[str, int], info, partition_log: PartitionLog) -> None:
+        """Act on the partition's replicas, leader and epoch as the image now has them."""
         partition_log.auto_high_watermark = len(info.replicas) == 1
         if self._leader_epochs.get(key) != info.leader_epoch:
             # A new term: what followers told an earlier leader says nothing about this one.
@@ -143,9 +240,12 @@ class ReplicaManager:
                 self.epoch_start_offsets.pop(key, None)
         if info.leader == self.broker.node_id:
             self.update_high_watermark(key)
-        if info.leader == self.broker.node_id and partition_log.latest_epoch != info.leader_epoch:
-            if partition_log.latest_epoch is None or partition_log.latest_epoch < info.leader_epoch:
-                partition_log.assign_epoch(info.leader_epoch, partition_log.log_end_offset)
+            self._start_epoch(partition_log, info.leader_epoch)
+
+    @staticmethod
+    def _start_epoch(partition_log: PartitionLog, leader_epoch: int) -> None:
+        if partition_log.latest_epoch is None or partition_log.latest_epoch < leader_epoch:
+            partition_log.assign_epoch(leader_epoch, partition_log.log_end_offset)
 
     def producers_of(self, key: tuple[str, int]) -> PartitionProducers:
         producers = self.producers.get(key)
@@ -153,7 +253,8 @@ class ReplicaManager:
             producers = self.producers[key] = PartitionProducers()
         return producers
 
-    def _remove_log(self, key: tuple[str, int]) -> None:
+    def _remove_log(self, key: tuple[str, int]) -> PartitionLog:
+        """Stop hosting a partition; the caller deletes the returned log's files."""
         partition_log = self.logs.pop(key)
         self.producers.pop(key, None)
         self.follower_offsets.pop(key, None)
@@ -161,15 +262,18 @@ class ReplicaManager:
         self._leader_epochs.pop(key, None)
         self.epoch_start_offsets.pop(key, None)
         self._fail_commit_waiters(key)
-        log.info("deleting partition %s-%d: no replica of it is assigned to this node", *key)
-        partition_log.delete()
+        log.info("deleting partition %s-%d", *key)
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
+        return partition_log
 
-    def _remove_orphan_dirs(self, wanted: set[tuple[str, int]]) -> None:
+    async def _remove_orphan_dirs(self, wanted: set[tuple[str, int]]) -> None:
         if self.broker.metadata.log is None or not self.broker.config.controller_address():
             return  # without a controller the image may be partial: never delete data on a guess
+        await asyncio.to_thread(self._remove_dirs_except, wanted)
+
+    def _remove_dirs_except(self, wanted: set[tuple[str, int]]) -> None:
         for path in Path(self.broker.log_dir).iterdir():
             if path.name.endswith(DELETED_DIR_SUFFIX) and path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)  # a deletion a crash interrupted
@@ -190,18 +294,32 @@ class ReplicaManager:
 
     def checkpoint_high_watermarks(self) -> None:
         """Write every hosted partition's high watermark to replication-offset-checkpoint, if any moved."""
-        offsets = {key: partition_log.high_watermark for key, partition_log in self.logs.items()}
-        if offsets != self._checkpointed:
+        offsets = self._high_watermarks_to_checkpoint()
+        if offsets is not None:
+            self._write_checkpoint(offsets)
+
+    def _write_checkpoint(self, offsets: dict[tuple[str, int], int]) -> None:
+        with self._checkpoint_writing:  # a periodic write in a thread may still run when the node stops
             write_offset_checkpoint(self._checkpoint_path, offsets)
-            self._checkpointed = offsets
+
+    def _high_watermarks_to_checkpoint(self) -> dict[tuple[str, int], int] | None:
+        offsets = {key: partition_log.high_watermark for key, partition_log in self.logs.items()}
+        if offsets == self._checkpointed:
+            return None
+        self._checkpointed = offsets
+        return offsets
 
     async def run_high_watermark_checkpoints(self, interval_ms: int) -> None:
-        """Every replica.high.watermark.checkpoint.interval.ms, as Kafka's checkpoint task does."""
+        """Every replica.high.watermark.checkpoint.interval.ms, as Kafka's checkpoint task does; the
+        file is written in a worker thread (one line per hosted partition)."""
         while True:
             await asyncio.sleep(interval_ms / 1000)
+            offsets = self._high_watermarks_to_checkpoint()
             try:
-                self.checkpoint_high_watermarks()
+                if offsets is not None:
+                    await asyncio.to_thread(self._write_checkpoint, offsets)
             except OSError as exc:
+                self._checkpointed = {}  # written again next time
                 log.error("cannot checkpoint high watermarks: %s", exc)
 
     # --- waiting for new data ---
@@ -272,11 +390,11 @@ class ReplicaManager:
         lag_ms = self.broker.config.get_int("replica.lag.time.max.ms")
         while True:
             await asyncio.sleep(lag_ms / 2000)
-            self.shrink_lagging_isrs(lag_ms)
+            await self.shrink_lagging_isrs(lag_ms)
 
-    def shrink_lagging_isrs(self, lag_ms: int) -> None:
+    async def shrink_lagging_isrs(self, lag_ms: int) -> None:
         now_ms = _now_ms()
-        for key in list(self.logs):
+        async for key in gently(list(self.logs)):
             info = self.broker.partition(*key)
             if info is None or info.leader != self.broker.node_id or len(info.isr) <= 1 or key in self._isr_changes:
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
 from cluster.errors import ErrorCode
+from node.broker import apply_timeout_s
 
 REQUEST = CreatePartitionsRequest
 RESPONSE = CreatePartitionsResponse
@@ -24,7 +25,8 @@ async def handle(broker, header, request):
         "assignments": [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None,
     } for topic in request.topics]
     try:
-        reply = await broker.call_controller("create_partitions", topics=topics, validate_only=request.validate_only)
+        reply = await broker.call_controller("create_partitions", topics=topics, validate_only=request.validate_only,
+                                             apply_timeout_s=apply_timeout_s(request.timeout_ms))
         if reply.get("error_code"):
             reply["results"] = [{"name": t["name"], "error_code": reply["error_code"],
                                  "error_message": reply["error_message"]} for t in topics]

@@ -9,6 +9,7 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 from cluster.log import topic_id_from_kafka_string
 from cluster.errors import ErrorCode
+from node.broker import apply_timeout_s
 from node.topic_configs import topic_config_entries
 
 REQUEST = CreateTopicsRequest
@@ -27,7 +28,8 @@ async def handle(broker, header, request):
         "configs": {c.name: c.value for c in topic.configs},
     } for topic in request.topics]
     try:
-        reply = await broker.call_controller("create_topics", topics=topics, validate_only=request.validate_only)
+        reply = await broker.call_controller("create_topics", topics=topics, validate_only=request.validate_only,
+                                             apply_timeout_s=apply_timeout_s(request.timeout_ms))
     except Exception as exc:
         results = [Result(name=t["name"], error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc),
                           num_partitions=-1, replication_factor=-1, configs=None) for t in topics]

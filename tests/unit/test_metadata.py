@@ -1,3 +1,4 @@
+import asyncio
 import shutil
 import uuid
 from pathlib import Path
@@ -93,3 +94,44 @@ def test_control_batches_are_skipped(kafka_log_dir):
     data = (kafka_log_dir / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes()
     names = {name for _, name, _ in iter_metadata_records(data)}
     assert "TopicRecord" in names and all(not n.startswith("LeaderChange") for n in names)
+
+
+def test_a_batch_replayed_in_slices_shows_a_new_topic_only_whole_and_says_what_changed():
+    topic_id, old_id = uuid.uuid4(), uuid.uuid4()
+    partitions = 3000  # enough records for several slices
+    setup = [("TopicRecord", {"name": "old", "topic_id": old_id}),
+             ("PartitionRecord", {"partition_id": 0, "topic_id": old_id, "replicas": [1], "isr": [1], "leader": 1,
+                                  "leader_epoch": 0, "partition_epoch": 0})]
+    batch = [("TopicRecord", {"name": "big", "topic_id": topic_id})] + [
+        ("PartitionRecord", {"partition_id": p, "topic_id": topic_id, "replicas": [1, 2], "isr": [1, 2],
+                             "leader": 1 + p % 2, "leader_epoch": 0, "partition_epoch": 0}) for p in range(partitions)
+    ] + [("PartitionChangeRecord", {"partition_id": 0, "topic_id": old_id, "leader": 1}),
+         ("ConfigRecord", {"resource_type": 2, "resource_name": "big", "name": "retention.ms", "value": "5"}),
+         ("RemoveTopicRecord", {"topic_id": old_id}),
+         ("UnfenceBrokerRecord", {"id": 1, "epoch": 0})]
+    data = encode_metadata_batch(batch, base_offset=2, leader_epoch=1, timestamp=0)
+    expected, image = MetadataImage(), MetadataImage()
+    for target in (expected, image):
+        target.replay(encode_metadata_batch(setup, base_offset=0, leader_epoch=1, timestamp=0))
+    expected.replay(data)
+
+    async def replay_while_watching():
+        seen = []
+
+        async def watch():
+            while True:
+                topic = image.topics.get("big")
+                seen.append(len(topic.partitions) if topic else None)
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        delta = await image.replay_gently(data)
+        watcher.cancel()
+        return delta, seen
+
+    delta, seen = asyncio.run(replay_while_watching())
+    assert image == expected and image.offset == 2 + len(batch) - 1
+    assert len(seen) > 2 and set(seen) <= {None, partitions}  # it gave way, and never showed a part
+    assert delta.partitions == {(topic_id, p) for p in range(partitions)} | {(old_id, 0)}
+    assert (delta.removed_topics, delta.config_topics, delta.records) == ({"old"}, {"big"}, len(batch))
+    assert list(delta.new_topics) == ["big"]

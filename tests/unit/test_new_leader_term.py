@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from cluster.config import BrokerConfig
-from cluster.image import BrokerInfo, PartitionInfo, TopicInfo
+from cluster.image import BrokerInfo, MetadataDelta, PartitionInfo, TopicInfo
 from cluster.records import encode_batch
 from node.apis import list_offsets
 from node.broker import Broker
@@ -18,7 +18,7 @@ from node.broker import Broker
 OFFSET_NOT_AVAILABLE, LEADER_NOT_AVAILABLE = 78, 5
 
 
-def leader_in_waiting(tmp_path) -> tuple[Broker, TopicInfo, list[list[int]]]:
+async def leader_in_waiting(tmp_path) -> tuple[Broker, TopicInfo, list[list[int]]]:
     """Node 1, following node 3 in epoch 0 with ISR [1, 3]; node 2 is alive but out of the ISR."""
     broker = Broker(BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path)}))
     proposed: list[list[int]] = []
@@ -34,11 +34,11 @@ def leader_in_waiting(tmp_path) -> tuple[Broker, TopicInfo, list[list[int]]]:
     broker.image.topics["orders"] = topic
     broker.image.topics_by_id[topic.topic_id] = topic
     broker.image.brokers[2] = BrokerInfo(2, uuid.uuid4(), 0, [], fenced=False)
-    broker.replicas._ensure_log(topic, 0, topic.partitions[0])
+    await broker.replicas.reconcile()
     return broker, topic, proposed
 
 
-def lead_with_a_lagging_high_watermark(broker: Broker, topic: TopicInfo) -> None:
+async def lead_with_a_lagging_high_watermark(broker: Broker, topic: TopicInfo) -> None:
     """Node 1 got ten records from node 3, which acknowledged them all, but learned only of HW 6
     before it took over as leader of epoch 1."""
     partition_log = broker.replicas.get_log("orders", 0)
@@ -47,13 +47,13 @@ def lead_with_a_lagging_high_watermark(broker: Broker, topic: TopicInfo) -> None
     partition_log.high_watermark = 6
     topic.partitions[0] = PartitionInfo(0, replicas=[1, 2, 3], isr=[1, 3], leader=1, leader_epoch=1,
                                         partition_epoch=1)
-    broker.replicas._ensure_log(topic, 0, topic.partitions[0])
+    await broker.replicas.reconcile(MetadataDelta(partitions={(topic.topic_id, 0)}))
 
 
 def test_a_follower_joins_the_isr_only_with_everything_written_before_the_term_began(tmp_path):
     async def scenario():
-        broker, topic, proposed = leader_in_waiting(tmp_path)
-        lead_with_a_lagging_high_watermark(broker, topic)
+        broker, topic, proposed = await leader_in_waiting(tmp_path)
+        await lead_with_a_lagging_high_watermark(broker, topic)
 
         broker.replicas.record_follower_offset(("orders", 0), 2, 8)  # past our HW, short of offset 10
         await asyncio.sleep(0)
@@ -68,8 +68,13 @@ def test_a_follower_joins_the_isr_only_with_everything_written_before_the_term_b
 
 
 def test_list_offsets_asks_clients_to_retry_until_the_high_watermark_reaches_the_term_start(tmp_path):
-    broker, topic, _ = leader_in_waiting(tmp_path)
-    lead_with_a_lagging_high_watermark(broker, topic)
+    async def leading_with_a_lagging_high_watermark() -> Broker:
+        broker, topic, _ = await leader_in_waiting(tmp_path)
+        await lead_with_a_lagging_high_watermark(broker, topic)
+        await broker.fetchers.close()
+        return broker
+
+    broker = asyncio.run(leading_with_a_lagging_high_watermark())
 
     def ask(version: int, timestamp: int, replica_id: int = -1) -> tuple[int, int]:
         T = ListOffsetsRequest.ListOffsetsTopic

@@ -1,16 +1,20 @@
-"""Long loops on the controller's event loop give way every few milliseconds.
+"""Long loops on an event loop give way every few milliseconds.
 
 The controller serves every node's heartbeats, metadata fetches and admin requests on one
-event loop, so a loop over thousands of partitions must not hold it: it runs in slices of
-SLICE_SECONDS and lets everything else (and a SIGTERM) in between.
+event loop, and a node serves its clients, replication and its own heartbeats on one, so a
+loop over thousands of partitions must not hold either: it runs in slices of SLICE_SECONDS
+and lets everything else (and a SIGTERM) in between.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import AsyncIterator, Iterable, TypeVar
 
 SLICE_SECONDS = 0.002
+# Records in one metadata batch from which the objects it added are moved out of the GC's reach.
+FREEZE_AFTER_RECORDS = 1000
 
 T = TypeVar("T")
 
@@ -37,3 +41,15 @@ async def gently(items: Iterable[T], time_slice: TimeSlice | None = None) -> Asy
     for item in items:
         yield item
         await time_slice.give_way()
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the cyclic GC's generations.
+
+    Called after a large metadata batch is applied: the objects it added (partitions, logs) live as
+    long as their topics, and a full GC pass walking them all holds the event loop for many
+    milliseconds. Young garbage cycles are collected first (a short pass), so that freezing keeps
+    none of them; frozen objects are still freed by reference counting.
+    """
+    gc.collect(1)
+    gc.freeze()
