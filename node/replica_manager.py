@@ -118,8 +118,9 @@ class ReplicaManager:
             self._reconcile_one(key, configs, to_open, to_delete)
         async for _ in in_threads([partition_log.delete for partition_log in to_delete]):
             await time_slice.give_way()
-        if delta is None or delta.partitions or delta.removed_topics:
-            # Before the new logs open: a follower fetches each as soon as it is open, not once all are.
+        if delta is None or delta.partitions or delta.removed_topics or delta.config_topics:
+            # Before the new logs open: a follower fetches each as soon as it is open, not once all
+            # are. Config changes too: they may lift the throttle a fetcher is held back by.
             await self.broker.fetchers.reconcile(time_slice)
         await self._open_logs(list(to_open), configs, time_slice)
         if delta is None or delta.removed_topics or not self._orphans_checked:
