@@ -146,11 +146,14 @@ def _partition_bytes(cluster: Cluster, node_id: int, key: tuple[str, int]) -> in
 
 def _elect_preferred(cluster: Cluster, partitions: list[tuple[str, int]]) -> None:
     """The first replica of each moved partition leads it again (ElectLeaders, preferred)."""
-    from kafka import KafkaAdminClient, TopicPartition
+    from kafka import KafkaAdminClient
 
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
         # Partitions led by their first replica already answer ELECTION_NOT_NEEDED: not a failure.
-        admin.elect_leaders(0, [TopicPartition(*p) for p in partitions], raise_errors=False)
+        admin.elect_leaders(0, by_topic, raise_errors=False)
     finally:
         admin.close()
