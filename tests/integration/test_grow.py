@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+from types import SimpleNamespace
 from collections import Counter
 
 import pytest
@@ -179,3 +180,29 @@ def test_command_line_errors_are_one_line(cluster):
         assert result.returncode == 1 and result.stderr == message + "\n", result.stderr
     assert shrunk.assignment() == before
     assert sorted(current(cluster).nodes) == [1, 3, 4, 5]
+
+
+def test_racks_and_added_nodes_are_kept_across_restarts(tmp_path):
+    data_dir = tmp_path / "racked"
+    cluster = SimpleNamespace(data_dir=data_dir)  # the command line starts and stops it
+    try:
+        kraftwerk(cluster, "up", "--nodes", "3", "--port", "0", "--detach",
+                  "--rack-of", "1=a", "--rack-of", "2=a", "--rack-of", "3=b")
+        assert kraftwerk(cluster, "node", "add", "--rack", "b").stdout.startswith("node 4 joined in rack b at ")
+        kraftwerk(cluster, "node", "remove", "1")
+        kraftwerk(cluster, "down")
+        kraftwerk(cluster, "up", "--detach")
+        restarted = current(cluster)
+        assert sorted(restarted.nodes) == [2, 3, 4]
+        admin = KafkaAdminClient(bootstrap_servers=restarted.bootstrap_servers)
+        try:
+            racks = {b["broker_id"]: b["rack"] for b in admin.describe_cluster()["brokers"]}
+            assert racks == {2: "a", 3: "b", 4: "b"}
+            admin.create_topics([NewTopic("spread", 6, 2)])
+        finally:
+            admin.close()
+        placed = current(cluster).assignment()
+        assert all({racks[r] for r in placed[("spread", i)]} == {"a", "b"} for i in range(6))
+    finally:
+        if (data_dir / "cluster.json").exists():
+            Cluster.attach(data_dir).stop()
