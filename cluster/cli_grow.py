@@ -103,25 +103,20 @@ def _run_with_progress(cluster: Cluster, moves: dict, rate: int | None) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     before = cluster.assignment()
-    refused = {key: error for key, error in cluster.reassign(moves, throttle_bytes_per_s=rate).items() if error}
-    if refused:
-        (topic, partition), error = sorted(refused.items())[0]
-        raise ClusterError(f"the reassignment of {topic}-{partition} was refused: {error}")
+    cluster.start_moves(moves, rate)
     columns = (TextColumn("moving"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} partitions"),
                TextColumn("{task.fields[left]}"), TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
-    started, first_left = time.monotonic(), None
+    started, total_left = time.monotonic(), _bytes_left(cluster, before, moves, set(moves))
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("moving", total=len(moves), left="", rate="")
-        while True:
-            settled = cluster.wait_reassigned(list(moves), timeout=1)
+        settled = False
+        while not settled:
+            settled = cluster.wait_reassigned(list(moves), timeout=1)  # wakes early when the moves end
             moving = set(cluster.list_reassignments()) & set(moves)
             left = _bytes_left(cluster, before, moves, moving)
-            first_left = left if first_left is None else first_left
-            speed = max(first_left - left, 0) / max(time.monotonic() - started, 1e-3)
+            speed = max(total_left - left, 0) / max(time.monotonic() - started, 1e-3)
             progress.update(task, completed=len(moves) - len(moving), left=f"{left / MB:.1f} MB left",
                             rate=f"{speed / MB:.1f} MB/s")
-            if settled:
-                break
     if rate is not None:
         cluster.clear_throttles()
 

@@ -582,15 +582,19 @@ class Cluster:
         """Reassign as moves says and wait until every move is complete (lifting a throttle it set)."""
         if not moves:
             return
-        refused = {key: error for key, error in self.reassign(moves, throttle_bytes_per_s).items() if error}
-        if refused:
-            (topic, partition), error = sorted(refused.items())[0]
-            raise ClusterError(f"the reassignment of {topic}-{partition} was refused: {error}")
+        self.start_moves(moves, throttle_bytes_per_s)
         settled = self.wait_reassigned(list(moves), timeout=timeout)
         if throttle_bytes_per_s is not None:
             self.clear_throttles()
         if not settled:
             raise ClusterError(f"{len(self.list_reassignments())} partitions were still moving after {timeout:.0f}s")
+
+    def start_moves(self, moves: dict[tuple[str, int], list[int]], throttle_bytes_per_s: int | None = None) -> None:
+        """Reassign as moves says; ClusterError, naming the first partition refused, if any was."""
+        refused = {key: error for key, error in self.reassign(moves, throttle_bytes_per_s).items() if error}
+        if refused:
+            (topic, partition), error = sorted(refused.items())[0]
+            raise ClusterError(f"the reassignment of {topic}-{partition} was refused: {error}")
 
     def unregister_node(self, node_id: int) -> None:
         """UnregisterBroker, sent to a node as `kafka-cluster.sh unregister --id` sends it."""
