@@ -59,7 +59,10 @@ class Traffic:
         self.failed: list[str] = []
         self.client_errors: list = []
         self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self._produce), threading.Thread(target=self._consume)]
+        self.produced = threading.Event()  # the producer's last acknowledgement is in
+        # Daemons: a consumer still waiting for a lost message must not keep pytest from exiting.
+        self.threads = [threading.Thread(target=self._produce, daemon=True),
+                        threading.Thread(target=self._consume, daemon=True)]
 
     def __enter__(self) -> "Traffic":
         for thread in self.threads:
@@ -81,18 +84,21 @@ class Traffic:
         producer = ConfluentProducer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
                                       "acks": "all", "linger.ms": 5, "error_cb": self.client_errors.append})
         sequence = 0
-        while not self.stopping.is_set():
-            for _ in range(50):
-                producer.produce(TOPIC, b"payment-%07d" % sequence, on_delivery=self._delivered)
-                sequence += 1
-            producer.flush(30)  # paces the writes by the acknowledgements
-        assert producer.flush(60) == 0
+        try:
+            while not self.stopping.is_set():
+                for _ in range(50):
+                    producer.produce(TOPIC, b"payment-%07d" % sequence, on_delivery=self._delivered)
+                    sequence += 1
+                producer.flush(30)  # paces the writes by the acknowledgements
+            assert producer.flush(60) == 0
+        finally:
+            self.produced.set()
 
     def _consume(self) -> None:
         consumer = KafkaConsumer(TOPIC, bootstrap_servers=self.bootstrap, group_id="grow-readers",
                                  auto_offset_reset="earliest", enable_auto_commit=True)
         try:
-            while not (self.stopping.is_set() and self.acknowledged <= self.read):
+            while not (self.produced.is_set() and self.acknowledged <= self.read):
                 for records in consumer.poll(timeout_ms=500).values():
                     self.read.update(record.value for record in records)
         finally:
