@@ -527,7 +527,6 @@ class Cluster:
         if refused:
             raise ClusterError(f"cannot set replication throttles: {refused[0]['error_message']}")
 
-
     # --- growing and shrinking ---
 
     def _node_ids(self) -> list[int]:
@@ -605,7 +604,8 @@ class Cluster:
         admin = KafkaAdminClient(bootstrap_servers=others)
         try:
             # The admin client's own path to the controller, as Kafka's Admin.unregisterBroker takes it.
-            response = admin._manager.run(admin._send_request_to_controller, UnregisterBrokerRequest[0](broker_id=node_id))
+            request = UnregisterBrokerRequest[0](broker_id=node_id)
+            response = admin._manager.run(admin._send_request_to_controller, request)
         finally:
             admin.close()
         if response.error_code:

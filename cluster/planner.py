@@ -96,8 +96,8 @@ def _next_replica_move(planned: Assignment, nodes: list[int], load: dict[int, in
     """(partition, from, to) between the most unequal pair of nodes that have a movable replica, or None."""
     by_load = sorted(load, key=lambda n: (load[n], n))
     for source in reversed(by_load):
-        for target in by_load:
-            if target not in nodes or load[source] - load[target] <= 1:
+        for target in (n for n in by_load if n in nodes):
+            if load[source] - load[target] <= 1:
                 break
             for key in sorted(planned):
                 replicas = planned[key]
