@@ -74,13 +74,15 @@ def main():
 @click.option("--detach", is_flag=True, help="return once the cluster is ready and leave it running")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="broker config by Kafka's name, e.g. num.partitions=3 (repeatable)")
-def up(nodes, port, host, data_dir, detach, settings):
+@click.option("--rack-of", "racks", multiple=True, metavar="NODE=RACK", help="a node's broker.rack (repeatable)")
+def up(nodes, port, host, data_dir, detach, settings, racks):
     """Start a controller and NODES broker nodes; print the bootstrap servers."""
     previous = _previous_layout(data_dir)
     cluster = Cluster(nodes=nodes or previous.get("nodes", 3),
                       port=previous.get("base_port", 9092) if port is None else port,
                       host=host, data_dir=data_dir,
-                      node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")})
+                      node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")},
+                      racks={**previous.get("racks", {}), **_node_racks(racks)})
     try:
         cluster.start()
     except ClusterError as exc:
@@ -98,7 +100,15 @@ def _previous_layout(data_dir: str) -> dict:
         previous = Cluster.attach(data_dir)
     except ClusterError:
         return {}
-    return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config}
+    return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config,
+            "racks": previous.racks}
+
+
+def _node_racks(pairs: tuple[str, ...]) -> dict[int, str]:
+    racks = parse_pairs(pairs, "--rack-of")
+    if not all(node_id.isdigit() for node_id in racks):
+        raise click.BadParameter("expected NODE=RACK with a node id, e.g. 1=a", param_hint="--rack-of")
+    return {int(node_id): rack for node_id, rack in racks.items()}
 
 
 def _stay_in_foreground(cluster: Cluster) -> None:
@@ -882,3 +892,7 @@ def _print_reassignments(ongoing: dict, as_json: bool) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# Registers `node add`, `node remove` and `rebalance` on the groups above.
+from cluster import cli_grow  # noqa: E402,F401

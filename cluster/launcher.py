@@ -127,8 +127,10 @@ class Cluster:
     """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`."""
 
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
-                 node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S):
+                 node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
+                 racks: dict[int, str] | None = None):
         self.node_count = nodes
+        self.racks = dict(racks or {})  # node id -> broker.rack
         self._temporary = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="kraftwerk-"))
         self.base_port = port
@@ -152,7 +154,7 @@ class Cluster:
         started = time.monotonic()
         try:
             self._start_controller()
-            pending = {node_id: self._spawn_node(node_id) for node_id in range(1, self.node_count + 1)}
+            pending = {node_id: self._spawn_node(node_id) for node_id in self._node_ids()}
             for node_id, (process, log_path) in pending.items():
                 self._adopt_node(node_id, process, log_path)
             self.wait_ready()
@@ -195,7 +197,8 @@ class Cluster:
         command = [sys.executable, "-m", "node", "--node-id", str(node_id),
                    "--data-dir", str(self.data_dir / f"node-{node_id}"), "--host", self.host, "--port", str(port),
                    "--controller", f"{self.host}:{self.controller_port}"]
-        for key, value in {**self.node_config, ADMIN_PORT_CONFIG: str(admin_port)}.items():
+        settings = {**self.node_config, **self._rack_config(node_id), ADMIN_PORT_CONFIG: str(admin_port)}
+        for key, value in settings.items():
             command += ["--set", f"{key}={value}"]
         return self._popen(f"node-{node_id}", command, log_path, process_group=self.controller_pid), log_path
 
@@ -242,6 +245,7 @@ class Cluster:
                       for n in self.nodes.values()},
             "bootstrap_servers": self.bootstrap_servers,
             "pids": [self.controller_pid, *(n.pid for n in self.nodes.values())],
+            "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
         }
         temp = self.data_dir / "cluster.json.tmp"
         temp.write_text(json.dumps(state, indent=2))
@@ -255,7 +259,8 @@ class Cluster:
             raise ClusterError(f"no cluster in {data_dir} (start one with kraftwerk up)")
         state = json.loads(path.read_text())
         cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, port=state["base_port"], host=state["host"],
-                      node_config=state["node_config"])
+                      node_config=state["node_config"],
+                      racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()})
         cluster._temporary = False
         cluster.controller_pid = state["controller"]["pid"]
         cluster.controller_port = state["controller"]["port"]
@@ -534,6 +539,90 @@ class Cluster:
             stats[node_id] = {(p["topic"], p["partition"]): {"fetches": p["fetches"], "bytes": p["bytes"]}
                               for p in reply["partitions"]}
         return stats
+
+    # --- growing and shrinking ---
+
+    def _node_ids(self) -> list[int]:
+        """The ids to start: those of the last start (nodes added or removed since keep theirs), else 1..N."""
+        kept = sorted(self._kept.nodes or ())
+        return kept if len(kept) == self.node_count else list(range(1, self.node_count + 1))
+
+    def _rack_config(self, node_id: int) -> dict[str, str]:
+        rack = self.racks.get(node_id)
+        return {"broker.rack": rack} if rack else {}
+
+    def add_node(self, rack: str | None = None) -> int:
+        """Start a node with the next free id in the running cluster; returns its id once it is
+        registered, unfenced and caught up. It hosts nothing until topics are created or moved."""
+        node_id = max(self.nodes, default=0) + 1
+        if rack:
+            self.racks[node_id] = rack
+        process, log_path = self._spawn_node(node_id)
+        self._adopt_node(node_id, process, log_path)
+        self.node_count = len(self.nodes)
+        self._write_state()
+        self.wait_ready([node_id])
+        return node_id
+
+    def assignment(self) -> dict[tuple[str, int], list[int]]:
+        """Every partition's replicas, preferred leader first."""
+        return {(t["name"], p["partition"]): p["replicas"] for t in self.status()["topics"] for p in t["partitions"]}
+
+    def remove_node(self, node_id: int, throttle_bytes_per_s: int | None = None, timeout: float = 300) -> None:
+        """Decommission node_id: move every replica off it (ClusterError, with nothing changed, when a
+        topic's replication factor cannot be kept on the other nodes), wait for the moves, stop it,
+        unregister it (UnregisterBroker) and delete its data dir."""
+        from cluster.planner import PlannerError, drain_plan
+
+        if node_id not in self.nodes:
+            raise ClusterError(f"node {node_id} is not part of the cluster (nodes: {sorted(self.nodes)})")
+        try:
+            moves = drain_plan(self.assignment(), node_id, sorted(self.nodes), self.racks)
+        except PlannerError as exc:
+            raise ClusterError(f"cannot remove node {node_id}: {exc}") from None
+        self.run_plan(moves, throttle_bytes_per_s, timeout)
+        self.stop_node(node_id)
+        self.unregister_node(node_id)
+        node = self.nodes.pop(node_id)
+        self.racks.pop(node_id, None)
+        self.node_count = len(self.nodes)
+        shutil.rmtree(node.data_dir, ignore_errors=True)
+        self._write_state()
+
+    def run_plan(self, moves: dict[tuple[str, int], list[int]], throttle_bytes_per_s: int | None = None,
+                 timeout: float = 300) -> None:
+        """Reassign as moves says and wait until every move is complete (lifting a throttle it set)."""
+        if not moves:
+            return
+        self.start_moves(moves, throttle_bytes_per_s)
+        settled = self.wait_reassigned(list(moves), timeout=timeout)
+        if throttle_bytes_per_s is not None:
+            self.clear_throttles()
+        if not settled:
+            raise ClusterError(f"{len(self.list_reassignments())} partitions were still moving after {timeout:.0f}s")
+
+    def start_moves(self, moves: dict[tuple[str, int], list[int]], throttle_bytes_per_s: int | None = None) -> None:
+        """Reassign as moves says; ClusterError, naming the first partition refused, if any was."""
+        refused = {key: error for key, error in self.reassign(moves, throttle_bytes_per_s).items() if error}
+        if refused:
+            (topic, partition), error = sorted(refused.items())[0]
+            raise ClusterError(f"the reassignment of {topic}-{partition} was refused: {error}")
+
+    def unregister_node(self, node_id: int) -> None:
+        """UnregisterBroker, sent to a node as `kafka-cluster.sh unregister --id` sends it."""
+        from kafka import KafkaAdminClient
+        from node.apis.unregister_broker import UnregisterBrokerRequest
+
+        others = ",".join(f"{self.host}:{n.port}" for i, n in sorted(self.nodes.items()) if i != node_id)
+        admin = KafkaAdminClient(bootstrap_servers=others)
+        try:
+            # The admin client's own path to the controller, as Kafka's Admin.unregisterBroker takes it.
+            request = UnregisterBrokerRequest[0](broker_id=node_id)
+            response = admin._manager.run(admin._send_request_to_controller, request)
+        finally:
+            admin.close()
+        if response.error_code:
+            raise ClusterError(f"UnregisterBroker of node {node_id}: {response.error_message}")
 
 
 def _wait_exit(pid: int, timeout: float | None) -> bool:

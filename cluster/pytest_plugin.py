@@ -16,7 +16,8 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "kraftwerk(nodes=3, config=None): size and broker config of the kraftwerk_cluster fixture")
+        "markers", "kraftwerk(nodes=3, config=None, racks=None): size, broker config and {node id: broker.rack} "
+        "of the kraftwerk_cluster fixture")
 
 
 @pytest.fixture
@@ -27,5 +28,5 @@ def kraftwerk_cluster(request, tmp_path):
     marker = request.node.get_closest_marker("kraftwerk")
     options = marker.kwargs if marker else {}
     with Cluster(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
-                 node_config=options.get("config")) as cluster:
+                 node_config=options.get("config"), racks=options.get("racks")) as cluster:
         yield cluster

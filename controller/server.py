@@ -54,6 +54,7 @@ ARGUMENTS = {
     "alter_reassignments": {"topics": list},
     "list_reassignments": {"topics": (list, type(None))},
     "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
+    "unregister_broker": {"node_id": int},
 }
 
 
@@ -112,6 +113,7 @@ class Controller:
             "alter_reassignments": self.alter_reassignments,
             "list_reassignments": self.list_reassignments,
             "wait_reassigned": self.wait_reassigned,
+            "unregister_broker": self.unregister_broker,
         }
 
     def unfenced_brokers(self) -> list[int]:
@@ -209,6 +211,25 @@ class Controller:
         if not detailed and changes:
             log.info("fencing node %d: %d partitions change leader or ISR", session.node_id, len(changes))
         await self.writer.append(records + changes)
+
+    async def unregister_broker(self, args: dict, conn: ControlConnection) -> dict:
+        """UnregisterBroker (kafka-cluster.sh unregister): the node leaves the cluster's metadata.
+
+        As Kafka's controller does, its ISR places and leaderships go in the same batch as the
+        UnregisterBrokerRecord; a node id that is not registered is BROKER_ID_NOT_REGISTERED."""
+        node_id = args["node_id"]
+        async with self.writer.exclusive:
+            broker = self.image.brokers.get(node_id)
+            if broker is None:
+                return {"error_code": int(ErrorCode.BROKER_ID_NOT_REGISTERED),
+                        "error_message": f"Broker ID {node_id} is not currently registered"}
+            changes = await changes_of(iter_changes_for_fenced_broker(self.image, node_id))
+            record = ("UnregisterBrokerRecord", {"broker_id": node_id, "broker_epoch": broker.broker_epoch})
+            await self.writer.append(changes + [record])
+            self.sessions.pop(node_id, None)
+            self.process_watch.forget(node_id)
+        log.info("node %d unregistered", node_id)
+        return {"error_code": 0, "error_message": None, "metadata_offset": self.writer.last_offset}
 
     async def controlled_shutdown(self, args: dict, conn: ControlConnection) -> dict:
         """A node about to stop: fence it now so its leaderships move before it goes."""

@@ -130,7 +130,8 @@ async def create_topics(image: MetadataImage, brokers: list[int], requests: list
     ids = {}
     for plan in plans:
         ids[plan.name] = uuid.uuid4()
-        outcome.records += [record async for record in gently(_topic_records(plan, ids[plan.name], brokers))]
+        outcome.records += [record async for record in gently(
+            _topic_records(plan, ids[plan.name], brokers, racks_of(image, brokers)))]
     for result in outcome.results:
         if result["name"] in ids and not result["error_code"]:
             result["topic_id"] = topic_id_to_kafka_string(ids[result["name"]])
@@ -218,10 +219,14 @@ def _placement_problem(brokers: list[int], factor: int) -> str | None:
     return None
 
 
-def _topic_records(plan: TopicPlan, topic_id: uuid.UUID, brokers: list[int]):
+def racks_of(image: MetadataImage, brokers: list[int]) -> dict[int, str | None]:
+    return {b: image.brokers[b].rack if b in image.brokers else None for b in brokers}
+
+
+def _topic_records(plan: TopicPlan, topic_id: uuid.UUID, brokers: list[int], racks: dict[int, str | None]):
     yield "TopicRecord", {"name": plan.name, "topic_id": topic_id}
     replicas = plan.manual or iter_replica_assignments(brokers, plan.partitions, plan.factor,
-                                                       start_index=plan.first_broker)
+                                                       start_index=plan.first_broker, racks=racks)
     active = set(brokers)
     for index, members in enumerate(replicas):
         yield _partition_record(topic_id, index, members, [b for b in members if b in active])
@@ -404,7 +409,8 @@ def _new_partition_records(image, brokers, topic, request):
         problem = _placement_problem(brokers, factor)
         if problem:
             raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR, problem)
-        replicas = iter_replica_assignments(brokers, request["count"] - current, factor, first_partition=current)
+        replicas = iter_replica_assignments(brokers, request["count"] - current, factor, first_partition=current,
+                                            racks=racks_of(image, brokers))
     active = set(brokers)
     return (_partition_record(topic.topic_id, current + i, members, [b for b in members if b in active])
             for i, members in enumerate(replicas))

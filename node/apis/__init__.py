@@ -58,6 +58,7 @@ API_MODULES = (
     "offset_for_leader_epoch",
     "alter_partition_reassignments",
     "list_partition_reassignments",
+    "unregister_broker",
 )
 
 

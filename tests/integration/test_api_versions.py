@@ -17,6 +17,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 
 from cluster.message_sets import encode_message
 from cluster.records import encode_batch
+from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
 TOPIC = "versions"
@@ -200,6 +201,9 @@ def requests_for(version_of, topic_id):
     def list_partition_reassignments(v):
         return admin_api.ListPartitionReassignmentsRequest[v](timeout_ms=10000, topics=None)
 
+    def unregister_broker(v):
+        return UnregisterBrokerRequest[v](broker_id=99)
+
     return {
         0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
         3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
@@ -221,6 +225,7 @@ def requests_for(version_of, topic_id):
         23: (offset_for_leader_epoch, group_api.OffsetForLeaderEpochResponse),
         45: (alter_partition_reassignments, admin_api.AlterPartitionReassignmentsResponse),
         46: (list_partition_reassignments, admin_api.ListPartitionReassignmentsResponse),
+        64: (unregister_broker, UnregisterBrokerResponse),
     }
 
 
@@ -231,6 +236,7 @@ EXPECTED_ERRORS = {
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
     42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
+    64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
 }
 
 
