@@ -170,11 +170,14 @@ class GroupCoordinator:
             else:
                 group.offsets[position] = offsets_topic.decode_offset_value(value)
         elif value is None:
-            del self.groups[decoded[1]]
+            self._cancel_timers(self.groups.pop(decoded[1]))
         else:
             self._restore(group, offsets_topic.decode_group_value(value))
 
     def _restore(self, group: Group, stored: StoredGroup) -> None:
+        # A partition's log holds a record per generation: the sessions an earlier one armed must not
+        # expire the members of the last one.
+        self._cancel_timers(group)
         group.generation, group.protocol_type = stored.generation, stored.protocol_type
         group.protocol, group.leader = stored.protocol, stored.leader
         group.members = {m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
