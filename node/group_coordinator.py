@@ -546,7 +546,9 @@ class GroupCoordinator:
             return ErrorCode.FENCED_INSTANCE_ID if instance_id and member is not None else ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if group.state in (PREPARING, COMPLETING):
+        # A member told to rejoin may still commit what it consumed (as consumers do on revocation);
+        # only between the join and the assignment is its generation not yet one to commit in.
+        if group.state == COMPLETING:
             return ErrorCode.REBALANCE_IN_PROGRESS
         self._arm_session(group, member)
         return ErrorCode.NONE
