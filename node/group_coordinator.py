@@ -522,6 +522,20 @@ class GroupCoordinator:
         if member.sync_future is not None and not member.sync_future.done():
             member.sync_future.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
 
+    def force_rebalance(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+        """Start a rebalance of a group with members, exactly as a member joining it would: each member
+        is answered REBALANCE_IN_PROGRESS on its next heartbeat (or pending SyncGroup) and rejoins, and
+        one that does not rejoin within its rebalance timeout leaves the group. A group already
+        preparing a rebalance is left as it is; an empty one has nobody to rebalance."""
+        error = self.owns(group_id)
+        group = self.groups.get(group_id)
+        if error or group is None or group.state == DEAD:
+            return error or ErrorCode.GROUP_ID_NOT_FOUND, None
+        if group.state in (STABLE, COMPLETING):
+            log.info("rebalance of group %s (generation %d) started on request", group_id, group.generation)
+            self._prepare_rebalance(group)
+        return ErrorCode.NONE, group
+
     def _safe_persist(self, group: Group) -> None:
         try:
             self._persist_group(group)
