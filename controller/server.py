@@ -14,7 +14,7 @@ from cluster.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
 from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
-    iter_leaderless_partition_changes, register_broker_record,
+    iter_leaderless_partition_changes, move_leadership, register_broker_record,
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
@@ -50,6 +50,7 @@ ARGUMENTS = {
     "elect_leaders": {"election_type": int, "partitions": (list, type(None))},
     "wait_ready": {"node_ids": list, "timeout_ms": (int, float, type(None))},
     "wait_in_sync": {"topic": str, "timeout_ms": (int, float, type(None))},
+    "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
 }
 
 
@@ -105,6 +106,7 @@ class Controller:
             "status": self.status,
             "wait_ready": self.wait_ready,
             "wait_in_sync": self.wait_in_sync,
+            "move_leader": self.move_leader,
         }
 
     def unfenced_brokers(self) -> list[int]:
@@ -251,6 +253,18 @@ class Controller:
                 return self._refused(refuse_too_large())
             offset = await self.writer.append(records) if records else self.writer.last_offset
         return {"results": results, "metadata_offset": offset}
+
+    async def move_leader(self, args: dict, conn) -> dict:
+        """Move one partition's leadership to another in-sync replica (how `kraftwerk group
+        move-coordinator` moves a group's coordinator); args["target"] None lets the controller pick."""
+        async with self.writer.exclusive:
+            outcome, record = move_leadership(self.image, args["topic"], args["partition"], args.get("target"))
+            if record is None:
+                return {"error_code": int(outcome), "metadata_offset": self.writer.last_offset}
+            offset = await self.writer.append([record])
+        log.info("leadership of %s-%d moved to node %d on request", args["topic"], args["partition"],
+                 record[1]["leader"])
+        return {"error_code": 0, "leader": record[1]["leader"], "metadata_offset": offset}
 
     async def process_died(self, args: dict, conn: ControlConnection) -> dict:
         """The launcher saw a node's process exit: fence it now rather than after the session timeout."""
