@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
-from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from cluster.group_tools import coordinator_placement
 from cluster.launcher import Cluster, ClusterError
 from tests.integration.test_cli import KRAFTWERK, kraftwerk
+from tests.integration.test_groups import committed
 from tests.integration.wire import exchange_once
 
 PARTITIONS = 4
@@ -216,14 +217,6 @@ def find_coordinator(cluster, group: str) -> int:
                              FindCoordinatorResponse, 3)
     assert response.error_code == 0
     return response.node_id
-
-
-def committed(cluster, group: str) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        return {tp.partition: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
-    finally:
-        admin.close()
 
 
 def stop_all(members: list[Member]) -> None:
