@@ -643,8 +643,9 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
 def group_rebalance(group_id, data_dir):
     """Start a rebalance of GROUP now, as when a member joins: every member is told on its next heartbeat."""
     started = attached(data_dir).rebalance_group(group_id)
+    members = len(started["members"])
     click.echo(f"consumer group {group_id}: rebalance started on coordinator node {started['coordinator']} "
-               f"(leaving generation {started['generation']}, {len(started['members'])} members to rejoin)")
+               f"(leaving generation {started['generation']}, {members} member{'s' * (members != 1)} to rejoin)")
 
 
 @group.command("remove-member")
