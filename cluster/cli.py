@@ -174,7 +174,9 @@ def _partition_facts(partition: dict, known: dict[int, dict]) -> dict:
     return {"partition": partition["partition"], "leader": partition["leader"],
             "leader_epoch": partition["leader_epoch"], "replicas": partition["replicas"], "isr": partition["isr"],
             "high_watermark": leader["high_watermark"] if leader else None,
-            "lag": {str(r): _lag(leader, known.get(r)) for r in partition["replicas"]}}
+            "lag": {str(r): _lag(leader, known.get(r)) for r in partition["replicas"]},
+            "adding_replicas": partition.get("adding_replicas", []),
+            "removing_replicas": partition.get("removing_replicas", [])}
 
 
 def status_tables(document: dict):
@@ -189,19 +191,26 @@ def status_tables(document: dict):
                       process_styles[node["process"]], "fenced" if node["fenced"] else "unfenced",
                       str(node["partitions_led"]))
     topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
-                                                "the leader's, by node")
+                                                "the leader's, by node; +/-: replicas being added / removed")
     for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "hw", "lag"):
         topics.add_column(column)
     for topic in document["topics"]:
         for p in topic["partitions"]:
             out_of_sync = set(p["replicas"]) - set(p["isr"])
             topics.add_row(topic["name"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
-                           ",".join(map(str, p["replicas"])),
+                           _replicas_moving(p),
                            ",".join(map(str, p["isr"])) + (" [red](behind: " + ",".join(map(str, sorted(out_of_sync)))
                                                           + ")[/]" if out_of_sync else ""),
                            _unknown(p["high_watermark"]),
                            " ".join(f"{node}:{_unknown(lag)}" for node, lag in p["lag"].items()))
     return Group(nodes, topics)
+
+
+def _replicas_moving(partition: dict) -> str:
+    """Replicas, with those a reassignment adds marked + and those it removes marked -."""
+    adding, removing = set(partition["adding_replicas"]), set(partition["removing_replicas"])
+    return ",".join(f"[cyan]+{r}[/]" if r in adding else f"[magenta]-{r}[/]" if r in removing else str(r)
+                    for r in partition["replicas"])
 
 
 def _process_state(node) -> str:
@@ -840,6 +849,71 @@ def check_failover(duration, seed, faults, hold, gap, producers, partitions, top
         raise click.ClickException(str(exc)) from exc
     console.print(render(report))
     sys.exit(0 if report.ok else 1)
+
+
+@main.command()
+@click.option("--file", "plan_file", type=click.Path(dir_okay=False), default=None,
+              help="a plan in kafka-reassign-partitions.sh's JSON: move these partitions")
+@click.option("--status", "show_status", is_flag=True, help="list the moves in progress")
+@click.option("--cancel", is_flag=True, help="cancel the moves of the partitions in --file")
+@click.option("--throttle", type=int, default=None, metavar="BYTES_PER_S",
+              help="cap the moves' replication at this rate (Kafka's --throttle), until they are done")
+@click.option("--wait", is_flag=True, help="return once the moves are complete, then lift the throttle")
+@data_dir_option
+@json_option
+def reassign(plan_file, show_status, cancel, throttle, wait, data_dir, as_json):
+    """Move partitions to other nodes as a kafka-reassign-partitions.sh plan says, or show moves in progress."""
+    if show_status == bool(plan_file):
+        raise click.UsageError("give either --file PLAN or --status")
+    cluster = attached(data_dir)
+    if show_status:
+        _print_reassignments(cluster.list_reassignments(), as_json)
+        return
+    moves = _read_plan_file(plan_file)
+    if cancel:
+        moves = {key: None for key in moves}
+    refused = {key: error for key, error in cluster.reassign(moves, throttle_bytes_per_s=throttle).items() if error}
+    for (topic_name, partition), error in sorted(refused.items()):
+        click.echo(f"{topic_name}-{partition}: {error}", err=True)
+    if refused:
+        fail(f"{len(refused)} of {len(moves)} partitions were refused")
+    click.echo(f"{'cancelled' if cancel else 'started'} the reassignment of {len(moves)} partitions")
+    if wait and not cancel:
+        started = time.monotonic()
+        while not cluster.wait_reassigned(list(moves), timeout=60):
+            click.echo(f"{len(cluster.list_reassignments())} partitions still moving")
+        click.echo(f"reassignment complete in {time.monotonic() - started:.1f} s")
+        if throttle is not None:
+            cluster.clear_throttles()
+
+
+def _read_plan_file(path: str) -> dict:
+    from cluster.reassignment_plan import PlanError, read_plan
+
+    try:
+        return read_plan(Path(path).read_text())
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+    except PlanError as exc:
+        fail(f"{path} is not a reassignment plan: {exc}")
+
+
+def _print_reassignments(ongoing: dict, as_json: bool) -> None:
+    rows = [{"topic": topic_name, "partition": partition, **moving}
+            for (topic_name, partition), moving in sorted(ongoing.items())]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo("no partition reassignment is in progress")
+        return
+    table = Table(title="reassignments in progress")
+    for column in ("topic", "partition", "replicas", "adding", "removing"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["topic"], str(row["partition"]), *(",".join(map(str, row[k])) for k in (
+            "replicas", "adding_replicas", "removing_replicas")))
+    console.print(table)
 
 
 if __name__ == "__main__":

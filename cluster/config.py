@@ -52,6 +52,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "1",
     "offsets.commit.timeout.ms": "5000",
+    # Replication throttles (bytes/s); Kafka's default, Long.MAX_VALUE, is no throttle.
+    "leader.replication.throttled.rate": "9223372036854775807",
+    "follower.replication.throttled.rate": "9223372036854775807",
 }
 
 # Not Kafka's: the port of a node's admin listener (fault injection, replica states); 0 picks a free one.
@@ -88,7 +91,20 @@ TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, str] = {
     "segment.index.bytes": "10485760",
     "segment.jitter.ms": "0",
     "message.downconversion.enable": "true",
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
+
+
+def valid_throttled_replicas(value: str) -> bool:
+    """Kafka's ThrottledReplicaListValidator: `*`, or comma-separated `partition:node` pairs."""
+    if value.strip() == "*":
+        return True
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        partition, colon, node = entry.partition(":")
+        if not (colon and partition.strip().isdigit() and node.strip().isdigit()):
+            return False
+    return True
 
 
 def parse_properties(text: str) -> dict[str, str]:

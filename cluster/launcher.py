@@ -28,6 +28,8 @@ from pathlib import Path
 
 from cluster.config import ADMIN_PORT_CONFIG
 from cluster.control import ControlError, call_sync
+from cluster.errors import ErrorCode
+from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
@@ -441,6 +443,96 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    # --- partition reassignment ---
+
+    def reassign(self, moves: dict[tuple[str, int], list[int] | None],
+                 throttle_bytes_per_s: int | None = None) -> dict[tuple[str, int], str | None]:
+        """Move partitions, {(topic, partition): replicas}, through AlterPartitionReassignments as
+        kafka-reassign-partitions.sh does (None as the replicas cancels that partition's move).
+        Returns, per partition, Kafka's error name if it was refused, else None.
+
+        With throttle_bytes_per_s, every node's leader and follower replication throttles are set to
+        it and the moving replicas listed as throttled (Kafka's --throttle); clear_throttles() lifts it."""
+        from kafka import KafkaAdminClient, TopicPartition
+
+        if throttle_bytes_per_s is not None:
+            self._throttle_moves(moves, throttle_bytes_per_s)
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        try:
+            results = admin.alter_partition_reassignments(
+                {TopicPartition(topic, partition): replicas for (topic, partition), replicas in moves.items()})
+        finally:
+            admin.close()
+        return {(tp.topic, tp.partition): None if error is None else ErrorCode(error.errno).name
+                for tp, error in results.items()}
+
+    def list_reassignments(self) -> dict[tuple[str, int], dict]:
+        """Partitions being moved: {(topic, partition): {"replicas", "adding_replicas", "removing_replicas"}}."""
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        try:
+            ongoing = admin.list_partition_reassignments()
+        finally:
+            admin.close()
+        return {(tp.topic, tp.partition): moving for tp, moving in ongoing.items()}
+
+    def wait_reassigned(self, partitions: list[tuple[str, int]] | None = None, timeout: float = 300) -> bool:
+        """True once none of partitions (default: any) is being moved; False on timeout. Waits on the
+        controller's metadata changes, not by polling."""
+        keys = None if partitions is None else [list(p) for p in partitions]
+        reply = self._control("wait_reassigned", partitions=keys, timeout_ms=int(timeout * 1000), timeout=timeout + 5)
+        return reply["settled"]
+
+    def _throttle_moves(self, moves: dict[tuple[str, int], list[int] | None], rate: int) -> None:
+        """Kafka's --throttle: rates on every node; leaders throttled on the current replicas, followers on
+        the ones being added, appended to what each topic lists already."""
+        current = {(t["name"], p["partition"]): p["replicas"]
+                   for t in self.status()["topics"] for p in t["partitions"]}
+        leaders: dict[str, set[str]] = {}
+        followers: dict[str, set[str]] = {}
+        for (topic, partition), replicas in moves.items():
+            existing = current.get((topic, partition), [])
+            leaders.setdefault(topic, set()).update(f"{partition}:{r}" for r in existing)
+            followers.setdefault(topic, set()).update(f"{partition}:{r}" for r in replicas or () if r not in existing)
+        rates = [{"name": f"{side}.replication.throttled.rate", "op": 0, "value": str(rate)}
+                 for side in ("leader", "follower")]
+        resources = [{"resource_type": CONFIG_RESOURCE_BROKER, "resource_name": "", "configs": rates}]
+        for topic in leaders:
+            resources.append({"resource_type": CONFIG_RESOURCE_TOPIC, "resource_name": topic, "configs": [
+                {"name": f"{side}.replication.throttled.replicas", "op": 2, "value": ",".join(sorted(listed))}
+                for side, listed in (("leader", leaders[topic]), ("follower", followers[topic])) if listed]})
+        self._configure(resources)
+
+    def clear_throttles(self) -> None:
+        """Lift every replication throttle: the rates and each topic's throttled replicas (Kafka's --verify)."""
+        def deleted(kind: str) -> list[dict]:
+            return [{"name": f"{side}.replication.throttled.{kind}", "op": 1, "value": None}
+                    for side in ("leader", "follower")]
+        resources = [{"resource_type": CONFIG_RESOURCE_BROKER, "resource_name": "", "configs": deleted("rate")}]
+        resources += [{"resource_type": CONFIG_RESOURCE_TOPIC, "resource_name": topic["name"],
+                       "configs": deleted("replicas")} for topic in self.status()["topics"]]
+        self._configure(resources)
+
+    def _configure(self, resources: list[dict]) -> None:
+        reply = self._control("alter_configs", resources=resources)
+        refused = [r for r in reply.get("results", ()) if r["error_code"]] or (
+            [reply] if reply.get("error_code") else [])
+        if refused:
+            raise ClusterError(f"cannot set replication throttles: {refused[0]['error_message']}")
+
+    def client_fetch_stats(self, timeout: float = 2) -> dict[int, dict[tuple[str, int], dict]]:
+        """Per running node, {(topic, partition): {"fetches", "bytes"}} it served to consumers (not followers)."""
+        stats = {}
+        for node_id in sorted(self.nodes):
+            try:
+                reply = self._node_control(node_id, "client_fetch_stats", timeout=timeout)
+            except (ClusterError, ControlError, OSError):
+                continue
+            stats[node_id] = {(p["topic"], p["partition"]): {"fetches": p["fetches"], "bytes": p["bytes"]}
+                              for p in reply["partitions"]}
+        return stats
 
     # --- consumer-group rebalances on demand (cluster/group_tools.py) ---
 

@@ -51,6 +51,9 @@ def topic_id_from_kafka_string(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
+DELETED_DIR_SUFFIX = "-delete"
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     match = _PARTITION_DIR.match(name)
     if not match or "." in match.group(2):
@@ -615,8 +618,15 @@ class PartitionLog:
             segment.close()
 
     def delete(self) -> None:
+        """As Kafka deletes a log: renamed to `<topic>-<partition>.<id>-delete` first, so that a crash
+        halfway leaves a directory nobody mistakes for the partition (swept at the next start)."""
         self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
+        try:
+            self.directory.rename(doomed)
+        except OSError:
+            doomed = self.directory
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _slice(walker: SegmentWalker, start: int, end: int) -> bytes:

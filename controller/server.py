@@ -18,6 +18,7 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
+from controller import reassignment
 from controller.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
@@ -50,6 +51,9 @@ ARGUMENTS = {
     "elect_leaders": {"election_type": int, "partitions": (list, type(None))},
     "wait_ready": {"node_ids": list, "timeout_ms": (int, float, type(None))},
     "wait_in_sync": {"topic": str, "timeout_ms": (int, float, type(None))},
+    "alter_reassignments": {"topics": list},
+    "list_reassignments": {"topics": (list, type(None))},
+    "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
     "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
 }
 
@@ -106,6 +110,9 @@ class Controller:
             "status": self.status,
             "wait_ready": self.wait_ready,
             "wait_in_sync": self.wait_in_sync,
+            "alter_reassignments": self.alter_reassignments,
+            "list_reassignments": self.list_reassignments,
+            "wait_reassigned": self.wait_reassigned,
             "move_leader": self.move_leader,
         }
 
@@ -330,6 +337,16 @@ class Controller:
         return await self._decide_and_apply(lambda: topics.replace_configs(self.image, args["resources"]),
                                             bool(args.get("validate_only")))
 
+    async def alter_reassignments(self, args: dict, conn) -> dict:
+        return await self._decide_and_apply(lambda: reassignment.alter_reassignments(
+            self.image, self.unfenced_brokers(), args["topics"]))
+
+    async def list_reassignments(self, args: dict, conn) -> dict:
+        try:
+            return {"topics": await reassignment.list_reassignments(self.image, args["topics"])}
+        except topics.RequestError as exc:
+            return self._refused(topics.Outcome(refused=(exc.code, exc.message)))
+
     async def alter_partition(self, args: dict, conn) -> dict:
         """A leader changes its ISR, as Kafka's AlterPartition: only at the current epochs."""
         isr = [expect(b, int, "isr member") for b in args["isr"]]
@@ -353,8 +370,13 @@ class Controller:
         else:
             log.info("node %d: ISR of %s-%d %s -> %s", args["node_id"], topic.name, args["partition"],
                      partition.isr, isr)
+            # The change that brings the last adding replica into the ISR also completes its reassignment.
+            change = reassignment.settle(self.image, partition, {"isr": isr})
+            if reassignment.is_reassigning(partition) and "adding_replicas" in change:
+                log.info("reassignment of %s-%d complete: replicas %s, leader %s", topic.name, args["partition"],
+                         change.get("replicas", partition.replicas), change.get("leader", partition.leader))
             offset = await self.writer.append([("PartitionChangeRecord", {
-                "partition_id": args["partition"], "topic_id": topic.topic_id, "isr": isr})])
+                "partition_id": args["partition"], "topic_id": topic.topic_id, **change})])
             return {"error_code": 0, "metadata_offset": offset}
         return {"error_code": int(code), "metadata_offset": self.writer.last_offset}
 
@@ -394,7 +416,8 @@ class Controller:
         return [{
             "name": topic.name, "topic_id": topic_id_to_kafka_string(topic.topic_id),
             "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": p.replicas, "isr": p.isr,
-                            "leader_epoch": p.leader_epoch}
+                            "leader_epoch": p.leader_epoch, "adding_replicas": p.adding_replicas,
+                            "removing_replicas": p.removing_replicas}
                            async for _, p in gently(sorted(topic.partitions.items()), time_slice)],
         } for _, topic in sorted(self.image.topics.items())]
 
@@ -421,6 +444,25 @@ class Controller:
         timeout_s = (args.get("timeout_ms") or 30000) / 1000
         in_sync = await self.writer.wait_for(lambda: self._in_sync(args["topic"]), timeout_s)
         return {"in_sync": in_sync}
+
+    async def wait_reassigned(self, args: dict, conn) -> dict:
+        """Until no partition of args["partitions"] ([[topic, partition], ...], None for all) is being moved."""
+        if args["partitions"] is not None and len(args["partitions"]) > MAX_RECORDS_PER_USER_OP:
+            return self._refused(refuse_too_large())
+        keys = None if args["partitions"] is None else [_topic_partition(item) for item in args["partitions"]]
+        timeout_s = (args.get("timeout_ms") or 30000) / 1000
+        return {"settled": await self.writer.wait_for(lambda: not self._moving(keys), timeout_s)}
+
+    def _moving(self, keys: list[tuple[str, int]] | None) -> bool:
+        if keys is None:
+            return any(reassignment.is_reassigning(p) for t in self.image.topics.values()
+                       for p in t.partitions.values())
+        for name, index in keys:
+            topic = self.image.topics.get(name)
+            partition = topic.partitions.get(index) if topic else None
+            if partition is not None and reassignment.is_reassigning(partition):
+                return True
+        return False
 
 
 def _topic_partition(item) -> tuple[str, int]:

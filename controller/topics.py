@@ -12,9 +12,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from cluster.config import TOPIC_CONFIG_DEFAULTS_FROM_BROKER, TOPIC_CONFIG_FIXED_DEFAULTS
+from cluster.config import TOPIC_CONFIG_DEFAULTS_FROM_BROKER, TOPIC_CONFIG_FIXED_DEFAULTS, valid_throttled_replicas
 from cluster.errors import ErrorCode
-from cluster.image import CONFIG_RESOURCE_TOPIC, MetadataImage
+from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, MetadataImage
 from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.topic_names import MAX_NAME_LENGTH, topic_name_error
 from controller.arguments import expect, expect_list, optional
@@ -25,6 +25,10 @@ TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_DEFAULTS_FROM_BROKER) | frozenset(TO
 NUMERIC_CONFIGS = frozenset(n for n, v in TOPIC_CONFIG_FIXED_DEFAULTS.items() if v.lstrip("-").isdigit()) | {
     "max.message.bytes", "min.insync.replicas", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms",
     "index.interval.bytes"}
+THROTTLED_REPLICAS_CONFIGS = frozenset({"leader.replication.throttled.replicas",
+                                        "follower.replication.throttled.replicas"})
+# The broker configs IncrementalAlterConfigs may change while the cluster runs.
+DYNAMIC_BROKER_CONFIGS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP, and the partitions one CreateTopics may ask for.
@@ -232,12 +236,12 @@ def _manual_assignment(image, brokers, assignments: dict[int, list[int]]) -> lis
         if index not in assignments:
             raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                "partitions should be a consecutive 0-based integer sequence")
-        replicas.append(_checked_replicas(image, brokers, index, assignments[index],
+        replicas.append(checked_replicas(image, brokers, index, assignments[index],
                                           len(replicas[0]) if replicas else None))
     return replicas
 
 
-def _checked_replicas(image, brokers, index: int, members: list, factor: int | None) -> list[int]:
+def checked_replicas(image, brokers, index: int, members: list, factor: int | None) -> list[int]:
     if not members:
         raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            "The manual partition assignment includes an empty replica list.")
@@ -295,6 +299,10 @@ def validate_configs(configs: dict) -> dict:
         if name in NUMERIC_CONFIGS and not value.strip().lstrip("-").isdigit():
             raise RequestError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: "
                                                          f"Not a number of type LONG")
+        if name in THROTTLED_REPLICAS_CONFIGS and not valid_throttled_replicas(value):
+            raise RequestError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: "
+                                                         f"must be the literal '*' or a list of replicas in the "
+                                                         f"following format: [partitionId]:[brokerId],...")
     return dict(configs)
 
 
@@ -390,7 +398,7 @@ def _new_partition_records(image, brokers, topic, request):
     current = len(topic.partitions)
     factor = len(next(iter(topic.partitions.values())).replicas)
     if request["assignments"] is not None:
-        replicas = [_checked_replicas(image, brokers, current + i, expect_list(members, "replicas"), factor)
+        replicas = [checked_replicas(image, brokers, current + i, expect_list(members, "replicas"), factor)
                     for i, members in enumerate(request["assignments"])]
     else:
         problem = _placement_problem(brokers, factor)
@@ -405,13 +413,39 @@ def _new_partition_records(image, brokers, topic, request):
 # --- IncrementalAlterConfigs and AlterConfigs ---
 
 async def alter_configs(image: MetadataImage, resources: list) -> Outcome:
-    """IncrementalAlterConfigs: each named config is set, deleted, appended to or subtracted from."""
+    """IncrementalAlterConfigs: each named config is set, deleted, appended to or subtracted from.
+    Of a BROKER resource (a node id, or "" for every node) only the replication throttle rates can
+    change, as they are the broker configs kraftwerk reads while it runs."""
     def changed(name: str, resource: dict) -> list:
+        if resource["resource_type"] == CONFIG_RESOURCE_BROKER:
+            return _broker_config_records(image, name, resource["configs"])
         if name not in image.topics:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
         current = image.topic_configs(name)
         return [_config_record(name, c["name"], _new_value(current, c)) for c in resource["configs"]]
-    return await _topic_config_outcome(resources, _config_resource, changed)
+    return await _topic_config_outcome(resources, _config_resource, changed,
+                                       kinds=(CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_BROKER))
+
+
+def _broker_config_records(image: MetadataImage, name: str, configs: list) -> list:
+    if name and not (name.isdigit() and int(name) in image.brokers):
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"Broker {name} is not registered.")
+    static = sorted({c["name"] for c in configs} - DYNAMIC_BROKER_CONFIGS)
+    if static:
+        raise RequestError(ErrorCode.INVALID_REQUEST,
+                           f"Cannot update these configs dynamically: {', '.join(static)}")
+    records = []
+    for change in configs:
+        if change["op"] not in (SET, DELETE):
+            raise RequestError(ErrorCode.INVALID_REQUEST, f"{change['name']} is not a list: it can only be "
+                                                          f"set or deleted")
+        value = change["value"] if change["op"] == SET else None
+        if value is not None and not value.strip().isdigit():
+            raise RequestError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration "
+                                                         f"{change['name']}: Not a number of type LONG")
+        records.append(("ConfigRecord", {"resource_type": CONFIG_RESOURCE_BROKER, "resource_name": name,
+                                         "name": change["name"], "value": value}))
+    return records
 
 
 async def replace_configs(image: MetadataImage, resources: list) -> Outcome:
@@ -429,7 +463,8 @@ async def replace_configs(image: MetadataImage, resources: list) -> Outcome:
     return await _topic_config_outcome(resources, _replacement_resource, replaced)
 
 
-async def _topic_config_outcome(resources: list, read_resource, records_for) -> Outcome:
+async def _topic_config_outcome(resources: list, read_resource, records_for,
+                                kinds=(CONFIG_RESOURCE_TOPIC,)) -> Outcome:
     """A result per resource; one whose records_for(name, resource) raises writes nothing."""
     if len(expect_list(resources, "resources")) > MAX_RECORDS_PER_USER_OP or sum(
             len(expect(r, dict, "resource").get("configs") or ()) for r in resources
@@ -441,7 +476,7 @@ async def _topic_config_outcome(resources: list, read_resource, records_for) -> 
         kind, name = resource["resource_type"], resource["resource_name"]
         reply = {"resource_type": kind, "resource_name": name, "error_code": 0, "error_message": None}
         try:
-            if kind != CONFIG_RESOURCE_TOPIC:
+            if kind not in kinds:
                 raise RequestError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
             outcome.records += records_for(name, resource)
         except RequestError as exc:

@@ -7,9 +7,10 @@ the Kafka listener, so that a node isolated from everyone can still be told to h
 from __future__ import annotations
 
 from cluster.control import ControlServer
-from node.apis import HANDLERS
 from node import offsets_topic
+from node.apis import HANDLERS
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
+from node.fetch_stats import client_fetch_stats
 
 
 def api_key_by_name(name: str | int) -> int:
@@ -35,6 +36,7 @@ class AdminServer:
             "delay": self.delay,
             "inject_error": self.inject_error,
             "replica_states": self.replica_states,
+            "client_fetch_stats": self.client_fetch_stats,
             "group_coordinator": self.group_coordinator,
             "rebalance_group": self.rebalance_group,
         })
@@ -87,6 +89,10 @@ class AdminServer:
                 "follower_offsets": sorted(replicas.follower_offsets.get((topic, index), {}).items()),
             })
         return {"node_id": self.broker.node_id, "partitions": states}
+
+    async def client_fetch_stats(self, args: dict, conn) -> dict:
+        """Per partition, the fetch answers with records this node sent to consumers, and their bytes."""
+        return {"node_id": self.broker.node_id, "partitions": client_fetch_stats()}
 
     async def group_coordinator(self, args: dict, conn) -> dict:
         """The group's `__consumer_offsets` partition and its leader (the coordinator), as this node sees them."""

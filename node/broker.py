@@ -14,6 +14,7 @@ from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers
 from node.replica_manager import ReplicaManager
+from node.replication_throttle import LEADER, ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupCoordinator(self)
         self.fetchers = ReplicaFetchers(self)
+        self.leader_throttle = ReplicationThrottle(self, LEADER)
         self.listener: Listener | None = None
         self.started_ms = int(time.time() * 1000)
 

@@ -19,6 +19,15 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "produ
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 
+def topic_to_create(config, live_brokers: int) -> dict:
+    """How `__consumer_offsets` is created on first use, whether by a group's FindCoordinator
+    or by a Metadata request naming it: Kafka's offsets.topic.* settings and compacted
+    configs, never num.partitions (a group's partition is its hash modulo the count)."""
+    factor = min(config.get_int("offsets.topic.replication.factor"), live_brokers)
+    return {"name": OFFSETS_TOPIC, "num_partitions": config.get_int("offsets.topic.num.partitions"),
+            "replication_factor": factor, "assignments": None, "configs": OFFSETS_TOPIC_CONFIGS}
+
+
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
     value = 0

@@ -17,6 +17,7 @@ from cluster.errors import ErrorCode
 from cluster.records import CorruptRecordError, iter_batch_headers, read_uvarint
 from cluster.shutdown import cancel_and_wait
 from node.producer_state import PartitionProducers
+from node.replication_throttle import FOLLOWER, ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class ReplicaFetchers:
         self.followed: dict[int, set[tuple[str, int]]] = {}
         self.tasks: dict[int, asyncio.Task] = {}
         self.changed: dict[int, asyncio.Event] = {}
+        self.throttle = ReplicationThrottle(broker, FOLLOWER)
 
     def reconcile(self) -> None:
         """Follow every partition replicated here whose leader is another live node."""
@@ -51,6 +53,8 @@ class ReplicaFetchers:
                 self.changed.setdefault(leader, asyncio.Event()).set()
             if leader not in self.tasks or self.tasks[leader].done():
                 self.tasks[leader] = asyncio.get_running_loop().create_task(self._follow(leader))
+        for event in self.changed.values():
+            event.set()  # also wakes fetchers held back by a throttle whose configs may have changed
 
     async def close(self) -> None:
         await cancel_and_wait(self.tasks.values())
@@ -77,11 +81,11 @@ class ReplicaFetchers:
             finally:
                 writer.close()
 
-    async def _wait_for_change(self, leader: int) -> None:
+    async def _wait_for_change(self, leader: int, timeout_s: float = 5) -> None:
         event = self.changed.setdefault(leader, asyncio.Event())
         event.clear()
         try:
-            await asyncio.wait_for(event.wait(), 5)
+            await asyncio.wait_for(event.wait(), timeout_s)
         except asyncio.TimeoutError:
             pass
 
@@ -89,6 +93,12 @@ class ReplicaFetchers:
         partitions = sorted(self.followed.get(leader, ()))
         logs = {key: self.broker.replicas.get_log(*key) for key in partitions}
         logs = {key: partition_log for key, partition_log in logs.items() if partition_log is not None}
+        throttled = {key for key in logs if self.throttle.applies(key, self.broker.node_id)}
+        if throttled and self.throttle.exceeded():
+            logs = {key: partition_log for key, partition_log in logs.items() if key not in throttled}
+            if not logs:
+                await self._wait_for_change(leader, self.throttle.wait_s())
+                return
         if not logs:
             await self._wait_for_change(leader)
             return
@@ -111,6 +121,8 @@ class ReplicaFetchers:
                 key = (topic.topic, data.partition_index)
                 if self._still_following(leader, key, logs.get(key), fetched_from.get(key)):
                     failed |= not self._apply(leader, key, data, logs[key])
+                    if key in throttled:
+                        self.throttle.record(len(data.records or b""))
         if failed:
             # The leader answers errors at once; back off instead of spinning until metadata changes.
             await asyncio.sleep(RETRY_DELAY_S)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.errors import ErrorCode
-from cluster.log import LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
+from cluster.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
 from cluster.metadata_log import METADATA_PARTITION_DIR
 from cluster.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from node.offsets_topic import OFFSETS_TOPIC
@@ -161,7 +161,7 @@ class ReplicaManager:
         self._leader_epochs.pop(key, None)
         self.epoch_start_offsets.pop(key, None)
         self._fail_commit_waiters(key)
-        log.info("deleting partition %s-%d", *key)
+        log.info("deleting partition %s-%d: no replica of it is assigned to this node", *key)
         partition_log.delete()
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
@@ -171,6 +171,9 @@ class ReplicaManager:
         if self.broker.metadata.log is None or not self.broker.config.controller_address():
             return  # without a controller the image may be partial: never delete data on a guess
         for path in Path(self.broker.log_dir).iterdir():
+            if path.name.endswith(DELETED_DIR_SUFFIX) and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)  # a deletion a crash interrupted
+                continue
             parsed = parse_partition_dir_name(path.name)
             if path.is_dir() and parsed and path.name != METADATA_PARTITION_DIR and parsed not in wanted:
                 log.info("removing %s: its topic no longer exists", path.name)

@@ -56,6 +56,8 @@ API_MODULES = (
     "offset_delete",
     "elect_leaders",
     "offset_for_leader_epoch",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
 )
 
 

@@ -24,6 +24,7 @@ from cluster.compression import DecompressedTooLargeError
 from cluster.log import OffsetOutOfRangeError
 from cluster.records import CorruptRecordError
 from cluster.errors import ErrorCode
+from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 
 REQUEST = FetchRequest
@@ -50,6 +51,8 @@ class PartitionFetch:
     records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
+    throttled: bool = False  # a replica fetch under the leader's replication throttle
+    held_back: bool = False  # ... that got no data this time because the throttle's bucket is spent
 
 
 async def handle(broker, header, request):
@@ -65,11 +68,14 @@ async def handle(broker, header, request):
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or any(f.error or f.diverging for f in fetches):
             break
-        if not await _wait_for_data(broker, fetches, remaining):
+        # A throttled follower gets its data once the bucket allows, not only at max_wait_ms.
+        wait = min(remaining, broker.leader_throttle.wait_s()) if any(f.held_back for f in fetches) else remaining
+        if not await _wait_for_data(broker, fetches, wait) and wait >= remaining:
             _read_all(broker, fetches, request.max_bytes, follower)
             break
     if version <= LAST_LEGACY_FORMAT_VERSION:
         await _down_convert(broker, fetches, version, follower)
+    record_client_fetches(fetches, follower)
     return _response(broker, fetches, version)
 
 
@@ -120,6 +126,8 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
             broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
                                                    fetch.request.fetch_offset)
             max_offset = check.log.log_end_offset
+            if _held_back(broker, fetch, follower, check.log):
+                continue
         try:
             result = check.log.read(fetch.request.fetch_offset, max(limit, 1), max_offset=max_offset)
         except OffsetOutOfRangeError:
@@ -136,7 +144,20 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
         fetch.high_watermark = result.high_watermark
         fetch.log_start_offset = result.log_start_offset
         total += len(fetch.records)
+        if fetch.throttled:
+            broker.leader_throttle.record(len(fetch.records))
     return total
+
+
+def _held_back(broker, fetch: PartitionFetch, follower: int, partition_log) -> bool:
+    """A follower's throttled replica gets nothing while the leader's bucket is spent (Kafka's
+    ReplicaManager.shouldLeaderThrottle); it is answered with the offsets alone."""
+    fetch.throttled = broker.leader_throttle.applies((fetch.topic, fetch.request.partition), follower)
+    fetch.held_back = fetch.throttled and broker.leader_throttle.exceeded()
+    if fetch.held_back:
+        fetch.high_watermark = partition_log.high_watermark
+        fetch.log_start_offset = partition_log.log_start_offset
+    return fetch.held_back
 
 
 async def _down_convert(broker, fetches: list[PartitionFetch], version: int, follower: int) -> None:

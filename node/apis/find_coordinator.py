@@ -46,9 +46,7 @@ def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
 
 
 async def _create_offsets_topic(broker) -> None:
-    factor = min(broker.config.get_int("offsets.topic.replication.factor"), len(broker.live_broker_ids()))
-    topic = {"name": offsets_topic.OFFSETS_TOPIC, "num_partitions": broker.config.get_int("offsets.topic.num.partitions"),
-             "replication_factor": factor, "assignments": None, "configs": offsets_topic.OFFSETS_TOPIC_CONFIGS}
+    topic = offsets_topic.topic_to_create(broker.config, len(broker.live_broker_ids()))
     try:
         await broker.call_controller("create_topics", topics=[topic], validate_only=False)
     except Exception as exc:  # answered as COORDINATOR_NOT_AVAILABLE; clients retry

@@ -7,6 +7,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from cluster.errors import ErrorCode
 from cluster.topic_names import INTERNAL_TOPICS, topic_name_error
+from node import offsets_topic
 
 REQUEST = MetadataRequest
 RESPONSE = MetadataResponse
@@ -65,12 +66,19 @@ def _may_auto_create(broker, request, version) -> bool:
 async def _auto_create(broker, names: list[str]) -> None:
     if not names:
         return
-    topics = [{"name": name, "num_partitions": -1, "replication_factor": -1, "assignments": None, "configs": {}}
-              for name in names]
+    topics = [_topic_to_create(broker, name) for name in names]
     try:
         await broker.call_controller("create_topics", topics=topics, validate_only=False)
     except Exception as exc:  # the response then says UNKNOWN_TOPIC_OR_PARTITION and the client retries
         log.warning("auto-creating %s failed: %s", names, exc)
+
+
+def _topic_to_create(broker, name: str) -> dict:
+    # Kafka's AutoTopicCreationManager creates the offsets topic as a group's first use would
+    # (Burrow, for one, asks for it before any group exists).
+    if name == offsets_topic.OFFSETS_TOPIC:
+        return offsets_topic.topic_to_create(broker.config, len(broker.live_broker_ids()))
+    return {"name": name, "num_partitions": -1, "replication_factor": -1, "assignments": None, "configs": {}}
 
 
 def _broker_entry(broker, node_id: int):

@@ -172,6 +172,11 @@ def test_undecodable_control_frames_close_the_connection(cluster, frame):
     (request("alter_partition", node_id=1, topic_id="AAAAAAAAAAAAAAAAAAAAAA", partition=0, leader_epoch=0,
              partition_epoch=0, isr=["1"]), "bad request: isr member"),
     (request("fetch_metadata"), "bad request: offset"),
+    (request("alter_reassignments", topics=[{"name": "t", "partitions": "all"}]), "bad request: partitions"),
+    (request("alter_reassignments", topics=[{"name": "t", "partitions": [{"partition": "0", "replicas": None}]}]),
+     "bad request: partition"),
+    (request("list_reassignments", topics=[["t"]]), "bad request: topic"),
+    (request("wait_reassigned", partitions=[["t", "0"]], timeout_ms=1), "bad request: partition"),
     (framed(msgpack.packb({"v": 9, "id": 7, "op": "status"})), "unsupported control protocol version"),
 ])
 def test_control_requests_of_the_wrong_shape_get_an_error_reply(cluster, frame, error):

@@ -192,6 +192,14 @@ def requests_for(version_of, topic_id):
         return group_api.OffsetForLeaderEpochRequest[v](replica_id=-1, topics=[T(topic=TOPIC, partitions=[
             T.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])])
 
+    def alter_partition_reassignments(v):
+        T = admin_api.AlterPartitionReassignmentsRequest.ReassignableTopic
+        return admin_api.AlterPartitionReassignmentsRequest[v](timeout_ms=10000, topics=[
+            T(name=TOPIC, partitions=[T.ReassignablePartition(partition_index=0, replicas=[1])])])
+
+    def list_partition_reassignments(v):
+        return admin_api.ListPartitionReassignmentsRequest[v](timeout_ms=10000, topics=None)
+
     return {
         0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
         3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
@@ -211,6 +219,8 @@ def requests_for(version_of, topic_id):
         47: (offset_delete, group_api.OffsetDeleteResponse),
         43: (elect_leaders, admin_api.ElectLeadersResponse),
         23: (offset_for_leader_epoch, group_api.OffsetForLeaderEpochResponse),
+        45: (alter_partition_reassignments, admin_api.AlterPartitionReassignmentsResponse),
+        46: (list_partition_reassignments, admin_api.ListPartitionReassignmentsResponse),
     }
 
 

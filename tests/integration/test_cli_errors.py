@@ -43,10 +43,12 @@ def data_dir(tmp_path_factory):
     (["topic", "describe", "nope"], "Error: topic 'nope' does not exist."),
     (["topic", "delete", "nope"], "Error: topic 'nope' does not exist."),
     (["topic", "create", "wide", "--replication-factor", "5"],
-     "Error: topic 'wide': replication factor 5 but 3 brokers are available (INVALID_REPLICATION_FACTOR)"),
-    (["topic", "create", "bad name"], "Error: topic 'bad name': topic name 'bad name' is illegal (INVALID_TOPIC)"),
+     "Error: topic 'wide': Unable to replicate the partition 5 time(s): The target replication factor of 5 cannot "
+     "be reached because only 3 broker(s) are registered. (INVALID_REPLICATION_FACTOR)"),
+    (["topic", "create", "bad name"], "Error: topic 'bad name': Topic name \"bad name\" is illegal, it contains a character other than "
+                                     "ASCII alphanumerics, '.', '_' and '-' (INVALID_TOPIC)"),
     (["topic", "create", "kept", "--config", "retention.ms=soon"],
-     "Error: topic 'kept': retention.ms must be an integer, got 'soon' (INVALID_CONFIG)"),
+     "Error: topic 'kept': Invalid value soon for configuration retention.ms: Not a number of type LONG (INVALID_CONFIG)"),
     (["topic", "create", "kept", "--config", "retention.ms"],
      "Error: Invalid value for --config: 'retention.ms' is not key=value. See 'kraftwerk topic create --help'."),
     (["group", "describe", "nobody"], "Error: consumer group 'nobody' does not exist."),

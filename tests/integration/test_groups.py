@@ -15,10 +15,14 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 
 from cluster.launcher import Cluster
 from node.offsets_topic import partition_for_group
+from tests.integration.observe import committed
+from tests.integration.wire import exchange_once
 
 PARTITIONS = 6
 MESSAGES = 600
@@ -52,14 +56,6 @@ def all_positions(cluster, topic: str) -> set[tuple[int, int]]:
     finally:
         consumer.close()
     return {(tp.partition, offset) for tp, end in ends.items() for offset in range(end)}
-
-
-def committed(cluster, group: str) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        return {tp.partition: meta.offset for tp, meta in admin.list_group_offsets(group)[group].items()}
-    finally:
-        admin.close()
 
 
 def assert_two_sessions_read_everything_once(cluster, topic, group, first, second):
@@ -337,3 +333,22 @@ def test_static_member_restarting_gets_its_partitions_back_without_a_rebalance(c
     assert revoked == [] and len(leader.assignment()) == 3
     for consumer in (leader, restarted):
         consumer.close()
+
+
+def test_a_metadata_request_naming_the_offsets_topic_creates_it_as_a_group_would():
+    # Burrow asks for `__consumer_offsets` before any group exists; Kafka's auto topic creation
+    # then makes it with offsets.topic.num.partitions and .replication.factor, compacted.
+    with Cluster(nodes=3) as fresh:
+        host, port = fresh.bootstrap_servers.split(",")[0].rsplit(":", 1)
+        request = MetadataRequest[5](topics=[MetadataRequest[5].MetadataRequestTopic(name="__consumer_offsets")],
+                                     allow_auto_topic_creation=True)
+        exchange_once((host, int(port)), request, MetadataResponse, 5)
+        [topic] = [t for t in fresh.status()["topics"] if t["name"] == "__consumer_offsets"]
+        assert len(topic["partitions"]) == 50
+        assert {len(p["replicas"]) for p in topic["partitions"]} == {3}
+        admin = KafkaAdminClient(bootstrap_servers=fresh.bootstrap_servers)
+        try:
+            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "__consumer_offsets")])
+        finally:
+            admin.close()
+        assert described["topic"]["__consumer_offsets"]["cleanup.policy"]["value"] == "compact"
