@@ -46,6 +46,10 @@ def produce(cluster, topic: str, first: int, count: int) -> None:
     producer.close()
 
 
+# Shared by every member, so that a wait on the group as a whole wakes whichever member moves it on.
+CHANGED = threading.Condition()
+
+
 class Member:
     """One group member consuming in its own thread; it records each revoke/assign callback (with the
     generation the client reports, where it tells it) and every message it was given."""
@@ -54,7 +58,7 @@ class Member:
         self.name = name
         self.events: list[tuple[str, frozenset[int], int]] = []
         self.values: list[str] = []
-        self.changed = threading.Condition()
+        self.changed = CHANGED
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
