@@ -492,7 +492,8 @@ def topic_delete(name, data_dir, bootstrap_server):
 
 @main.group()
 def group():
-    """List, describe, delete consumer groups and reset their offsets."""
+    """List, describe, delete consumer groups and reset their offsets; rebalance them, remove members and move
+    their coordinator on demand."""
 
 
 @group.command("list")
@@ -653,6 +654,41 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
         fail(group_error(group_id, next(iter(failures.values())).errno))
     for tp, offset in sorted(offsets.items()):
         click.echo(f"{tp.topic}-{tp.partition}\t{offset}")
+
+
+@group.command("rebalance")
+@click.argument("group_id", metavar="GROUP")
+@data_dir_option
+def group_rebalance(group_id, data_dir):
+    """Start a rebalance of GROUP now, as when a member joins: every member is told on its next heartbeat."""
+    started = attached(data_dir).rebalance_group(group_id)
+    members = len(started["members"])
+    click.echo(f"consumer group {group_id}: rebalance started on coordinator node {started['coordinator']} "
+               f"(leaving generation {started['generation']}, {members} member{'s' * (members != 1)} to rejoin)")
+
+
+@group.command("remove-member")
+@click.argument("group_id", metavar="GROUP")
+@click.argument("member")
+@data_dir_option
+def group_remove_member(group_id, member, data_dir):
+    """Remove MEMBER (a static member's group.instance.id, or a member id) from GROUP, as Kafka's
+    AdminClient.removeMembersFromConsumerGroup does; the others rebalance."""
+    removed = attached(data_dir).remove_group_member(group_id, member)
+    what = "static member" if removed["group_instance_id"] else "member"
+    click.echo(f"consumer group {group_id}: removed {what} {member}")
+
+
+@group.command("move-coordinator")
+@click.argument("group_id", metavar="GROUP")
+@click.option("--to", "to_node", type=int, default=None, help="node to coordinate the group "
+                                                              "[default: another in-sync replica]")
+@data_dir_option
+def group_move_coordinator(group_id, to_node, data_dir):
+    """Give GROUP's __consumer_offsets partition another leader, so its members must find the new coordinator."""
+    moved = attached(data_dir).move_group_coordinator(group_id, to_node)
+    click.echo(f"consumer group {group_id}: coordinator moved from node {moved['from']} to node {moved['to']} "
+               f"({moved['partition']})")
 
 
 @main.command()

@@ -624,6 +624,27 @@ class Cluster:
         if response.error_code:
             raise ClusterError(f"UnregisterBroker of node {node_id}: {response.error_message}")
 
+    # --- consumer-group rebalances on demand (cluster/group_tools.py) ---
+
+    def rebalance_group(self, group_id: str) -> dict:
+        """The group's coordinator starts a rebalance, as when a member joins: every member sees
+        REBALANCE_IN_PROGRESS on its next heartbeat and rejoins. Returns the group's state, the
+        generation it leaves and its member ids."""
+        from cluster import group_tools
+        return group_tools.rebalance(self, group_id)
+
+    def remove_group_member(self, group_id: str, member: str) -> dict:
+        """Remove a member by its group.instance.id (static) or member id, with the LeaveGroup v3+
+        Kafka's AdminClient.removeMembersFromConsumerGroup sends."""
+        from cluster import group_tools
+        return group_tools.remove_member(self, group_id, member)
+
+    def move_group_coordinator(self, group_id: str, to: int | None = None) -> dict:
+        """Give the group's `__consumer_offsets` partition another in-sync leader (node `to`, or one
+        the controller picks): {"group_id", "partition", "from", "to"}."""
+        from cluster import group_tools
+        return group_tools.move_coordinator(self, group_id, to)
+
 
 def _wait_exit(pid: int, timeout: float | None) -> bool:
     """True once pid has exited; a pidfd becomes readable at exit, so nothing polls."""

@@ -159,3 +159,28 @@ def iter_imbalanced_leader_changes(image: MetadataImage) -> Iterator[Change | No
     for topic in image.topics.values():
         for index in topic.partitions:
             yield elect_leader(image, topic.name, index, PREFERRED)[1]
+
+
+def move_leadership(image: MetadataImage, topic_name: str, index: int, target: int | None
+                    ) -> tuple[ErrorCode, tuple[str, dict] | None]:
+    """Hand a partition's leadership to another live in-sync replica (target, or the first in replica
+    order): (outcome, record). The new leader also goes first in the replica list, as a reassignment
+    that only reorders the replicas followed by a preferred election leaves it in Kafka, so that
+    automatic leader balancing keeps it there rather than moving the leadership back.
+    """
+    topic = image.topics.get(topic_name)
+    partition = topic.partitions.get(index) if topic else None
+    if partition is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    if partition.adding_replicas or partition.removing_replicas:
+        return ErrorCode.REASSIGNMENT_IN_PROGRESS, None
+    live = {b.node_id for b in image.brokers.values() if not b.fenced}
+    candidates = [r for r in _in_replica_order(partition, set(partition.isr) & live) if r != partition.leader]
+    if target is not None:
+        candidates = [target] if target in candidates else []
+    if not candidates:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+    leader = candidates[0]
+    return ErrorCode.NONE, ("PartitionChangeRecord", {
+        "partition_id": index, "topic_id": topic.topic_id, "leader": leader,
+        "replicas": [leader, *(r for r in partition.replicas if r != leader)]})

@@ -15,7 +15,7 @@ from cluster.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
 from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
-    iter_leaderless_partition_changes, register_broker_record,
+    iter_leaderless_partition_changes, move_leadership, register_broker_record,
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
@@ -55,6 +55,7 @@ ARGUMENTS = {
     "list_reassignments": {"topics": (list, type(None))},
     "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
     "unregister_broker": {"node_id": int},
+    "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
 }
 
 
@@ -114,6 +115,7 @@ class Controller:
             "list_reassignments": self.list_reassignments,
             "wait_reassigned": self.wait_reassigned,
             "unregister_broker": self.unregister_broker,
+            "move_leader": self.move_leader,
         }
 
     def unfenced_brokers(self) -> list[int]:
@@ -279,6 +281,18 @@ class Controller:
                 return self._refused(refuse_too_large())
             offset = await self.writer.append(records) if records else self.writer.last_offset
         return {"results": results, "metadata_offset": offset}
+
+    async def move_leader(self, args: dict, conn) -> dict:
+        """Move one partition's leadership to another in-sync replica (how `kraftwerk group
+        move-coordinator` moves a group's coordinator); args["target"] None lets the controller pick."""
+        async with self.writer.exclusive:
+            outcome, record = move_leadership(self.image, args["topic"], args["partition"], args.get("target"))
+            if record is None:
+                return {"error_code": int(outcome), "metadata_offset": self.writer.last_offset}
+            offset = await self.writer.append([record])
+        log.info("leadership of %s-%d moved to node %d on request", args["topic"], args["partition"],
+                 record[1]["leader"])
+        return {"error_code": 0, "leader": record[1]["leader"], "metadata_offset": offset}
 
     async def process_died(self, args: dict, conn: ControlConnection) -> dict:
         """The launcher saw a node's process exit: fence it now rather than after the session timeout."""

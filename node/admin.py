@@ -1,4 +1,5 @@
-"""The node's own control port: fault injection and replica state for the launcher and `kraftwerk`.
+"""The node's own control port: fault injection, replica state and group rebalances for the launcher
+and `kraftwerk`.
 
 It speaks the msgpack control protocol (cluster/control.py) on a second port, apart from
 the Kafka listener, so that a node isolated from everyone can still be told to heal.
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 from cluster.control import ControlServer
 from cluster.stall_probe import StallProbe
+from node import offsets_topic
 from node.apis import HANDLERS
-from node.fetch_stats import client_fetch_stats
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
+from node.fetch_stats import client_fetch_stats
 
 
 def api_key_by_name(name: str | int) -> int:
@@ -37,6 +39,8 @@ class AdminServer:
             "replica_states": self.replica_states,
             "client_fetch_stats": self.client_fetch_stats,
             "stall_probe": self.stall_probe,
+            "group_coordinator": self.group_coordinator,
+            "rebalance_group": self.rebalance_group,
         })
         self.probe = StallProbe()
 
@@ -104,3 +108,26 @@ class AdminServer:
     async def client_fetch_stats(self, args: dict, conn) -> dict:
         """Per partition, the fetch answers with records this node sent to consumers, and their bytes."""
         return {"node_id": self.broker.node_id, "partitions": client_fetch_stats()}
+
+    async def group_coordinator(self, args: dict, conn) -> dict:
+        """The group's `__consumer_offsets` partition and its leader (the coordinator), as this node sees them."""
+        group_id = _group_id(args)
+        partition = self.broker.groups.partition_of(group_id)
+        info = self.broker.partition(offsets_topic.OFFSETS_TOPIC, partition)
+        return {"group_id": group_id, "topic": offsets_topic.OFFSETS_TOPIC, "partition": partition,
+                "coordinator": info.leader if info else -1}
+
+    async def rebalance_group(self, args: dict, conn) -> dict:
+        """Start a rebalance of the group, on its coordinator (others answer NOT_COORDINATOR)."""
+        error, group = self.broker.groups.force_rebalance(_group_id(args))
+        if group is None:
+            return {"error_code": int(error)}
+        return {"error_code": 0, "state": group.state, "generation": group.generation,
+                "members": sorted(group.members)}
+
+
+def _group_id(args: dict) -> str:
+    group_id = args.get("group_id")
+    if not isinstance(group_id, str) or not group_id:
+        raise ValueError(f"group_id: expected a group name, got {group_id!r}")
+    return group_id

@@ -170,11 +170,14 @@ class GroupCoordinator:
             else:
                 group.offsets[position] = offsets_topic.decode_offset_value(value)
         elif value is None:
-            del self.groups[decoded[1]]
+            self._cancel_timers(self.groups.pop(decoded[1]))
         else:
             self._restore(group, offsets_topic.decode_group_value(value))
 
     def _restore(self, group: Group, stored: StoredGroup) -> None:
+        # A partition's log holds a record per generation: the sessions an earlier one armed must not
+        # expire the members of the last one.
+        self._cancel_timers(group)
         group.generation, group.protocol_type = stored.generation, stored.protocol_type
         group.protocol, group.leader = stored.protocol, stored.leader
         group.members = {m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -519,6 +522,20 @@ class GroupCoordinator:
         if member.sync_future is not None and not member.sync_future.done():
             member.sync_future.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
 
+    def force_rebalance(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+        """Start a rebalance of a group with members, exactly as a member joining it would: each member
+        is answered REBALANCE_IN_PROGRESS on its next heartbeat (or pending SyncGroup) and rejoins, and
+        one that does not rejoin within its rebalance timeout leaves the group. A group already
+        preparing a rebalance is left as it is; an empty one has nobody to rebalance."""
+        error = self.owns(group_id)
+        group = self.groups.get(group_id)
+        if error or group is None or group.state == DEAD:
+            return error or ErrorCode.GROUP_ID_NOT_FOUND, None
+        if group.state in (STABLE, COMPLETING):
+            log.info("rebalance of group %s (generation %d) started on request", group_id, group.generation)
+            self._prepare_rebalance(group)
+        return ErrorCode.NONE, group
+
     def _safe_persist(self, group: Group) -> None:
         try:
             self._persist_group(group)
@@ -543,7 +560,9 @@ class GroupCoordinator:
             return ErrorCode.FENCED_INSTANCE_ID if instance_id and member is not None else ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if group.state in (PREPARING, COMPLETING):
+        # A member told to rejoin may still commit what it consumed (as consumers do on revocation);
+        # only between the join and the assignment is its generation not yet one to commit in.
+        if group.state == COMPLETING:
             return ErrorCode.REBALANCE_IN_PROGRESS
         self._arm_session(group, member)
         return ErrorCode.NONE

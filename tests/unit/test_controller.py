@@ -219,3 +219,33 @@ def test_an_unclean_topic_keeps_its_last_isr_member_until_a_replica_returns():
                                                "leader": -1, "isr": [1]})
     assert leaderless_partition_changes(clean, 3) == []
     assert [c["leader"] for _, c in leaderless_partition_changes(clean, 1)] == [1]
+
+
+def test_leadership_moves_to_another_live_in_sync_replica_which_becomes_preferred():
+    from controller.brokers import PREFERRED, elect_leader, move_leadership
+
+    image = image_with_topic([[1, 2, 3]], live=[1, 2, 3])
+    topic_id = image.topics["t"].topic_id
+    outcome, record = move_leadership(image, "t", 0, None)
+    assert outcome == ErrorCode.NONE
+    assert record == ("PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "leader": 2,
+                                                "replicas": [2, 1, 3]})
+    image.apply(100, *record)
+    assert elect_leader(image, "t", 0, PREFERRED) == (ErrorCode.ELECTION_NOT_NEEDED, None)  # balancing keeps it
+    assert move_leadership(image, "t", 0, 3)[1][1] == {"partition_id": 0, "topic_id": topic_id, "leader": 3,
+                                                       "replicas": [3, 2, 1]}
+    assert move_leadership(image, "t", 0, 2) == (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)  # leads already
+    assert move_leadership(image, "t", 5, None) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+    image.apply(101, "PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "isr": [2]})
+    assert move_leadership(image, "t", 0, None) == (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
+    image.apply(102, "PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "isr": [2, 1, 3],
+                                               "adding_replicas": [3]})
+    assert move_leadership(image, "t", 0, None) == (ErrorCode.REASSIGNMENT_IN_PROGRESS, None)
+
+
+def test_a_fenced_replica_cannot_take_over_a_leadership():
+    from controller.brokers import move_leadership
+
+    image = image_with_topic([[1, 2, 3]], live=[1, 3])
+    assert move_leadership(image, "t", 0, 2) == (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
+    assert move_leadership(image, "t", 0, None)[1][1]["leader"] == 3

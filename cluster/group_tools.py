@@ -1,0 +1,118 @@
+"""Consumer-group rebalances on demand, for testing rebalance listeners.
+
+- rebalance: the group's coordinator starts a rebalance exactly as a member joining the group
+  would (asked through its node's admin port, since Kafka has no request for it);
+- remove_member: Kafka's RemoveMembersFromGroup, sent by a real admin client as Kafka's
+  AdminClient sends it: a LeaveGroup v3+ naming a static member by its group.instance.id (and no
+  member id), or a dynamic member by its member id;
+- move_coordinator: the group's `__consumer_offsets` partition gets another in-sync leader,
+  which becomes its preferred replica too, so the members must find the new coordinator.
+
+Every refusal is a ClusterError in one line, worded as Kafka's tools word it.
+"""
+from __future__ import annotations
+
+from kafka import KafkaAdminClient
+from kafka import errors as kafka_errors
+from kafka.admin import MemberToRemove
+
+from cluster.cli_errors import group_error
+from cluster.control import ControlError
+from cluster.errors import ErrorCode
+from cluster.launcher import ClusterError
+
+# What Kafka's AdminClient.removeMembersFromConsumerGroup sends as the LeaveGroup reason (KIP-800).
+REMOVE_REASON = "member was removed by an admin"
+
+
+def _refused(group_id: str, code: int) -> ClusterError:
+    return ClusterError(group_error(group_id, code))
+
+
+def _unknown_group(group_id: str) -> ClusterError:
+    return _refused(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
+
+
+def coordinator_placement(cluster, group_id: str) -> dict:
+    """{"topic", "partition", "coordinator"}: the group's `__consumer_offsets` partition and its
+    leader, as the first running node that answers sees them (coordinator -1: none yet)."""
+    for node_id in sorted(cluster.nodes):
+        try:
+            return cluster._node_control(node_id, "group_coordinator", group_id=group_id, timeout=5)
+        except (ClusterError, ControlError, OSError):
+            continue
+    raise ClusterError("no running node answers on its admin port")
+
+
+def rebalance(cluster, group_id: str) -> dict:
+    """Start a rebalance of the group; returns its state, the generation it is leaving and its members."""
+    placement = coordinator_placement(cluster, group_id)
+    if placement["coordinator"] < 0:
+        raise _unknown_group(group_id)
+    reply = cluster._node_control(placement["coordinator"], "rebalance_group", group_id=group_id)
+    if reply["error_code"]:
+        raise _refused(group_id, reply["error_code"])
+    if not reply["members"]:
+        raise ClusterError(f"consumer group '{group_id}' has no active members: there is nothing to rebalance.")
+    return {"group_id": group_id, "coordinator": placement["coordinator"], **reply}
+
+
+def _admin(cluster) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, client_id="kraftwerk")
+
+
+def _described(admin: KafkaAdminClient, group_id: str) -> dict:
+    described = admin.describe_groups([group_id])[group_id]
+    if described["group_state"] == "Dead":
+        raise _unknown_group(group_id)
+    return described
+
+
+def remove_member(cluster, group_id: str, member: str) -> dict:
+    """Remove a member, named by its group.instance.id (a static member) or its member id."""
+    admin = _admin(cluster)
+    try:
+        described = _described(admin, group_id)
+        static = any(m.get("group_instance_id") == member for m in described["members"])
+        target = MemberToRemove(group_instance_id=member, reason=REMOVE_REASON) if static else \
+            MemberToRemove(member_id=member, reason=REMOVE_REASON)
+        try:
+            outcome = next(iter(admin.remove_group_members(group_id, [target]).values()))
+        except kafka_errors.BrokerResponseError as exc:
+            raise _refused(group_id, exc.errno) from None
+    finally:
+        admin.close()
+    if outcome is kafka_errors.UnknownMemberIdError:
+        raise ClusterError(f"consumer group '{group_id}' has no member '{member}'.")
+    if outcome is not kafka_errors.NoError:
+        raise _refused(group_id, outcome.errno)
+    return {"group_id": group_id, "member_id": None if static else member,
+            "group_instance_id": member if static else None}
+
+
+def _require_group(cluster, group_id: str) -> None:
+    admin = _admin(cluster)
+    try:
+        _described(admin, group_id)
+    finally:
+        admin.close()
+
+
+def move_coordinator(cluster, group_id: str, to: int | None = None) -> dict:
+    """Move the group's coordinator to node `to` (default: the controller picks another in-sync
+    replica); returns once every running node knows the new leader."""
+    _require_group(cluster, group_id)
+    placement = coordinator_placement(cluster, group_id)
+    reply = cluster._control("move_leader", topic=placement["topic"], partition=placement["partition"], target=to)
+    partition = f"{placement['topic']}-{placement['partition']}"
+    if reply["error_code"] == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE:
+        wanted = f"node {to} is not a live in-sync replica of {partition}" if to is not None else \
+            f"{partition} has no other live in-sync replica"
+        raise ClusterError(f"cannot move the coordinator of consumer group '{group_id}': {wanted}.")
+    if reply["error_code"]:
+        error = kafka_errors.for_code(reply["error_code"])
+        raise ClusterError(f"cannot move the coordinator of consumer group '{group_id}': "
+                           f"{error.description} ({error.message})")
+    running = {b["node_id"] for b in cluster.status()["brokers"] if not b["fenced"]}
+    cluster.wait_ready(sorted(running & {n for n, node in cluster.nodes.items() if node.alive()}))
+    return {"group_id": group_id, "partition": partition, "from": placement["coordinator"], "to": reply["leader"]}
