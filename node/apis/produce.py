@@ -125,6 +125,12 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
     if acks == -1 and len(check.info.isr) < broker.replicas.effective_min_isr((topic, index), configs):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
+    return _append_as_leader(broker, topic, index, check, records)
+
+
+def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
+    """Append a validated partition's batch on this leader, unless an idempotent producer already
+    wrote it: (partition response, the offset the high watermark must reach, or None)."""
     try:
         batches = validate_batches(records)
         producers = broker.replicas.producers_of((topic, index))
