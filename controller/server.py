@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 FETCH_MAX_BYTES = 1 << 20
 PRODUCER_ID_BLOCK = 1000
 FENCE_CHANGES_LOGGED = 100
+# How long a topic or partition creation waits for every live node to open the new logs.
+NEW_PARTITIONS_APPLIED_WAIT_S = 10.0
 
 
 class DuplicateBrokerRegistration(Exception):
@@ -340,15 +342,31 @@ class Controller:
         return {"results": outcome.results, "metadata_offset": offset}
 
     async def create_topics(self, args: dict, conn) -> dict:
-        return await self._decide_and_apply(lambda: topics.create_topics(
+        reply = await self._decide_and_apply(lambda: topics.create_topics(
             self.image, self.unfenced_brokers(), args["topics"], self.defaults), bool(args.get("validate_only")))
+        await self._until_applied_everywhere(reply.get("metadata_offset"))
+        return reply
 
     async def delete_topics(self, args: dict, conn) -> dict:
         return await self._decide_and_apply(lambda: topics.delete_topics(self.image, args["topics"]))
 
     async def create_partitions(self, args: dict, conn) -> dict:
-        return await self._decide_and_apply(lambda: topics.create_partitions(
+        reply = await self._decide_and_apply(lambda: topics.create_partitions(
             self.image, self.unfenced_brokers(), args["topics"]), bool(args.get("validate_only")))
+        await self._until_applied_everywhere(reply.get("metadata_offset"))
+        return reply
+
+    async def _until_applied_everywhere(self, offset: int | None) -> None:
+        """New partitions are answered as created once every live node has applied them (opened
+        their logs), or after NEW_PARTITIONS_APPLIED_WAIT_S: a client told "created" goes straight
+        to the leaders, and a leader still opening its logs answers NOT_LEADER_OR_FOLLOWER, which
+        some clients (Burrow's consumer) treat as fatal when they start."""
+        if offset is None:
+            return
+        def applied_everywhere() -> bool:
+            return self._caught_up([b for b in self.unfenced_brokers() if b in self.sessions], offset)
+        if not await self.writer.wait_for(applied_everywhere, NEW_PARTITIONS_APPLIED_WAIT_S):
+            log.info("answering a creation before every live node applied offset %d", offset)
 
     async def alter_configs(self, args: dict, conn) -> dict:
         return await self._decide_and_apply(lambda: topics.alter_configs(self.image, args["resources"]),
@@ -443,9 +461,12 @@ class Controller:
         } for _, topic in sorted(self.image.topics.items())]
 
     def _ready(self, node_ids: list[int]) -> bool:
+        return self._caught_up(node_ids, self.writer.last_offset)
+
+    def _caught_up(self, node_ids: list[int], offset: int) -> bool:
         caught_up = {s.node_id for s in self.sessions.values()
                      if s.node_id in self.image.brokers and not self.image.brokers[s.node_id].fenced
-                     and s.applied_offset >= self.writer.last_offset}
+                     and s.applied_offset >= offset}
         return caught_up >= set(node_ids)
 
     async def wait_ready(self, args: dict, conn) -> dict:
