@@ -200,6 +200,7 @@ def test_a_new_leader_recognises_a_retry_of_a_batch_the_old_leader_acknowledged(
         cluster.kill_node(old_leader)  # the controller moves the leadership before this returns
         new_leader = next(t for t in cluster.status()["topics"] if t["name"] == topic)["partitions"][0]["leader"]
         assert new_leader != old_leader
+        cluster.wait_ready([new_leader])  # it has applied its leadership (until then: NOT_LEADER_OR_FOLLOWER)
         address = (cluster.host, cluster.nodes[new_leader].port)
         # The producer never saw the answer for sequence 1 and retries it on the new leader.
         assert produce(address, topic, pid, 1, b"second") == (0, 1)
