@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.cli_errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
-from cluster.control import ControlError
+from cluster.formats.control import ControlError
 from cluster.launcher import Cluster, ClusterError
-from cluster.log import topic_id_to_kafka_string
+from cluster.formats.log import topic_id_to_kafka_string
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
 console = Console()

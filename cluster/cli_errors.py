@@ -10,7 +10,7 @@ import sys
 import click
 from kafka import errors as kafka_errors
 
-from cluster.control import ControlError
+from cluster.formats.control import ControlError
 from cluster.launcher import ClusterError
 
 # Error codes with the sentence kafka-topics.sh / kafka-consumer-groups.sh would print; {name} is the subject.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
-from cluster.control import ControlError
+from cluster.formats.control import ControlError
 from cluster.launcher import Cluster, ClusterError
 
 FAULTS = ("kill", "stop", "pause", "isolate")

@@ -17,8 +17,8 @@ from kafka import errors as kafka_errors
 from kafka.admin import MemberToRemove
 
 from cluster.cli_errors import group_error
-from cluster.control import ControlError
-from cluster.errors import ErrorCode
+from cluster.formats.control import ControlError
+from cluster.formats.errors import ErrorCode
 from cluster.launcher import ClusterError
 
 # What Kafka's AdminClient.removeMembersFromConsumerGroup sends as the LeaveGroup reason (KIP-800).

@@ -26,10 +26,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cluster.config import ADMIN_PORT_CONFIG
-from cluster.control import ControlError, call_sync
-from cluster.errors import ErrorCode
-from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.formats.config import ADMIN_PORT_CONFIG
+from cluster.formats.control import ControlError, call_sync
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10

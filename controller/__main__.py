@@ -19,10 +19,10 @@ import sys
 import uuid
 from pathlib import Path
 
-from cluster.config import BrokerConfig
-from cluster.control import ControlServer
-from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
-from cluster.metadata_log import read_meta_properties, write_meta_properties
+from cluster.formats.config import BrokerConfig
+from cluster.formats.control import ControlServer
+from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
+from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
 from controller.metadata_writer import MetadataWriter
 from controller.server import Controller
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.control import BadControlRequest
+from cluster.formats.control import BadControlRequest
 
 
 def expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:

@@ -6,9 +6,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
-from cluster.errors import ErrorCode
-from cluster.image import MetadataImage
-from cluster.log import topic_id_from_kafka_string
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import MetadataImage
+from cluster.formats.log import topic_id_from_kafka_string
 
 
 @dataclass

@@ -18,12 +18,12 @@ import time
 import uuid
 from pathlib import Path
 
-from cluster.image import MetadataImage
-from cluster.log import PartitionLog
-from cluster.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
-from cluster.metadata_records import encode_record, iter_metadata_records
-from cluster.records import frame_records, seal_batch
-from cluster.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
+from cluster.formats.image import MetadataImage
+from cluster.formats.log import PartitionLog
+from cluster.formats.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
+from cluster.formats.metadata_records import encode_record, iter_metadata_records
+from cluster.formats.records import frame_records, seal_batch
+from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ Requests are bounded before they are read (more than 10,000 partitions: POLICY_V
 """
 from __future__ import annotations
 
-from cluster.control import BadControlRequest
-from cluster.errors import ErrorCode
-from cluster.image import MetadataImage, PartitionInfo
+from cluster.formats.control import BadControlRequest
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import MetadataImage, PartitionInfo
 from controller.arguments import expect, expect_list, optional
-from cluster.time_slices import TimeSlice, gently
+from cluster.runtime.time_slices import TimeSlice, gently
 from controller.topics import MAX_RECORDS_PER_USER_OP, Outcome, RequestError, checked_replicas, refuse_too_large
 
 NO_REASSIGNMENT = "No partition reassignment is in progress."

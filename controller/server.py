@@ -5,13 +5,13 @@ import asyncio
 import logging
 import time
 
-from cluster.control import BadControlRequest, ControlConnection
-from cluster.process_table import process_table_id
-from cluster.errors import ErrorCode
-from cluster.log import topic_id_from_kafka_string, topic_id_to_kafka_string
-from cluster.time_slices import TimeSlice, gently
+from cluster.formats.control import BadControlRequest, ControlConnection
+from cluster.runtime.process_table import process_table_id
+from cluster.formats.errors import ErrorCode
+from cluster.formats.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.runtime.time_slices import TimeSlice, gently
 from controller import topics
-from cluster.config import BrokerConfig
+from cluster.formats.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
 from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,

@@ -25,8 +25,8 @@ import os
 import signal
 import sys
 
-from cluster.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties
-from cluster.shutdown import cancel_and_wait, cancel_remaining_tasks
+from cluster.formats.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties
+from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker, Listener
 from node.server import KafkaServer

@@ -1,13 +1,13 @@
 """The node's own control port: fault injection, replica state and group rebalances for the launcher
 and `kraftwerk`.
 
-It speaks the msgpack control protocol (cluster/control.py) on a second port, apart from
+It speaks the msgpack control protocol (cluster/formats/control.py) on a second port, apart from
 the Kafka listener, so that a node isolated from everyone can still be told to heal.
 """
 from __future__ import annotations
 
-from cluster.control import ControlServer
-from cluster.stall_probe import StallProbe
+from cluster.formats.control import ControlServer
+from cluster.runtime.stall_probe import StallProbe
 from node import offsets_topic
 from node.apis import HANDLERS
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name

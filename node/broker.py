@@ -6,8 +6,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from cluster.config import BrokerConfig
-from cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from cluster.formats.config import BrokerConfig
+from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
 from node.faults import Faults
 from node.group_coordinator import GroupCoordinator
 from node.metadata_sync import MetadataSync

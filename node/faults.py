@@ -17,7 +17,7 @@ import kafka.errors
 from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

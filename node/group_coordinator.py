@@ -16,8 +16,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from cluster.errors import ErrorCode
-from cluster.records import encode_batch, iter_batch_headers, iter_records
+from cluster.formats.errors import ErrorCode
+from cluster.formats.records import encode_batch, iter_batch_headers, iter_records
 from node import offsets_topic
 from node.offsets_topic import CommittedOffset, StoredGroup, StoredMember
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.image import PartitionInfo
-from cluster.log import PartitionLog
-from cluster.errors import ErrorCode
+from cluster.formats.image import PartitionInfo
+from cluster.formats.log import PartitionLog
+from cluster.formats.errors import ErrorCode
 
 
 @dataclass(slots=True)

@@ -12,15 +12,15 @@ import logging
 import os
 import uuid
 
-from cluster.control import ControlClient, ControlError
-from cluster.log import PartitionLog, topic_id_to_kafka_string
-from cluster.metadata_log import (
+from cluster.formats.control import ControlClient, ControlError
+from cluster.formats.log import PartitionLog, topic_id_to_kafka_string
+from cluster.formats.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
-from cluster.process_table import process_table_id
-from cluster.records import iter_batch_headers
-from cluster.shutdown import cancel_and_wait, cancel_requested
-from cluster.time_slices import FREEZE_AFTER_RECORDS, freeze_long_lived
+from cluster.runtime.process_table import process_table_id
+from cluster.formats.records import iter_batch_headers
+from cluster.runtime.shutdown import cancel_and_wait, cancel_requested
+from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, freeze_long_lived
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 # Kafka keeps the last five batches per producer so that in-flight retries can be matched.
 BATCHES_REMEMBERED = 5
@@ -41,7 +41,7 @@ class PartitionProducers:
     @classmethod
     def from_log(cls, partition_log, chunk_bytes: int = 8 << 20) -> "PartitionProducers":
         """Rebuild sequence state from the batch headers of a log (after a restart)."""
-        from cluster.records import iter_batch_headers
+        from cluster.formats.records import iter_batch_headers
 
         producers = cls()
         offset = partition_log.log_start_offset

@@ -13,10 +13,10 @@ import struct
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from cluster.errors import ErrorCode
-from cluster.records import CorruptRecordError, iter_batch_headers, read_uvarint
-from cluster.shutdown import cancel_and_wait
-from cluster.time_slices import TimeSlice, gently
+from cluster.formats.errors import ErrorCode
+from cluster.formats.records import CorruptRecordError, iter_batch_headers, read_uvarint
+from cluster.runtime.shutdown import cancel_and_wait
+from cluster.runtime.time_slices import TimeSlice, gently
 from node.producer_state import PartitionProducers
 from node.replication_throttle import FOLLOWER, ReplicationThrottle
 

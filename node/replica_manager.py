@@ -12,12 +12,12 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Callable, Iterable, Iterator
 
-from cluster.errors import ErrorCode
-from cluster.image import MetadataDelta
-from cluster.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
-from cluster.metadata_log import METADATA_PARTITION_DIR
-from cluster.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
-from cluster.time_slices import TimeSlice, gently
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import MetadataDelta
+from cluster.formats.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
+from cluster.formats.metadata_log import METADATA_PARTITION_DIR
+from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
+from cluster.runtime.time_slices import TimeSlice, gently
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 

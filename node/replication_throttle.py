@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from cluster.image import CONFIG_RESOURCE_BROKER
+from cluster.formats.image import CONFIG_RESOURCE_BROKER
 
 LEADER, FOLLOWER = "leader", "follower"
 UNLIMITED = (1 << 63) - 1  # Kafka's default: Long.MAX_VALUE

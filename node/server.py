@@ -11,8 +11,8 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from cluster.records import read_uvarint
-from cluster.shutdown import cancel_and_wait
+from cluster.formats.records import read_uvarint
+from cluster.runtime.shutdown import cancel_and_wait
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of

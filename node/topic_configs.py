@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.config import BROKER_DEFAULTS, TOPIC_CONFIG_DEFAULTS_FROM_BROKER
+from cluster.formats.config import BROKER_DEFAULTS, TOPIC_CONFIG_DEFAULTS_FROM_BROKER
 
 # Kafka's ConfigSource ids
 DYNAMIC_TOPIC_CONFIG = 1

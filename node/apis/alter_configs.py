@@ -16,8 +16,8 @@ from collections import Counter
 
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
-from cluster.errors import ErrorCode
-from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
 
 REQUEST = AlterConfigsRequest
 RESPONSE = AlterConfigsResponse

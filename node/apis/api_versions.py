@@ -1,7 +1,7 @@
 """ApiVersions: advertise exactly the version range each handler implements (KIP-511 aware)."""
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 REQUEST = ApiVersionsRequest
 RESPONSE = ApiVersionsResponse

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.broker import apply_timeout_s
 
 REQUEST = CreatePartitionsRequest

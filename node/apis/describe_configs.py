@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
-from cluster.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
-from cluster.errors import ErrorCode
+from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.formats.errors import ErrorCode
 from node.topic_configs import DEFAULT_CONFIG, broker_config_entries, topic_config_entries
 
 REQUEST = DescribeConfigsRequest

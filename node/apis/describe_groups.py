@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.group_coordinator import DEAD
 
 REQUEST = DescribeGroupsRequest

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 
-from cluster.errors import ErrorCode
-from cluster.topic_names import INTERNAL_TOPICS, topic_name_error
+from cluster.formats.errors import ErrorCode
+from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
 
 REQUEST = DescribeTopicPartitionsRequest
 RESPONSE = DescribeTopicPartitionsResponse

@@ -5,7 +5,7 @@ path resolves it on append. Fetch sessions (KIP-227) are declined with session i
 clients always send full fetch requests.
 
 Versions 0-3 predate magic 2: what was read is down-converted once the fetch is complete,
-to magic 0 for v0-1 and magic 1 for v2-3 (cluster.message_sets), as Kafka's
+to magic 0 for v0-1 and magic 1 for v2-3 (cluster.formats.message_sets), as Kafka's
 KafkaApis.maybeConvertFetchedData does, and only then; v4+ fetches never take that path.
 Kafka's checks for those versions come with it: a topic with `compression.type=zstd` is
 UNSUPPORTED_COMPRESSION_TYPE, one with `message.downconversion.enable=false` is
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from cluster import message_sets
-from cluster.compression import DecompressedTooLargeError
-from cluster.log import OffsetOutOfRangeError
-from cluster.records import CorruptRecordError
-from cluster.errors import ErrorCode
+from cluster.formats import message_sets
+from cluster.formats.compression import DecompressedTooLargeError
+from cluster.formats.log import OffsetOutOfRangeError
+from cluster.formats.records import CorruptRecordError
+from cluster.formats.errors import ErrorCode
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 

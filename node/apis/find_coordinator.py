@@ -5,7 +5,7 @@ import logging
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node import offsets_topic
 
 REQUEST = FindCoordinatorRequest

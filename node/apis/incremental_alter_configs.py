@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 REQUEST = IncrementalAlterConfigsRequest
 RESPONSE = IncrementalAlterConfigsResponse

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 REQUEST = InitProducerIdRequest
 RESPONSE = InitProducerIdResponse

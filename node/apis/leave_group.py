@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 REQUEST = LeaveGroupRequest
 RESPONSE = LeaveGroupResponse

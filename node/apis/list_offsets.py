@@ -12,7 +12,7 @@ import os
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader
 
 REQUEST = ListOffsetsRequest

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
 
 REQUEST = ListPartitionReassignmentsRequest

@@ -5,8 +5,8 @@ import logging
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from cluster.errors import ErrorCode
-from cluster.topic_names import INTERNAL_TOPICS, topic_name_error
+from cluster.formats.errors import ErrorCode
+from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
 from node import offsets_topic
 
 REQUEST = MetadataRequest

@@ -13,7 +13,7 @@ import time
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.group_coordinator import GroupError
 from node.offsets_topic import CommittedOffset
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.group_coordinator import GroupError
 
 REQUEST = OffsetDeleteRequest

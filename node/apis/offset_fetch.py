@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 REQUEST = OffsetFetchRequest
 RESPONSE = OffsetFetchResponse

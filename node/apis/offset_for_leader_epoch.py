@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader
 
 REQUEST = OffsetForLeaderEpochRequest

@@ -1,11 +1,11 @@
 """Produce: validate batches, append them on the leader, answer per partition.
 
-The handler never decodes magic-2 records: cluster.records validates batch headers and CRCs
+The handler never decodes magic-2 records: cluster.formats.records validates batch headers and CRCs
 and the log assigns offsets by rewriting each batch's base offset in place.
 
 Versions 0-2 carry legacy message sets (magic 0 and 1). Kafka checks nothing about them
 before leadership; on the leader they are validated (CRC-32 of every message, compressed
-wrappers included) and up-converted into one magic-2 batch by cluster.message_sets, which
+wrappers included) and up-converted into one magic-2 batch by cluster.formats.message_sets, which
 is then appended like any other. A payload with no whole message appends nothing and is
 answered without error at offset -1, as Kafka answers it. Magic-2 batches are accepted in
 those versions too (Kafka never refused them there), one batch per partition as always.
@@ -17,12 +17,12 @@ import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from cluster import message_sets
-from cluster.compression import DecompressedTooLargeError
-from cluster.records import (
+from cluster.formats import message_sets
+from cluster.formats.compression import DecompressedTooLargeError
+from cluster.formats.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 from node.producer_state import SequenceError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.metadata_sync import ControllerUnavailable
 

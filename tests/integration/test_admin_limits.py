@@ -21,9 +21,9 @@ import msgpack
 import pytest
 from kafka.admin import NewPartitions, NewTopic
 
-from cluster.control import ControlError, call_sync
-from cluster.errors import ErrorCode
-from cluster.log import topic_id_to_kafka_string
+from cluster.formats.control import ControlError, call_sync
+from cluster.formats.errors import ErrorCode
+from cluster.formats.log import topic_id_to_kafka_string
 from tests.integration.test_admin import admin, cluster, unique  # noqa: F401 (fixtures)
 
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."

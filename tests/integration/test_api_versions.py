@@ -15,8 +15,8 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
-from cluster.message_sets import encode_message
-from cluster.records import encode_batch
+from cluster.formats.message_sets import encode_message
+from cluster.formats.records import encode_batch
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 

@@ -12,7 +12,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from cluster.records import encode_batch
+from cluster.formats.records import encode_batch
 from tests.integration.wire import fetch_values, read_response, send_frame, send_request
 
 CORRUPT_MESSAGE = 2

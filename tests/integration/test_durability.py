@@ -8,8 +8,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from cluster.launcher import Cluster
-from cluster.log import PartitionLog
-from cluster.records import iter_batch_headers
+from cluster.formats.log import PartitionLog
+from cluster.formats.records import iter_batch_headers
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int, bytes, bytes]]:

@@ -13,7 +13,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.launcher import Cluster
-from cluster.records import encode_batch
+from cluster.formats.records import encode_batch
 from node.replica_fetcher import FETCH_MAX_WAIT_MS
 from tests.integration.messages import read_partition
 from tests.integration.wire import exchange, exchange_once, fetch_values, read_response, send_request

@@ -11,7 +11,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from cluster.launcher import Cluster
-from cluster.records import encode_batch
+from cluster.formats.records import encode_batch
 from tests.integration.wire import exchange_once, recv_exactly
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45

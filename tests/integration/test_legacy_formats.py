@@ -17,9 +17,9 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 
-from cluster import compression
-from cluster.message_sets import MAX_DECOMPRESSED_BYTES, decode_message, encode_message, frame_messages
-from cluster.records import (
+from cluster.formats import compression
+from cluster.formats.message_sets import MAX_DECOMPRESSED_BYTES, decode_message, encode_message, frame_messages
+from cluster.formats.records import (
     ATTR_TIMESTAMP_TYPE, ATTRIBUTES_OFFSET, HEADER_SIZE, compute_crc, encode_batch, iter_batch_headers,
 )
 from tests.integration.wire import exchange

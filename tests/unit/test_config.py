@@ -1,6 +1,6 @@
 import pytest
 
-from cluster.config import BrokerConfig, ConfigError, parse_listener, parse_properties
+from cluster.formats.config import BrokerConfig, ConfigError, parse_listener, parse_properties
 
 
 def test_server_properties_parsing():

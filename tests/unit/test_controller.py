@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
-from cluster.control import ControlError, call_sync
-from cluster.errors import ErrorCode
-from cluster.image import MetadataImage
-from cluster.log import topic_id_to_kafka_string
+from cluster.formats.control import ControlError, call_sync
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import MetadataImage
+from cluster.formats.log import topic_id_to_kafka_string
 from controller import topics
 from controller.placement import assign_replicas
 

@@ -1,6 +1,6 @@
 """Where a diverged follower cuts its log (Kafka's AbstractFetcherThread rules)."""
-from cluster.log import PartitionLog
-from cluster.records import encode_batch
+from cluster.formats.log import PartitionLog
+from cluster.formats.records import encode_batch
 from node.replica_fetcher import _truncation_offset
 
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.log import (
+from cluster.formats.log import (
     LogConfig, OffsetOutOfRangeError, PartitionLog, parse_partition_dir_name, topic_id_from_kafka_string,
     topic_id_to_kafka_string,
 )
-from cluster.records import CorruptRecordError, encode_batch, iter_batch_headers, iter_records, validate_batches
+from cluster.formats.records import CorruptRecordError, encode_batch, iter_batch_headers, iter_records, validate_batches
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-3.7-kraft-logdir"
 

@@ -9,13 +9,13 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from cluster import compression, message_sets
-from cluster.compression import DecompressedTooLargeError
-from cluster.message_sets import (
+from cluster.formats import compression, message_sets
+from cluster.formats.compression import DecompressedTooLargeError
+from cluster.formats.message_sets import (
     InvalidRecordError, InvalidTimestampError, UnsupportedCompressionError, decode_message, down_convert,
     encode_message, frame_messages, up_convert,
 )
-from cluster.records import (
+from cluster.formats.records import (
     ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, CorruptRecordError, compute_crc, encode_records, read_header, validate_batch,
 )
 

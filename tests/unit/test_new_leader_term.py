@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 from kafka.protocol.consumer import ListOffsetsRequest
 
-from cluster.config import BrokerConfig
-from cluster.image import BrokerInfo, MetadataDelta, PartitionInfo, TopicInfo
-from cluster.records import encode_batch
+from cluster.formats.config import BrokerConfig
+from cluster.formats.image import BrokerInfo, MetadataDelta, PartitionInfo, TopicInfo
+from cluster.formats.records import encode_batch
 from node.apis import list_offsets
 from node.broker import Broker
 

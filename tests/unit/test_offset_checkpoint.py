@@ -1,7 +1,7 @@
 """Kafka's offset checkpoint files, as a Kafka 3.7 broker writes them and as we write them."""
 import shutil
 
-from cluster.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
+from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 
 
 def test_reads_the_high_watermarks_kafka_checkpointed(shared_dir, tmp_path):

@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
-from cluster.control import BadControlRequest
-from cluster.errors import ErrorCode
-from cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from cluster.config import valid_throttled_replicas
+from cluster.formats.control import BadControlRequest
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from cluster.formats.config import valid_throttled_replicas
 from controller import reassignment
 from node.replication_throttle import parse_throttled_replicas
 

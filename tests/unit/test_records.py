@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.records import (
+from cluster.formats.records import (
     CorruptRecordError, HEADER_SIZE, UnsupportedMagicError, encode_batch, iter_batch_headers, iter_records,
     read_header, set_base_offset, validate_batch, validate_batches,
 )

@@ -1,8 +1,8 @@
 """The controller's side of the legacy AlterConfigs: a topic's dynamic configs become the given set."""
 import asyncio
 
-from cluster.errors import ErrorCode
-from cluster.image import MetadataImage
+from cluster.formats.errors import ErrorCode
+from cluster.formats.image import MetadataImage
 from controller import topics
 
 DEFAULTS = {"num.partitions": 1, "default.replication.factor": 1}

@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from cluster import records
-from cluster.records import (
+from cluster.formats import records
+from cluster.formats.records import (
     ATTR_TIMESTAMP_TYPE, CorruptRecordError, HEADER_SIZE, iter_batch_headers, read_header,
     set_base_offset, set_partition_leader_epoch, validate_batch, validate_batches,
 )

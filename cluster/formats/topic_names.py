@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from cluster.errors import ErrorCode
+from cluster.formats.errors import ErrorCode
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_NAME_LENGTH = 249

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 
 import msgpack
 
-from cluster.shutdown import cancel_and_wait
+from cluster.runtime.shutdown import cancel_and_wait
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024 * 1024

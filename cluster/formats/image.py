@@ -9,7 +9,7 @@ import copy
 import uuid
 from dataclasses import dataclass, field
 
-from cluster.time_slices import TimeSlice, gently
+from cluster.runtime.time_slices import TimeSlice, gently
 
 
 @dataclass
@@ -84,7 +84,7 @@ class MetadataImage:
 
     def replay(self, data) -> None:
         """Apply every record of a buffer of record batches, skipping control batches."""
-        from cluster.metadata_records import iter_metadata_records
+        from cluster.formats.metadata_records import iter_metadata_records
 
         for offset, name, fields in iter_metadata_records(data):
             self.apply(offset, name, fields)
@@ -96,7 +96,7 @@ class MetadataImage:
         creates is found by name only once every record is applied, so that nobody reading the
         image meanwhile sees it with some of its partitions.
         """
-        from cluster.metadata_records import iter_metadata_records
+        from cluster.formats.metadata_records import iter_metadata_records
 
         time_slice = time_slice or TimeSlice()
         records = [record async for record in gently(iter_metadata_records(data), time_slice)]

@@ -5,9 +5,9 @@ import os
 import time
 from pathlib import Path
 
-from cluster.config import parse_properties
-from cluster.image import MetadataImage
-from cluster.records import iter_batch_headers
+from cluster.formats.config import parse_properties
+from cluster.formats.image import MetadataImage
+from cluster.formats.records import iter_batch_headers
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 

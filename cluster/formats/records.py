@@ -324,7 +324,7 @@ def encode_records(
     for delta, (timestamp, key, value, headers) in enumerate(records):
         _frame_record(body, timestamp - base_timestamp, delta, key, value, headers)
     if compression:
-        from cluster.compression import compress
+        from cluster.formats.compression import compress
         body = compress(compression, bytes(body))
     max_timestamp = max(max(record[0] for record in records), -1)
     return seal_batch(body, len(records), base_offset=base_offset, timestamp=base_timestamp,

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cluster.records import (
+from cluster.formats.records import (
     CorruptRecordError, encode_batch, iter_batch_headers, iter_records, read_uvarint, write_uvarint,
 )
 

@@ -32,9 +32,9 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from cluster import compression
-from cluster.compression import DecompressedTooLargeError
-from cluster.records import (
+from cluster.formats import compression
+from cluster.formats.compression import DecompressedTooLargeError
+from cluster.formats.records import (
     ATTR_TIMESTAMP_TYPE, HEADER_SIZE, CorruptRecordError, decode_records, encode_records, iter_batch_headers,
     MAGIC_OFFSET,
 )
