@@ -126,6 +126,8 @@ class KeptPorts:
 class Cluster:
     """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`."""
 
+    backend = "process"  # cluster/docker_backend.py's DockerCluster: "docker"
+
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
                  node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
                  racks: dict[int, str] | None = None):
