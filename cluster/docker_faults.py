@@ -3,8 +3,9 @@
 Isolation uses policy routing, which needs nothing from the kernel beyond what every container
 network uses: `blackhole` rules for a party's address, from it and to it. A packet from a party
 finds no route in and is dropped; one to it is never sent; and the kernel no longer answers the
-party's ARP requests (an ARP request is routed like a packet from its sender), so nothing crosses
-the cut. For those rules to see packets addressed to the node itself, the rule that looks up
+party's ARP requests (an ARP request is routed like a packet from its sender). The kernel would
+still probe the neighbour entry it holds for the party, so that entry is replaced by a fixed one,
+which is never probed: nothing at all is sent to a party across the cut. For those rules to see packets addressed to the node itself, the rule that looks up
 the `local` table moves from preference 0 to LOCAL_PREFERENCE, after them.
 
 "clients" drops every packet that comes in on the network interface, except from the controller
@@ -19,12 +20,15 @@ CUT_PREFERENCE = 10
 ALLOW_PREFERENCE = 15
 CLIENTS_PREFERENCE = 20
 LOCAL_PREFERENCE = 100
+NOWHERE = "02:00:00:00:00:00"  # the link address a cut party's fixed neighbour entry gives it
 NETEM_MISSING = "qdisc kind is unknown"  # tc's answer where the kernel has no netem
 
 
 def _clear_rules() -> list[str]:
-    return [f"while ip rule del pref {preference} 2>/dev/null; do :; done"
-            for preference in (CUT_PREFERENCE, ALLOW_PREFERENCE, CLIENTS_PREFERENCE)]
+    return [*(f"while ip rule del pref {preference} 2>/dev/null; do :; done"
+              for preference in (CUT_PREFERENCE, ALLOW_PREFERENCE, CLIENTS_PREFERENCE)),
+            f"for address in $(ip neigh show dev {INTERFACE} nud permanent | cut -d' ' -f1); do "
+            f"ip neigh del $address dev {INTERFACE}; done"]
 
 
 def _local_table_last() -> list[str]:
@@ -43,7 +47,8 @@ def isolation_commands(infrastructure: dict[str | int, str], parties: list[str |
         if party != "clients":
             address = infrastructure[party]
             commands += [f"ip rule add pref {CUT_PREFERENCE} from {address} blackhole",
-                         f"ip rule add pref {CUT_PREFERENCE} to {address} blackhole"]
+                         f"ip rule add pref {CUT_PREFERENCE} to {address} blackhole",
+                         f"ip neigh replace {address} lladdr {NOWHERE} dev {INTERFACE} nud permanent"]
     if "clients" in parties:
         commands += [f"ip rule add pref {ALLOW_PREFERENCE} from {address} goto {LOCAL_PREFERENCE}"
                      for party, address in infrastructure.items() if party not in parties]
