@@ -104,7 +104,21 @@ def ensure_image(image: str | None = None) -> str:
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if build.returncode:
             raise ClusterError(f"docker/build-image failed: {build.stdout.decode(errors='replace').strip()[-2000:]}")
+        _remove_older_builds(client, tag)
     return tag
+
+
+def _remove_older_builds(client, current: str) -> None:
+    """Untag the images built from earlier states of the checkout: each source change makes a new one."""
+    import docker.errors
+
+    for image in client.images.list(name="kraftwerk"):
+        for tag in image.tags:
+            if tag.startswith("kraftwerk:src-") and tag != current:
+                try:
+                    client.images.remove(tag)
+                except docker.errors.APIError:
+                    pass  # a container still uses it
 
 
 # --- a node in a container ---
@@ -223,13 +237,8 @@ class DockerCluster(Cluster):
         raise ClusterError(f"no free /24 left in {SUBNET_POOL} for the docker network {self.name}")
 
     def _free_subnets(self):
-        taken = [ipaddress.ip_network(config["Subnet"]) for network in self.docker.networks.list()
-                 for config in (network.attrs.get("IPAM") or {}).get("Config") or () if "Subnet" in config]
-        start = int(self.name[-4:], 16) % 256  # clusters of different data dirs start at different subnets
-        subnets = list(SUBNET_POOL.subnets(new_prefix=24))
-        for subnet in subnets[start:] + subnets[:start]:
-            if subnet.version == 4 and not any(subnet.overlaps(other) for other in taken):
-                yield subnet
+        # Clusters of different data dirs start their search at different subnets.
+        return free_subnets(self.docker, start=int(self.name[-4:], 16))
 
     def _start_controller(self) -> None:
         self._create_network()
@@ -480,6 +489,17 @@ class DockerCluster(Cluster):
         remove_labelled(self.name, self.docker)
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def free_subnets(client, start: int = 0):
+    """The /24s of SUBNET_POOL that no docker network uses, from the start-th one on (wrapping around)."""
+    taken = [ipaddress.ip_network(config["Subnet"]) for network in client.networks.list()
+             for config in (network.attrs.get("IPAM") or {}).get("Config") or () if "Subnet" in config]
+    subnets = list(SUBNET_POOL.subnets(new_prefix=24))
+    start %= len(subnets)
+    for subnet in subnets[start:] + subnets[:start]:
+        if not any(subnet.version == other.version and subnet.overlaps(other) for other in taken):
+            yield subnet
 
 
 def remove_labelled(name: str | None = None, client=None) -> None:
