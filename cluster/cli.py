@@ -171,7 +171,7 @@ def status_document(state: dict, cluster: Cluster) -> dict:
         for partition in topic["partitions"]:
             led[partition["leader"]] = led.get(partition["leader"], 0) + 1
     brokers = {b["node_id"]: b for b in state["brokers"]}
-    nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.host, "port": node.port,
+    nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.node_host(node), "port": node.port,
               "admin_port": node.admin_port, "process": _process_state(node),
               "fenced": brokers.get(node_id, {}).get("fenced", True), "partitions_led": led.get(node_id, 0)}
              for node_id, node in sorted(cluster.nodes.items())]

@@ -179,8 +179,8 @@ class DockerCluster(Cluster):
     def bootstrap_servers(self) -> str:
         return ",".join(self._address(node) for _, node in sorted(self.nodes.items()))
 
-    def _address(self, node: NodeProcess) -> str:
-        return f"{node.address}:{node.port}"
+    def node_host(self, node: DockerNode) -> str:
+        return node.address
 
     @property
     def controller_address(self) -> str:

@@ -281,9 +281,12 @@ class Cluster:
     def bootstrap_servers(self) -> str:
         return ",".join(self._address(n) for _, n in sorted(self.nodes.items()))
 
+    def node_host(self, node: NodeProcess) -> str:
+        """The host name or address where clients reach node."""
+        return self.host
+
     def _address(self, node: NodeProcess) -> str:
-        """host:port where clients reach node."""
-        return f"{self.host}:{node.port}"
+        return f"{self.node_host(node)}:{node.port}"
 
     @property
     def controller_address(self) -> str:
