@@ -160,7 +160,7 @@ class DockerCluster(Cluster):
         self.data_dir = self.data_dir.resolve()
         self.name = "kraftwerk-" + hashlib.sha1(str(self.data_dir).encode()).hexdigest()[:10]
         self.image = image
-        self.subnet: ipaddress.IPv4Network | None = None
+        self.subnet = None if self._temporary else kept_subnet(self.data_dir)
 
     @property
     def docker(self):
@@ -174,10 +174,6 @@ class DockerCluster(Cluster):
     @property
     def controller_ip(self) -> str:
         return self._address_of(CONTROLLER_HOST)
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return ",".join(self._address(node) for _, node in sorted(self.nodes.items()))
 
     def node_host(self, node: DockerNode) -> str:
         return node.address
@@ -290,8 +286,8 @@ class DockerCluster(Cluster):
     def _ready_line(self, container, log_path: Path) -> dict:
         """The JSON line a process prints on stdout once it serves, read from its log stream as it
         arrives; ClusterError with its last log line when it exits or stays silent."""
-        stream = docker_client(self.startup_timeout).api.logs(container.id, stdout=True, stderr=False,
-                                                              stream=True, follow=True)
+        client = docker_client(self.startup_timeout)
+        stream = client.api.logs(container.id, stdout=True, stderr=False, stream=True, follow=True)
         pending = b""
         try:
             for chunk in stream:
@@ -302,11 +298,10 @@ class DockerCluster(Cluster):
             pass
         finally:
             stream.close()
-        self._save_log(container.name, log_path)
-        lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
-        last = f": {lines[-1].strip()}" if lines else ""
-        raise ClusterError(f"{log_path.stem} did not start in its container {container.name}{last} "
-                           f"(its log: {log_path})")
+            client.close()
+        last = container.logs(stdout=False, stderr=True, tail=1).decode(errors="replace").strip()
+        raise ClusterError(f"{log_path.stem} did not start in its container {container.name}"
+                           f"{': ' + last if last else ''} (its log: {log_path}, once the cluster is down)")
 
     def _save_log(self, name: str, log_path: Path) -> None:
         """Append a container's stderr (the process's log) to log_path, before the container goes."""
@@ -358,7 +353,6 @@ class DockerCluster(Cluster):
                       racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()},
                       image=state.get("image"))
         cluster._temporary = False
-        cluster.subnet = ipaddress.ip_network(state["subnet"])
         cluster.controller_pid = state["controller"]["pid"]
         cluster.controller_port = state["controller"]["port"]
         for node_id, node in state["nodes"].items():
@@ -412,7 +406,7 @@ class DockerCluster(Cluster):
         peers = {peer: node.address for peer, node in self.nodes.items() if peer != node_id}
         parties = list(parties or ["controller", *sorted(peers)])
         infrastructure = {"controller": self.controller_ip, **peers}
-        self._tc(node_id, isolation_commands(infrastructure, parties))
+        self._as_root(node_id, isolation_commands(infrastructure, parties))
         self.nodes[node_id].isolated_from = sorted(map(str, parties))
         self._write_state()
         return self.node_faults(node_id)
@@ -421,7 +415,7 @@ class DockerCluster(Cluster):
         """End the node's isolation and delay (its blackhole rules and netem go) and its injected errors."""
         from cluster.docker_faults import heal_commands
 
-        self._tc(node_id, heal_commands())
+        self._as_root(node_id, heal_commands())
         node = self.nodes[node_id]
         node.isolated_from, node.delay_ms = [], 0
         self._write_state()
@@ -434,7 +428,7 @@ class DockerCluster(Cluster):
         from cluster.docker_faults import NETEM_MISSING, delay_commands
 
         try:
-            self._tc(node_id, delay_commands(delay_ms))
+            self._as_root(node_id, delay_commands(delay_ms))
         except ClusterError as exc:
             if NETEM_MISSING not in str(exc):
                 raise
@@ -453,11 +447,11 @@ class DockerCluster(Cluster):
             faults = {"injected_errors": []}  # cut off from the host ("clients"): the network faults still hold
         return {**faults, "isolated_from": node.isolated_from, "delay_ms": node.delay_ms or faults.get("delay_ms", 0)}
 
-    def _tc(self, node_id: int, commands: list[str]) -> None:
+    def _as_root(self, node_id: int, commands: list[str]) -> None:
         """Run ip and tc commands as root in the node's container; ClusterError with their message if one fails."""
         exit_code, output = self._container(node_id).exec_run(["sh", "-ec", "\n".join(commands)], user="root")
         if exit_code:
-            raise ClusterError(f"node {node_id}: tc failed: {output.decode(errors='replace').strip()}")
+            raise ClusterError(f"node {node_id}: a network command failed: {output.decode(errors='replace').strip()}")
 
     # --- stopping ---
 
@@ -489,6 +483,14 @@ class DockerCluster(Cluster):
         remove_labelled(self.name, self.docker)
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def kept_subnet(data_dir: Path) -> ipaddress.IPv4Network | None:
+    """The subnet of the docker cluster that last ran in data_dir: its nodes advertised addresses in
+    it, so it is kept, as the process backend keeps its ports."""
+    path = data_dir / "cluster.json"
+    state = json.loads(path.read_text()) if path.exists() else {}
+    return ipaddress.ip_network(state["subnet"]) if state.get("backend") == "docker" else None
 
 
 def free_subnets(client, start: int = 0):

@@ -30,7 +30,7 @@ def kraftwerk_cluster(request, tmp_path):
 
     marker = request.node.get_closest_marker("kraftwerk")
     options = marker.kwargs if marker else {}
-    backend = cluster_class(options.get("backend", "process"))
-    with backend(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
-                 node_config=options.get("config"), racks=options.get("racks")) as cluster:
+    kind = cluster_class(options.get("backend", "process"))
+    with kind(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
+              node_config=options.get("config"), racks=options.get("racks")) as cluster:
         yield cluster

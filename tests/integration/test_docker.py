@@ -49,7 +49,6 @@ def docker_cluster(image, tmp_path_factory):
     config = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS), "group.initial.rebalance.delay.ms": "0"}
     with docker_backend.DockerCluster(nodes=3, data_dir=tmp_path_factory.mktemp("docker") / "kraftwerk",
                                       node_config=config, image=image) as cluster:
-        cluster._temporary = True  # the module's tmp dir: removed with the containers
         yield cluster
     assert not docker_backend.shared_client().containers.list(
         all=True, filters={"label": f"{docker_backend.LABEL}={cluster.name}"})
@@ -283,3 +282,12 @@ def test_cli_up_down_up_keeps_topics_and_messages(image, tmp_path):
         kraftwerk("down", data_dir=data_dir)
     assert not docker_backend.shared_client().containers.list(
         all=True, filters={"label": f"{docker_backend.LABEL}={state['name']}"})
+
+
+@pytest.mark.kraftwerk(backend="docker", nodes=1)
+def test_the_pytest_fixture_runs_a_docker_backed_cluster(image, kraftwerk_cluster):
+    assert isinstance(kraftwerk_cluster, docker_backend.DockerCluster)
+    assert kraftwerk_cluster.nodes[1].alive()
+    kraftwerk_cluster.create_topic("fixture", partitions=1, replication_factor=1)
+    values = [f"fixture {i}".encode() for i in range(5)]
+    assert kafka_python_round_trip(kraftwerk_cluster.bootstrap_servers, "fixture", values) == values
