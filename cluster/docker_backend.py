@@ -43,6 +43,7 @@ ADMIN_PORT = 9091
 MOUNT = "/kraftwerk"  # where the data dir appears inside every container
 
 SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")  # the /24 each cluster network takes comes from here
+GATEWAY_HOST = 1  # host part of the network's gateway (the host's side of the bridge)
 CONTROLLER_HOST = 10  # host part of the controller's address; node N gets NODE_HOST_BASE + N
 NODE_HOST_BASE = 20
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
@@ -221,7 +222,7 @@ class DockerCluster(Cluster):
         kept = [self.subnet] if self.subnet else []
         candidates = kept or self._free_subnets()
         for subnet in candidates:
-            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=str(subnet.network_address + 1))])
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=str(subnet.network_address + GATEWAY_HOST))])
             try:
                 self.docker.networks.create(self.name, driver="bridge", ipam=ipam, labels={LABEL: self.name})
             except docker.errors.APIError as exc:
@@ -415,7 +416,7 @@ class DockerCluster(Cluster):
         """End the node's isolation and delay (its blackhole rules and netem go) and its injected errors."""
         from cluster.docker_faults import heal_commands
 
-        self._as_root(node_id, heal_commands())
+        self._as_root(node_id, heal_commands(self._address_of(GATEWAY_HOST)))
         node = self.nodes[node_id]
         node.isolated_from, node.delay_ms = [], 0
         self._write_state()

@@ -63,5 +63,11 @@ def delay_commands(delay_ms: int) -> list[str]:
     return [f"tc qdisc replace dev {INTERFACE} root netem delay {int(delay_ms)}ms"]
 
 
-def heal_commands() -> list[str]:
-    return _clear_rules() + delay_commands(0)
+def heal_commands(gateway: str) -> list[str]:
+    """Commands that end isolation and delay. The node then sends one datagram to the network's
+    gateway, after an ARP request for it: the host, whose own ARP requests a "clients" cut dropped,
+    learns the node's link address from that request instead of refusing connections to it
+    (EHOSTUNREACH) until its next attempt to resolve it."""
+    announce = f"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'', ('{gateway}', 9))"
+    return [*_clear_rules(), *delay_commands(0), f"ip neigh del {gateway} dev {INTERFACE} 2>/dev/null || true",
+            f'python3 -c "{announce}"']

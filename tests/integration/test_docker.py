@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -218,6 +219,20 @@ def test_an_isolated_node_exchanges_nothing_with_its_peers_and_is_fenced(docker_
     docker_cluster.wait_ready()
     assert wait_fenced(docker_cluster, 3, False)
     assert docker_cluster.wait_in_sync(topic)
+
+
+def test_a_node_isolated_from_clients_takes_no_connection_until_healed(docker_cluster):
+    node = docker_cluster.nodes[1]
+    faults = docker_cluster.isolate_node(1, ["clients"])
+    try:
+        assert faults["isolated_from"] == ["clients"]
+        with pytest.raises(OSError):
+            socket.create_connection((node.address, node.port), timeout=2)
+        assert docker_cluster.wait_ready([1])  # the controller and its peers still reach it
+    finally:
+        faults = docker_cluster.heal_node(1)
+    assert faults["isolated_from"] == []
+    socket.create_connection((node.address, node.port), timeout=5).close()
 
 
 def test_a_paused_container_is_fenced_after_the_session_timeout(docker_cluster):
