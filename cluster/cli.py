@@ -18,7 +18,7 @@ from rich.table import Table
 
 from cluster.cli_errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
 from cluster.formats.control import ControlError
-from cluster.launcher import Cluster, ClusterError
+from cluster.launcher import Cluster, ClusterError, cluster_class
 from cluster.formats.log import topic_id_to_kafka_string
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
@@ -75,14 +75,20 @@ def main():
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="broker config by Kafka's name, e.g. num.partitions=3 (repeatable)")
 @click.option("--rack-of", "racks", multiple=True, metavar="NODE=RACK", help="a node's broker.rack (repeatable)")
-def up(nodes, port, host, data_dir, detach, settings, racks):
+@click.option("--backend", type=click.Choice(["process", "docker"]), default=None,
+              help="processes on this machine, or a container per process on a docker network (README: Docker) "
+                   "[default: process, or as before in DATA_DIR]")
+@click.option("--image", default=None, help="docker backend: the image to run [default: built from this checkout]")
+def up(nodes, port, host, data_dir, detach, settings, racks, backend, image):
     """Start a controller and NODES broker nodes; print the bootstrap servers."""
     previous = _previous_layout(data_dir)
-    cluster = Cluster(nodes=nodes or previous.get("nodes", 3),
+    backend = backend or previous.get("backend", "process")
+    backend_options = {"image": image} if backend == "docker" else {}
+    cluster = cluster_class(backend)(nodes=nodes or previous.get("nodes", 3),
                       port=previous.get("base_port", 9092) if port is None else port,
                       host=host, data_dir=data_dir,
                       node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")},
-                      racks={**previous.get("racks", {}), **_node_racks(racks)})
+                      racks={**previous.get("racks", {}), **_node_racks(racks)}, **backend_options)
     try:
         cluster.start()
     except ClusterError as exc:
@@ -101,7 +107,7 @@ def _previous_layout(data_dir: str) -> dict:
     except ClusterError:
         return {}
     return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config,
-            "racks": previous.racks}
+            "racks": previous.racks, "backend": previous.backend}
 
 
 def _node_racks(pairs: tuple[str, ...]) -> dict[int, str]:
@@ -165,7 +171,7 @@ def status_document(state: dict, cluster: Cluster) -> dict:
         for partition in topic["partitions"]:
             led[partition["leader"]] = led.get(partition["leader"], 0) + 1
     brokers = {b["node_id"]: b for b in state["brokers"]}
-    nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.host, "port": node.port,
+    nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.node_host(node), "port": node.port,
               "admin_port": node.admin_port, "process": _process_state(node),
               "fenced": brokers.get(node_id, {}).get("fenced", True), "partitions_led": led.get(node_id, 0)}
              for node_id, node in sorted(cluster.nodes.items())]

@@ -126,6 +126,8 @@ class KeptPorts:
 class Cluster:
     """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`."""
 
+    backend = "process"  # cluster/docker_backend.py's DockerCluster: "docker"
+
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
                  node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
                  racks: dict[int, str] | None = None):
@@ -258,6 +260,9 @@ class Cluster:
         if not path.exists():
             raise ClusterError(f"no cluster in {data_dir} (start one with kraftwerk up)")
         state = json.loads(path.read_text())
+        if state.get("backend") == "docker":
+            from cluster.docker_backend import DockerCluster
+            return DockerCluster.from_state(data_dir, state)
         cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, port=state["base_port"], host=state["host"],
                       node_config=state["node_config"],
                       racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()})
@@ -274,7 +279,14 @@ class Cluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"{self.host}:{n.port}" for _, n in sorted(self.nodes.items()))
+        return ",".join(self._address(n) for _, n in sorted(self.nodes.items()))
+
+    def node_host(self, node: NodeProcess) -> str:
+        """The host name or address where clients reach node."""
+        return self.host
+
+    def _address(self, node: NodeProcess) -> str:
+        return f"{self.node_host(node)}:{node.port}"
 
     @property
     def controller_address(self) -> str:
@@ -613,7 +625,7 @@ class Cluster:
         from kafka import KafkaAdminClient
         from node.apis.unregister_broker import UnregisterBrokerRequest
 
-        others = ",".join(f"{self.host}:{n.port}" for i, n in sorted(self.nodes.items()) if i != node_id)
+        others = ",".join(self._address(n) for i, n in sorted(self.nodes.items()) if i != node_id)
         admin = KafkaAdminClient(bootstrap_servers=others)
         try:
             # The admin client's own path to the controller, as Kafka's Admin.unregisterBroker takes it.
@@ -675,3 +687,13 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def cluster_class(backend: str = "process") -> type[Cluster]:
+    """Cluster for processes on this machine; DockerCluster for one container per process."""
+    if backend == "docker":
+        from cluster.docker_backend import DockerCluster
+        return DockerCluster
+    if backend != "process":
+        raise ClusterError(f"unknown backend {backend!r}: expected process or docker")
+    return Cluster

@@ -6,6 +6,9 @@
     @pytest.mark.kraftwerk(nodes=1, config={"auto.create.topics.enable": "false"})
     def test_small(kraftwerk_cluster): ...
 
+    @pytest.mark.kraftwerk(backend="docker")  # every process in its own container
+    def test_partition(kraftwerk_cluster): ...
+
 The import stays light (the launcher loads on first use) because pytest loads this plugin
 in every run of every project where kraftwerk is installed.
 """
@@ -16,17 +19,18 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "kraftwerk(nodes=3, config=None, racks=None): size, broker config and {node id: broker.rack} "
-        "of the kraftwerk_cluster fixture")
+        "markers", "kraftwerk(nodes=3, config=None, racks=None, backend='process'): size, broker config, "
+        "{node id: broker.rack} and backend (process or docker) of the kraftwerk_cluster fixture")
 
 
 @pytest.fixture
 def kraftwerk_cluster(request, tmp_path):
     """A cluster on free ports, started for this test and stopped (every process killed) after it."""
-    from cluster.launcher import Cluster
+    from cluster.launcher import cluster_class
 
     marker = request.node.get_closest_marker("kraftwerk")
     options = marker.kwargs if marker else {}
-    with Cluster(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
-                 node_config=options.get("config"), racks=options.get("racks")) as cluster:
+    kind = cluster_class(options.get("backend", "process"))
+    with kind(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
+              node_config=options.get("config"), racks=options.get("racks")) as cluster:
         yield cluster

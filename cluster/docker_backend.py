@@ -1,0 +1,515 @@
+"""The docker backend: each process of a cluster in its own container, faults carried out by the kernel.
+
+`kraftwerk up --backend docker` and `DockerCluster(nodes=3)` run the controller and every node as
+containers of the kraftwerk image (docker/Dockerfile) on a network of the cluster's own, each with
+its own network namespace, host name (`controller`, `node-1`, ...) and fixed address. A node
+listens on port 9092 and advertises its address, which clients on the host reach directly (Linux
+routes to a bridge network) and other containers on the network reach by host name or address.
+The data dir is bind-mounted into every container at the same layout the process backend uses,
+so `down` and `up` keep topics and messages, and cluster.json says where everything runs.
+
+Faults map onto the kernel rather than onto the node's own fault switches:
+- kill: `docker kill` (SIGKILL); stop: `docker stop` (SIGTERM through tini: a controlled shutdown);
+- pause / resume: `docker pause` / `unpause` (the cgroup freezer stops every thread);
+- isolate: blackhole routing rules in the node's network namespace drop every packet to and from
+  the chosen parties' addresses, ARP included; "clients" drops every packet coming in but the
+  controller's and the peers' that stay connected (cluster/docker_faults.py);
+- delay: `tc netem` on the node's interface delays every packet it sends; where the kernel lacks
+  netem, the node delays its own responses as in the process backend.
+
+Everything created here (network, containers) carries the label org.kraftwerk.cluster=<name>,
+so `remove_labelled` cleans up whatever a crashed run left.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cluster.formats.config import ADMIN_PORT_CONFIG
+from cluster.formats.control import ControlError, call_sync
+from cluster.launcher import READY_TIMEOUT_S, STOP_GRACE_S, Cluster, ClusterError, NodeProcess
+
+LABEL = "org.kraftwerk.cluster"
+KAFKA_PORT = 9092
+CONTROLLER_PORT = 9093
+ADMIN_PORT = 9091
+MOUNT = "/kraftwerk"  # where the data dir appears inside every container
+
+SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")  # the /24 each cluster network takes comes from here
+GATEWAY_HOST = 1  # host part of the network's gateway (the host's side of the bridge)
+CONTROLLER_HOST = 10  # host part of the controller's address; node N gets NODE_HOST_BASE + N
+NODE_HOST_BASE = 20
+DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+SOURCE_PACKAGES = ("cluster", "node", "controller")
+
+
+def docker_client(timeout: float = 60):
+    """A client of the local docker daemon; ClusterError, with the reason, when there is none."""
+    try:
+        import docker
+    except ImportError:
+        raise ClusterError("the docker backend needs the docker SDK: pip install 'kraftwerk[docker]'") from None
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types for "no daemon"
+        raise ClusterError(f"cannot reach the docker daemon: {exc}") from None
+    return client
+
+
+_shared = None
+
+
+def shared_client():
+    """One daemon client for the many short status queries of a process."""
+    global _shared
+    if _shared is None:
+        _shared = docker_client()
+    return _shared
+
+
+# --- the image ---
+
+def source_tag() -> str:
+    """kraftwerk:src-<hash of the source and the docker files>: an image built from exactly this checkout."""
+    root = DOCKER_DIR.parent
+    digest = hashlib.sha256()
+    files = [root / "pyproject.toml", *sorted(p for p in DOCKER_DIR.iterdir() if p.is_file())]
+    for package in SOURCE_PACKAGES:
+        files += sorted((root / package).rglob("*.py")) + sorted((root / package).rglob("*.json"))
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return f"kraftwerk:src-{digest.hexdigest()[:12]}"
+
+
+def ensure_image(image: str | None = None) -> str:
+    """The image to run: `image` if given (it must exist), else one built from this checkout
+    by docker/build-image when there is none yet (a minute cold, seconds once cached)."""
+    client = docker_client()
+    if image is not None:
+        if not client.images.list(name=image):
+            raise ClusterError(f"no docker image {image} (docker/build-image builds one)")
+        return image
+    if not (DOCKER_DIR / "build-image").exists():
+        raise ClusterError("this installation has no docker/ directory: pass an image built with docker/build-image")
+    tag = source_tag()
+    if not client.images.list(name=tag):
+        build = subprocess.run([str(DOCKER_DIR / "build-image"), tag, "kraftwerk:latest"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if build.returncode:
+            raise ClusterError(f"docker/build-image failed: {build.stdout.decode(errors='replace').strip()[-2000:]}")
+        _remove_older_builds(client, tag)
+    return tag
+
+
+def _remove_older_builds(client, current: str) -> None:
+    """Untag the images built from earlier states of the checkout: each source change makes a new one."""
+    import docker.errors
+
+    for image in client.images.list(name="kraftwerk"):
+        for tag in image.tags:
+            if tag.startswith("kraftwerk:src-") and tag != current:
+                try:
+                    client.images.remove(tag)
+                except docker.errors.APIError:
+                    pass  # a container still uses it
+
+
+# --- a node in a container ---
+
+@dataclass
+class DockerNode(NodeProcess):
+    container: str = ""
+    address: str = ""
+    isolated_from: list[str] = field(default_factory=list)
+    delay_ms: int = 0
+
+    def _status(self) -> str | None:
+        import docker.errors
+        try:
+            return shared_client().containers.get(self.container).status
+        except docker.errors.NotFound:
+            return None
+
+    def alive(self) -> bool:
+        return self._status() in ("running", "paused")
+
+    def paused(self) -> bool:
+        return self._status() == "paused"
+
+
+class DockerCluster(Cluster):
+    """A cluster whose controller and nodes run in containers: `with DockerCluster(nodes=3) as c: ...`.
+
+    Same API as Cluster; `port` and `host` do not apply (every node listens on 9092 at its own
+    address). `image` defaults to one built from this checkout.
+    """
+
+    backend = "docker"
+
+    def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
+                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None):
+        super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
+                         startup_timeout=startup_timeout, racks=racks)
+        self.data_dir = self.data_dir.resolve()
+        self.name = "kraftwerk-" + hashlib.sha1(str(self.data_dir).encode()).hexdigest()[:10]
+        self.image = image
+        self.subnet = None if self._temporary else kept_subnet(self.data_dir)
+
+    @property
+    def docker(self):
+        return shared_client()
+
+    # --- where things are ---
+
+    def _address_of(self, host_part: int) -> str:
+        return str(self.subnet.network_address + host_part)
+
+    @property
+    def controller_ip(self) -> str:
+        return self._address_of(CONTROLLER_HOST)
+
+    def node_host(self, node: DockerNode) -> str:
+        return node.address
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.controller_ip}:{self.controller_port}"
+
+    def _control(self, op: str, timeout: float = 30, **args) -> dict:
+        return call_sync(self.controller_ip, self.controller_port, op, timeout=timeout, **args)
+
+    def _node_control(self, node_id: int, op: str, timeout: float = 10, **args) -> dict:
+        node = self.nodes[node_id]
+        if not node.alive():
+            raise ClusterError(f"node {node_id} is not running")
+        return call_sync(node.address, node.admin_port, op, timeout=timeout, **args)
+
+    def running(self) -> bool:
+        return self._container_status(f"{self.name}-controller") == "running"
+
+    def _container_status(self, name: str) -> str | None:
+        import docker.errors
+        try:
+            return self.docker.containers.get(name).status
+        except docker.errors.NotFound:
+            return None
+
+    # --- starting ---
+
+    def start(self) -> "DockerCluster":
+        self.image = ensure_image(self.image)
+        return super().start()
+
+    def _refuse_if_running(self) -> None:
+        if self.docker.containers.list(filters={"label": f"{LABEL}={self.name}"}):
+            raise ClusterError(f"a cluster is already running in {self.data_dir} (kraftwerk down stops it)")
+
+    def _create_network(self) -> None:
+        """The cluster's network, on the subnet it had before (its nodes advertise addresses in it),
+        else on the first free /24 of SUBNET_POOL."""
+        import docker.errors
+        from docker.types import IPAMConfig, IPAMPool
+
+        remove_labelled(self.name, self.docker)  # what a crashed run of this data dir left
+        kept = [self.subnet] if self.subnet else []
+        candidates = kept or self._free_subnets()
+        for subnet in candidates:
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=str(subnet.network_address + GATEWAY_HOST))])
+            try:
+                self.docker.networks.create(self.name, driver="bridge", ipam=ipam, labels={LABEL: self.name})
+            except docker.errors.APIError as exc:
+                if kept or "overlap" not in str(exc):
+                    raise ClusterError(f"cannot create the docker network {self.name} on {subnet}: {exc}") from None
+                continue
+            self.subnet = subnet
+            return
+        raise ClusterError(f"no free /24 left in {SUBNET_POOL} for the docker network {self.name}")
+
+    def _free_subnets(self):
+        # Clusters of different data dirs start their search at different subnets.
+        return free_subnets(self.docker, start=int(self.name[-4:], 16))
+
+    def _start_controller(self) -> None:
+        self._create_network()
+        command = ["controller", "--data-dir", f"{MOUNT}/controller", "--host", "0.0.0.0",
+                   "--port", str(CONTROLLER_PORT),
+                   "--num-partitions", self.node_config.get("num.partitions", "1"),
+                   "--default-replication-factor", self.node_config["default.replication.factor"],
+                   "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
+        for key, value in self.node_config.items():
+            command += ["--set", f"{key}={value}"]
+        container = self._run_container("controller", command, self.controller_ip)
+        self._ready_line(container, self.data_dir / "logs" / "controller.log")
+        self.controller_pid = container.attrs["State"]["Pid"]
+        self.controller_port = CONTROLLER_PORT
+
+    def _spawn_node(self, node_id: int):
+        address = self._address_of(NODE_HOST_BASE + node_id)
+        command = ["node", "--node-id", str(node_id), "--data-dir", f"{MOUNT}/node-{node_id}",
+                   "--host", "0.0.0.0", "--port", str(KAFKA_PORT), "--controller", f"controller:{CONTROLLER_PORT}"]
+        settings = {**self.node_config, **self._rack_config(node_id), ADMIN_PORT_CONFIG: str(ADMIN_PORT),
+                    "advertised.listeners": f"PLAINTEXT://{address}:{KAFKA_PORT}"}
+        for key, value in settings.items():
+            command += ["--set", f"{key}={value}"]
+        container = self._run_container(f"node-{node_id}", command, address, cap_add=["NET_ADMIN"])
+        return container, self.data_dir / "logs" / f"node-{node_id}.log"
+
+    def _adopt_node(self, node_id: int, container, log_path: Path) -> None:
+        ready = self._ready_line(container, log_path)
+        self.nodes[node_id] = DockerNode(node_id, container.attrs["State"]["Pid"], KAFKA_PORT,
+                                         self.data_dir / f"node-{node_id}", log_path, admin_port=ADMIN_PORT,
+                                         incarnation_id=ready["incarnation_id"], container=container.name,
+                                         address=self._address_of(NODE_HOST_BASE + node_id))
+
+    def _run_container(self, host_name: str, command: list[str], address: str, **options):
+        """A fresh container for one incarnation of a process (an old one of the same name is
+        removed, its log kept), on the cluster network at a fixed address, running as the
+        invoking user so that the files it writes in the data dir are theirs."""
+        name = f"{self.name}-{host_name}"
+        self._remove_container(name)
+        endpoint = self.docker.api.create_endpoint_config(ipv4_address=address, aliases=[host_name])
+        container = self.docker.containers.run(
+            self.image, command, name=name, hostname=host_name, detach=True, labels={LABEL: self.name},
+            user=f"{os.getuid()}:{os.getgid()}", network=self.name, networking_config={self.name: endpoint},
+            volumes={str(self.data_dir): {"bind": MOUNT, "mode": "rw"}},
+            environment={"KRAFTWERK_LOG_LEVEL": os.environ.get("KRAFTWERK_LOG_LEVEL", "INFO")}, **options)
+        container.reload()
+        return container
+
+    def _ready_line(self, container, log_path: Path) -> dict:
+        """The JSON line a process prints on stdout once it serves, read from its log stream as it
+        arrives; ClusterError with its last log line when it exits or stays silent."""
+        client = docker_client(self.startup_timeout)
+        stream = client.api.logs(container.id, stdout=True, stderr=False, stream=True, follow=True)
+        pending = b""
+        try:
+            for chunk in stream:
+                pending += chunk
+                if b"\n" in pending:
+                    return json.loads(pending.split(b"\n", 1)[0])
+        except Exception:  # the read timed out: requests and urllib3 raise several types
+            pass
+        finally:
+            stream.close()
+            client.close()
+        last = container.logs(stdout=False, stderr=True, tail=1).decode(errors="replace").strip()
+        raise ClusterError(f"{log_path.stem} did not start in its container {container.name}"
+                           f"{': ' + last if last else ''} (its log: {log_path}, once the cluster is down)")
+
+    def _save_log(self, name: str, log_path: Path) -> None:
+        """Append a container's stderr (the process's log) to log_path, before the container goes."""
+        import docker.errors
+        try:
+            text = self.docker.containers.get(name).logs(stdout=False, stderr=True)
+        except docker.errors.NotFound:
+            return
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log_file:
+            log_file.write(text)
+
+    def _remove_container(self, name: str) -> None:
+        import docker.errors
+        try:
+            container = self.docker.containers.get(name)
+        except docker.errors.NotFound:
+            return
+        role = name[len(self.name) + 1:]
+        self._save_log(name, self.data_dir / "logs" / f"{role}.log")
+        container.remove(force=True)
+
+    # --- state file ---
+
+    def _write_state(self) -> None:
+        state = {
+            "backend": self.backend,
+            "name": self.name,
+            "image": self.image,
+            "subnet": str(self.subnet),
+            "host": self.controller_ip,
+            "base_port": 0,
+            "node_config": self.node_config,
+            "controller": {"pid": self.controller_pid, "port": self.controller_port,
+                           "container": f"{self.name}-controller", "address": self.controller_ip},
+            "nodes": {str(n.node_id): {**asdict(n), "data_dir": str(n.data_dir), "log_path": str(n.log_path)}
+                      for n in self.nodes.values()},
+            "bootstrap_servers": self.bootstrap_servers,
+            "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
+        }
+        temp = self.data_dir / "cluster.json.tmp"
+        temp.write_text(json.dumps(state, indent=2))
+        os.replace(temp, self.data_dir / "cluster.json")
+
+    @classmethod
+    def from_state(cls, data_dir, state: dict) -> "DockerCluster":
+        """The docker-backed cluster a cluster.json describes (Cluster.attach hands those over)."""
+        cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, node_config=state["node_config"],
+                      racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()},
+                      image=state.get("image"))
+        cluster._temporary = False
+        cluster.controller_pid = state["controller"]["pid"]
+        cluster.controller_port = state["controller"]["port"]
+        for node_id, node in state["nodes"].items():
+            node = {**node, "data_dir": Path(node["data_dir"]), "log_path": Path(node["log_path"])}
+            cluster.nodes[int(node_id)] = DockerNode(**node)
+        return cluster
+
+    # --- faults ---
+
+    def _container(self, node_id: int):
+        return self.docker.containers.get(self.nodes[node_id].container)
+
+    def kill_node(self, node_id: int) -> None:
+        """`docker kill`: SIGKILL to every process of the container; returns once the controller has fenced it."""
+        container = self._container(node_id)
+        if container.status == "paused":
+            container.unpause()  # a frozen cgroup takes no signal: kill the running process, as on a crash
+        container.kill()
+        container.wait(timeout=STOP_GRACE_S)
+        self._report_death(self.nodes[node_id])
+
+    def stop_node(self, node_id: int) -> None:
+        """`docker stop`: SIGTERM (tini passes it on), so the node hands over its leaderships and exits."""
+        container = self._container(node_id)
+        if container.status == "paused":
+            container.unpause()
+        container.stop(timeout=STOP_GRACE_S)
+
+    def pause_node(self, node_id: int) -> None:
+        """`docker pause`: the cgroup freezer stops the node; the controller fences it after the session timeout."""
+        self._container(node_id).pause()
+
+    def resume_node(self, node_id: int) -> None:
+        self._container(node_id).unpause()
+
+    def restart_node(self, node_id: int) -> None:
+        """A new container for the node, with the same id, address and data; a running one is stopped first."""
+        if self.nodes[node_id].alive():
+            self.stop_node(node_id)
+        container, log_path = self._spawn_node(node_id)
+        self._adopt_node(node_id, container, log_path)
+        self.wait_ready([node_id])
+        self._write_state()
+
+    def isolate_node(self, node_id: int, parties: list[str | int] | None = None) -> dict:
+        """Drop, in the node's own network namespace, every packet to and from the parties ("controller",
+        "clients", peer node ids; default the controller and every peer): a real network partition
+        (cluster/docker_faults.py says how)."""
+        from cluster.docker_faults import isolation_commands
+
+        peers = {peer: node.address for peer, node in self.nodes.items() if peer != node_id}
+        parties = list(parties or ["controller", *sorted(peers)])
+        infrastructure = {"controller": self.controller_ip, **peers}
+        self._as_root(node_id, isolation_commands(infrastructure, parties))
+        self.nodes[node_id].isolated_from = sorted(map(str, parties))
+        self._write_state()
+        return self.node_faults(node_id)
+
+    def heal_node(self, node_id: int) -> dict:
+        """End the node's isolation and delay (its blackhole rules and netem go) and its injected errors."""
+        from cluster.docker_faults import heal_commands
+
+        self._as_root(node_id, heal_commands(self._address_of(GATEWAY_HOST)))
+        node = self.nodes[node_id]
+        node.isolated_from, node.delay_ms = [], 0
+        self._write_state()
+        self._node_control(node_id, "heal")
+        return self.node_faults(node_id)
+
+    def delay_node(self, node_id: int, delay_ms: int) -> dict:
+        """tc netem: every packet the node sends waits delay_ms (0 removes the delay). Where the
+        kernel has no netem, the node delays its own responses instead, as in the process backend."""
+        from cluster.docker_faults import NETEM_MISSING, delay_commands
+
+        try:
+            self._as_root(node_id, delay_commands(delay_ms))
+        except ClusterError as exc:
+            if NETEM_MISSING not in str(exc):
+                raise
+            return self._node_control(node_id, "delay", delay_ms=delay_ms) | {
+                "isolated_from": self.nodes[node_id].isolated_from}
+        self.nodes[node_id].delay_ms = delay_ms
+        self._write_state()
+        return self.node_faults(node_id)
+
+    def node_faults(self, node_id: int) -> dict:
+        """The faults the node itself holds (injected errors), with the network faults it is under."""
+        node = self.nodes[node_id]
+        try:
+            faults = self._node_control(node_id, "faults", timeout=2)
+        except (ClusterError, ControlError, OSError):
+            faults = {"injected_errors": []}  # cut off from the host ("clients"): the network faults still hold
+        return {**faults, "isolated_from": node.isolated_from, "delay_ms": node.delay_ms or faults.get("delay_ms", 0)}
+
+    def _as_root(self, node_id: int, commands: list[str]) -> None:
+        """Run ip and tc commands as root in the node's container; ClusterError with their message if one fails."""
+        exit_code, output = self._container(node_id).exec_run(["sh", "-ec", "\n".join(commands)], user="root")
+        if exit_code:
+            raise ClusterError(f"node {node_id}: a network command failed: {output.decode(errors='replace').strip()}")
+
+    # --- stopping ---
+
+    def stop(self) -> None:
+        """Graceful stop of every node, then the controller; then the containers and network go.
+        The data dir stays, unless the cluster made it itself."""
+        import docker.errors
+
+        containers = self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self.name}"})
+        nodes = [c for c in containers if not c.name.endswith("-controller")]
+        for container in nodes:
+            try:
+                if container.status == "paused":
+                    container.unpause()
+                container.kill(signal="SIGTERM")
+            except docker.errors.APIError:
+                pass  # not running
+        deadline = time.monotonic() + STOP_GRACE_S
+        for container in nodes:
+            try:
+                container.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except Exception:  # still running at the deadline: the removal below kills it
+                pass
+        for container in containers:
+            if container.name.endswith("-controller"):
+                container.stop(timeout=STOP_GRACE_S)
+        for container in containers:
+            self._remove_container(container.name)
+        remove_labelled(self.name, self.docker)
+        if self._temporary:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def kept_subnet(data_dir: Path) -> ipaddress.IPv4Network | None:
+    """The subnet of the docker cluster that last ran in data_dir: its nodes advertised addresses in
+    it, so it is kept, as the process backend keeps its ports."""
+    path = data_dir / "cluster.json"
+    state = json.loads(path.read_text()) if path.exists() else {}
+    return ipaddress.ip_network(state["subnet"]) if state.get("backend") == "docker" else None
+
+
+def free_subnets(client, start: int = 0):
+    """The /24s of SUBNET_POOL that no docker network uses, from the start-th one on (wrapping around)."""
+    taken = [ipaddress.ip_network(config["Subnet"]) for network in client.networks.list()
+             for config in (network.attrs.get("IPAM") or {}).get("Config") or () if "Subnet" in config]
+    subnets = list(SUBNET_POOL.subnets(new_prefix=24))
+    start %= len(subnets)
+    for subnet in subnets[start:] + subnets[:start]:
+        if not any(subnet.version == other.version and subnet.overlaps(other) for other in taken):
+            yield subnet
+
+
+def remove_labelled(name: str | None = None, client=None) -> None:
+    """Remove the containers and networks of the docker cluster `name` (every kraftwerk one when None)."""
+    client = client or docker_client()
+    label = LABEL if name is None else f"{LABEL}={name}"
+    for container in client.containers.list(all=True, filters={"label": label}):
+        container.remove(force=True)
+    for network in client.networks.list(filters={"label": label}):
+        network.remove()
