@@ -51,7 +51,8 @@ class Broker:
         self.fetchers = ReplicaFetchers(self)
         self.leader_throttle = ReplicationThrottle(self, LEADER)
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
-                                                config.get_int("min.incremental.fetch.session.eviction.ms"))
+                                                config.get_int("min.incremental.fetch.session.eviction.ms"),
+                                                keep_reading=self.replicas.follower_outside_isr)
         self.listener: Listener | None = None
         self.started_ms = int(time.time() * 1000)
 

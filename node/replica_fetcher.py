@@ -24,7 +24,7 @@ from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.producer_state import PartitionProducers
-from node.replication_throttle import FOLLOWER, ReplicationThrottle
+from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ class ReplicaFetchers:
         self.tasks: dict[int, asyncio.Task] = {}
         self.changed: dict[int, asyncio.Event] = {}
         self.throttle = ReplicationThrottle(broker, FOLLOWER)
+        # Per leader, what the next request must look at again: every followed partition after a
+        # metadata change (or a new session), else only those appended to or truncated since.
+        self.look_at_all: set[int] = set()
+        self.appended: dict[int, set[tuple[str, int]]] = {}
 
     async def reconcile(self, time_slice: TimeSlice | None = None) -> None:
         """Follow every partition replicated here whose leader is another live node."""
@@ -61,11 +65,13 @@ class ReplicaFetchers:
                 self.changed.setdefault(leader, asyncio.Event()).set()
             if leader not in self.tasks or self.tasks[leader].done():
                 self.tasks[leader] = asyncio.get_running_loop().create_task(self._follow(leader))
+        self.look_at_all.update(self.changed)
         for event in self.changed.values():
             event.set()  # also wakes fetchers held back by a throttle whose configs may have changed
 
     def logs_opened(self) -> None:
         """Logs of partitions followed here were opened: a fetcher that had none to fetch looks again."""
+        self.look_at_all.update(self.changed)
         for event in self.changed.values():
             event.set()
 
@@ -104,23 +110,32 @@ class ReplicaFetchers:
         except asyncio.TimeoutError:
             pass
 
-    async def _fetch_once(self, leader: int, reader, writer, correlation: int, session: "FollowerSession") -> None:
-        partitions = sorted(self.followed.get(leader, ()))
+    def _logs_to_fetch(self, leader: int, session: "FollowerSession"):
+        """(logs whose fetch state the next request must look at, throttled partitions among them,
+        whether those are all the partitions to fetch or only the ones that changed)."""
+        throttling = self.throttle.rate() < UNLIMITED
+        if leader in self.look_at_all or throttling or session.epoch == INITIAL_EPOCH:
+            self.look_at_all.discard(leader)
+            self.appended.pop(leader, None)
+            partitions, complete = self.followed.get(leader, ()), True
+        else:
+            partitions, complete = self.appended.pop(leader, ()), False
         logs = {key: self.broker.replicas.get_log(*key) for key in partitions}
         logs = {key: partition_log for key, partition_log in logs.items() if partition_log is not None}
-        throttled = {key for key in logs if self.throttle.applies(key, self.broker.node_id)}
+        throttled = {key for key in logs if self.throttle.applies(key, self.broker.node_id)} if throttling else set()
         if throttled and self.throttle.exceeded():
             logs = {key: partition_log for key, partition_log in logs.items() if key not in throttled}
-            if not logs:
-                await self._wait_for_change(leader, self.throttle.wait_s())
-                return
-        if not logs:
-            await self._wait_for_change(leader)
+        return logs, throttled, complete
+
+    async def _fetch_once(self, leader: int, reader, writer, correlation: int, session: "FollowerSession") -> None:
+        logs, throttled, complete = self._logs_to_fetch(leader, session)
+        if complete and not logs:
+            self.look_at_all.add(leader)
+            await self._wait_for_change(leader, self.throttle.wait_s() if throttled else 5)
             return
         faults = self.broker.faults
         await faults.wait_reachable(leader)  # isolated from the leader: nothing goes out, nothing comes back
-        fetched_from = {key: partition_log.log_end_offset for key, partition_log in logs.items()}
-        request = self._request(logs, session)
+        request = self._request(logs, session, complete)
         request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
         payload = bytes(request.encode(version=FETCH_VERSION, header=True))
         writer.write(_SIZE.pack(len(payload)) + payload)
@@ -134,18 +149,22 @@ class ReplicaFetchers:
             log.info("fetch session with node %d ended: error %d; starting a new one", leader, response.error_code)
             return
         failed = False
+        appended = self.appended.setdefault(leader, set())
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
-                if self._still_following(leader, key, logs.get(key), fetched_from.get(key)):
-                    failed |= not self._apply(leader, key, data, logs[key])
+                partition_log = self.broker.replicas.get_log(*key)
+                # The leader read from the offset its session holds for us: the last one we sent.
+                if self._still_following(leader, key, partition_log, session.fetch_offset_of(key)):
+                    failed |= not self._apply(leader, key, data, partition_log)
+                    appended.add(key)
                     if key in throttled:
                         self.throttle.record(len(data.records or b""))
         if failed:
             # The leader answers errors at once; back off instead of spinning until metadata changes.
             await asyncio.sleep(RETRY_DELAY_S)
 
-    def _request(self, logs, session: "FollowerSession"):
+    def _request(self, logs, session: "FollowerSession", complete: bool):
         wanted = {}
         for key, partition_log in logs.items():
             info = self.broker.partition(*key)
@@ -153,7 +172,7 @@ class ReplicaFetchers:
             last_epoch = -1 if partition_log.latest_epoch is None else partition_log.latest_epoch
             wanted[key] = (partition_log.log_end_offset, info.leader_epoch if info else -1, last_epoch,
                            partition_log.log_start_offset)
-        to_send, forgotten = session.next_request(wanted)
+        to_send, forgotten = session.next_request(wanted, complete)
         return FetchRequest[FETCH_VERSION](
             cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
             max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=session.session_id, session_epoch=session.epoch,
@@ -225,13 +244,18 @@ class FollowerSession:
         """Next request is a full one, closing the session held so far (a new connection)."""
         self.epoch = INITIAL_EPOCH
 
-    def next_request(self, wanted: dict[tuple[str, int], PartitionState]):
-        """(partitions to name with their state, partitions to forget) for the next request."""
+    def fetch_offset_of(self, key: tuple[str, int]) -> int | None:
+        state = self.sent.get(key)
+        return None if state is None else state[0]
+
+    def next_request(self, wanted: dict[tuple[str, int], PartitionState], complete: bool = True):
+        """(partitions to name with their state, partitions to forget) for the next request.
+        `wanted`: every partition to fetch, or (complete=False) only some whose state may have changed."""
         if self.epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             self.sent = dict(wanted)
             return wanted, []
         changed = {key: state for key, state in wanted.items() if self.sent.get(key) != state}
-        forgotten = [key for key in self.sent if key not in wanted]
+        forgotten = [key for key in self.sent if key not in wanted] if complete else []
         for key in forgotten:
             del self.sent[key]
         self.sent.update(changed)

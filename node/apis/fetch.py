@@ -58,7 +58,7 @@ class PartitionFetch:
 async def handle(broker, header, request):
     version = header.api_version
     follower = _follower_id(request, version)
-    context = broker.fetch_sessions.context(request, version, privileged=follower >= 0)
+    context = broker.fetch_sessions.context(request, version, follower)
     if context.error:
         return RESPONSE[version](throttle_time_ms=0, error_code=context.error, session_id=0, responses=[])
     fetches = [_plan(broker, topic, part, version) for topic, part in context.partitions]
@@ -70,9 +70,12 @@ async def handle(broker, header, request):
             break
         # A throttled follower gets its data once the bucket allows, not only at max_wait_ms.
         wait = min(remaining, broker.leader_throttle.wait_s()) if any(f.held_back for f in fetches) else remaining
-        if not await _wait_for_data(broker, fetches, wait) and wait >= remaining:
-            _read_all(broker, fetches, request.max_bytes, follower)
+        if not await _wait_for_data(broker, fetches, wait, context) and wait >= remaining:
+            if context.session is None:  # (a session wakes on any news: without one, nothing changed)
+                _read_all(broker, fetches, request.max_bytes, follower)
             break
+        if context.session is not None:
+            fetches += [_plan(broker, topic, part, version) for topic, part in context.take_woken()]
     if version <= LAST_LEGACY_FORMAT_VERSION:
         await _down_convert(broker, fetches, version, follower)
     record_client_fetches(fetches, follower)
@@ -226,7 +229,9 @@ def _divergence(partition_log, request) -> tuple[int, int] | None:
     return epoch, end_offset
 
 
-async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float) -> bool:
+async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, context) -> bool:
+    if context.session is not None:
+        return await context.wait(timeout)
     keys = [(f.topic, f.request.partition) for f in fetches if f.topic is not None]
     waiter = broker.replicas.new_waiter(keys)
     try:
