@@ -402,7 +402,7 @@ class ReplicaManager:
             if info is None or info.leader != self.broker.node_id or len(info.isr) <= 1 or key in self._isr_changes:
                 continue
             lagging = [f for f in info.isr if f != self.broker.node_id
-                       and now_ms - self._caught_up_ms(key, f) > lag_ms]
+                       and now_ms - self._caught_up_ms(key, f, lag_ms) > lag_ms]
             if lagging:
                 log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
                 self._request_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from")
@@ -415,10 +415,12 @@ class ReplicaManager:
         info = self.broker.partition(fetch.topic, fetch.request.partition)
         return info is not None and info.leader == self.broker.node_id and follower not in info.isr
 
-    def _caught_up_ms(self, key: tuple[str, int], follower: int) -> float:
+    def _caught_up_ms(self, key: tuple[str, int], follower: int, lag_ms: int) -> float:
         """When follower last had everything of key: from its fetches, or, for a partition quiet in
         its fetch session (not read for lack of news), from its last request in that session."""
         caught_up = self._progress_of(key, follower).caught_up_ms
+        if _now_ms() - caught_up <= lag_ms:
+            return caught_up
         partition_log = self.logs.get(key)
         in_session = self.broker.fetch_sessions.caught_up_ms(
             follower, key[0], partition_log.topic_id if partition_log else None, key[1])
