@@ -26,6 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from cluster.bench import rss_mb
 from cluster.launcher import Cluster
 
 LATENCY_ROUNDS = 2000
@@ -102,14 +103,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def idle_cpu_and_rss(cluster: Cluster, seconds: float = 20) -> list[NodeIdle]:
     """Each node's CPU (percent of one core) over `seconds` of whatever the cluster does now, and its RSS."""
     pids = {node_id: node.pid for node_id, node in sorted(cluster.nodes.items())}
@@ -117,7 +110,7 @@ def idle_cpu_and_rss(cluster: Cluster, seconds: float = 20) -> list[NodeIdle]:
     started = time.monotonic()
     time.sleep(seconds)  # the measurement window itself
     elapsed = time.monotonic() - started
-    return [NodeIdle(node_id, (_cpu_seconds(pid) - before[node_id]) / elapsed * 100, _rss_mb(pid))
+    return [NodeIdle(node_id, (_cpu_seconds(pid) - before[node_id]) / elapsed * 100, rss_mb(pid))
             for node_id, pid in pids.items()]
 
 
