@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from cluster.formats.config import BrokerConfig
 from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
 from node.faults import Faults
+from node.fetch_sessions import FetchSessionCache
 from node.group_coordinator import GroupCoordinator
 from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
@@ -49,6 +50,9 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.fetchers = ReplicaFetchers(self)
         self.leader_throttle = ReplicationThrottle(self, LEADER)
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
+                                                config.get_int("min.incremental.fetch.session.eviction.ms"),
+                                                keep_reading=self.replicas.follower_outside_isr)
         self.listener: Listener | None = None
         self.started_ms = int(time.time() * 1000)
 

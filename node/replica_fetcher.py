@@ -4,6 +4,11 @@ One task per leader node fetches every partition this node follows there, starti
 own log end offset (which tells the leader what it has), appends the batches with their
 offsets unchanged and takes the leader's high watermark. The leader parks the request until
 there is something new, so the loop never polls.
+
+Each connection to a leader holds a fetch session (KIP-227, FollowerSession): after the first
+request names every partition, a request names only the partitions whose fetch state changed
+(mostly those just appended to) and the leader answers only partitions with news, so the cost
+of a round trip follows what changed, not how many partitions are followed.
 """
 from __future__ import annotations
 
@@ -17,8 +22,9 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.records import CorruptRecordError, iter_batch_headers, read_uvarint
 from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
+from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.producer_state import PartitionProducers
-from node.replication_throttle import FOLLOWER, ReplicationThrottle
+from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,10 @@ class ReplicaFetchers:
         self.tasks: dict[int, asyncio.Task] = {}
         self.changed: dict[int, asyncio.Event] = {}
         self.throttle = ReplicationThrottle(broker, FOLLOWER)
+        # Per leader, what the next request must look at again: every followed partition after a
+        # metadata change (or a new session), else only those appended to or truncated since.
+        self.look_at_all: set[int] = set()
+        self.appended: dict[int, set[tuple[str, int]]] = {}
 
     async def reconcile(self, time_slice: TimeSlice | None = None) -> None:
         """Follow every partition replicated here whose leader is another live node."""
@@ -55,11 +65,13 @@ class ReplicaFetchers:
                 self.changed.setdefault(leader, asyncio.Event()).set()
             if leader not in self.tasks or self.tasks[leader].done():
                 self.tasks[leader] = asyncio.get_running_loop().create_task(self._follow(leader))
+        self.look_at_all.update(self.changed)
         for event in self.changed.values():
             event.set()  # also wakes fetchers held back by a throttle whose configs may have changed
 
     def logs_opened(self) -> None:
         """Logs of partitions followed here were opened: a fetcher that had none to fetch looks again."""
+        self.look_at_all.update(self.changed)
         for event in self.changed.values():
             event.set()
 
@@ -67,6 +79,7 @@ class ReplicaFetchers:
         await cancel_and_wait(self.tasks.values())
 
     async def _follow(self, leader: int) -> None:
+        session = FollowerSession()
         while leader in self.followed:
             endpoint = self.broker.endpoint_of(leader)
             if endpoint is None:
@@ -77,11 +90,12 @@ class ReplicaFetchers:
             except OSError:
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
+            session.restart()
             try:
                 correlation = 0
                 while leader in self.followed:
                     correlation += 1
-                    await self._fetch_once(leader, reader, writer, correlation)
+                    await self._fetch_once(leader, reader, writer, correlation, session)
             except (OSError, asyncio.IncompleteReadError, ValueError, CorruptRecordError) as exc:
                 log.info("replication from node %d interrupted: %s", leader, exc)
                 await asyncio.sleep(RETRY_DELAY_S)
@@ -96,23 +110,32 @@ class ReplicaFetchers:
         except asyncio.TimeoutError:
             pass
 
-    async def _fetch_once(self, leader: int, reader, writer, correlation: int) -> None:
-        partitions = sorted(self.followed.get(leader, ()))
+    def _logs_to_fetch(self, leader: int, session: "FollowerSession"):
+        """(logs whose fetch state the next request must look at, throttled partitions among them,
+        whether those are all the partitions to fetch or only the ones that changed)."""
+        throttling = self.throttle.rate() < UNLIMITED
+        if leader in self.look_at_all or throttling or session.epoch == INITIAL_EPOCH:
+            self.look_at_all.discard(leader)
+            self.appended.pop(leader, None)
+            partitions, complete = self.followed.get(leader, ()), True
+        else:
+            partitions, complete = self.appended.pop(leader, ()), False
         logs = {key: self.broker.replicas.get_log(*key) for key in partitions}
         logs = {key: partition_log for key, partition_log in logs.items() if partition_log is not None}
-        throttled = {key for key in logs if self.throttle.applies(key, self.broker.node_id)}
+        throttled = {key for key in logs if self.throttle.applies(key, self.broker.node_id)} if throttling else set()
         if throttled and self.throttle.exceeded():
             logs = {key: partition_log for key, partition_log in logs.items() if key not in throttled}
-            if not logs:
-                await self._wait_for_change(leader, self.throttle.wait_s())
-                return
-        if not logs:
-            await self._wait_for_change(leader)
+        return logs, throttled, complete
+
+    async def _fetch_once(self, leader: int, reader, writer, correlation: int, session: "FollowerSession") -> None:
+        logs, throttled, complete = self._logs_to_fetch(leader, session)
+        if complete and not logs:
+            self.look_at_all.add(leader)
+            await self._wait_for_change(leader, self.throttle.wait_s() if throttled else 5)
             return
         faults = self.broker.faults
         await faults.wait_reachable(leader)  # isolated from the leader: nothing goes out, nothing comes back
-        fetched_from = {key: partition_log.log_end_offset for key, partition_log in logs.items()}
-        request = self._request(logs)
+        request = self._request(logs, session, complete)
         request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
         payload = bytes(request.encode(version=FETCH_VERSION, header=True))
         writer.write(_SIZE.pack(len(payload)) + payload)
@@ -122,33 +145,43 @@ class ReplicaFetchers:
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
         response = FetchResponse.decode(body[start:], version=FETCH_VERSION)
         await faults.wait_reachable(leader)
+        if not session.answered(response):
+            log.info("fetch session with node %d ended: error %d; starting a new one", leader, response.error_code)
+            return
         failed = False
+        appended = self.appended.setdefault(leader, set())
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
-                if self._still_following(leader, key, logs.get(key), fetched_from.get(key)):
-                    failed |= not self._apply(leader, key, data, logs[key])
+                partition_log = self.broker.replicas.get_log(*key)
+                # The leader read from the offset its session holds for us: the last one we sent.
+                if self._still_following(leader, key, partition_log, session.fetch_offset_of(key)):
+                    failed |= not self._apply(leader, key, data, partition_log)
+                    appended.add(key)
                     if key in throttled:
                         self.throttle.record(len(data.records or b""))
         if failed:
             # The leader answers errors at once; back off instead of spinning until metadata changes.
             await asyncio.sleep(RETRY_DELAY_S)
 
-    def _request(self, logs):
-        by_topic: dict[str, list] = {}
-        for (topic, index), partition_log in logs.items():
-            info = self.broker.partition(topic, index)
-            by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
-                partition=index, current_leader_epoch=info.leader_epoch if info else -1,
-                fetch_offset=partition_log.log_end_offset,
-                # Epoch 0 is an epoch like any other; only a log without epochs has none (-1).
-                last_fetched_epoch=-1 if partition_log.latest_epoch is None else partition_log.latest_epoch,
-                log_start_offset=partition_log.log_start_offset, partition_max_bytes=PARTITION_MAX_BYTES))
+    def _request(self, logs, session: "FollowerSession", complete: bool):
+        wanted = {}
+        for key, partition_log in logs.items():
+            info = self.broker.partition(*key)
+            # Epoch 0 is an epoch like any other; only a log without epochs has none (-1).
+            last_epoch = -1 if partition_log.latest_epoch is None else partition_log.latest_epoch
+            wanted[key] = (partition_log.log_end_offset, info.leader_epoch if info else -1, last_epoch,
+                           partition_log.log_start_offset)
+        to_send, forgotten = session.next_request(wanted, complete)
         return FetchRequest[FETCH_VERSION](
             cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
-            max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
+            max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=session.session_id, session_epoch=session.epoch,
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[_fetch_partition(index, state)
+                                                                     for index, state in partitions])
+                    for topic, partitions in _by_topic(to_send).items()],
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=topic, partitions=[index for index, _ in parts])
+                                   for topic, parts in _by_topic(dict.fromkeys(forgotten)).items()],
+            rack_id="")
 
     def _track_producers(self, key: tuple[str, int], records) -> None:
         """Idempotent producers' sequences, batch by batch, so that this replica can take over
@@ -190,6 +223,73 @@ class ReplicaFetchers:
             self._track_producers(key, data.records)
         partition_log.high_watermark = min(data.high_watermark, partition_log.log_end_offset)
         return True
+
+
+PartitionState = tuple[int, int, int, int]  # fetch offset, leader epoch, last fetched epoch, log start offset
+
+
+class FollowerSession:
+    """The follower's side of a fetch session with one leader, as Kafka's FetchSessionHandler.
+
+    `sent` is the fetch state of every partition as the leader's session holds it; a request
+    names the partitions whose state differs from it and forgets those no longer wanted.
+    """
+
+    def __init__(self):
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[tuple[str, int], PartitionState] = {}
+
+    def restart(self) -> None:
+        """Next request is a full one, closing the session held so far (a new connection)."""
+        self.epoch = INITIAL_EPOCH
+
+    def fetch_offset_of(self, key: tuple[str, int]) -> int | None:
+        state = self.sent.get(key)
+        return None if state is None else state[0]
+
+    def next_request(self, wanted: dict[tuple[str, int], PartitionState], complete: bool = True):
+        """(partitions to name with their state, partitions to forget) for the next request.
+        `wanted`: every partition to fetch, or (complete=False) only some whose state may have changed."""
+        if self.epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            self.sent = dict(wanted)
+            return wanted, []
+        changed = {key: state for key, state in wanted.items() if self.sent.get(key) != state}
+        forgotten = [key for key in self.sent if key not in wanted] if complete else []
+        for key in forgotten:
+            del self.sent[key]
+        self.sent.update(changed)
+        return changed, forgotten
+
+    def answered(self, response) -> bool:
+        """Take the session id and epoch the answer implies; False if the leader refused the session."""
+        if response.error_code != ErrorCode.NONE:
+            if response.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id = INVALID_SESSION_ID
+            self.epoch = INITIAL_EPOCH
+            return False
+        if self.epoch == INITIAL_EPOCH or response.session_id == INVALID_SESSION_ID:
+            # A full answer opens a session (or none, id 0: then every request stays a full one).
+            self.session_id = response.session_id
+            self.epoch = INITIAL_EPOCH if response.session_id == INVALID_SESSION_ID else next_epoch(INITIAL_EPOCH)
+        else:
+            self.epoch = next_epoch(self.epoch)
+        return True
+
+
+def _by_topic(partitions: dict[tuple[str, int], object]) -> dict[str, list[tuple[int, object]]]:
+    by_topic: dict[str, list] = {}
+    for (topic, index), state in partitions.items():
+        by_topic.setdefault(topic, []).append((index, state))
+    return by_topic
+
+
+def _fetch_partition(index: int, state: PartitionState):
+    fetch_offset, leader_epoch, last_fetched_epoch, log_start_offset = state
+    return FetchRequest.FetchTopic.FetchPartition(
+        partition=index, current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
+        last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
+        partition_max_bytes=PARTITION_MAX_BYTES)
 
 
 def _truncation_offset(partition_log, leader_epoch: int, leader_end_offset: int) -> int:

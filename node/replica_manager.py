@@ -235,6 +235,7 @@ class ReplicaManager:
             # Every follower counts as caught up when a term begins (Kafka's makeLeader).
             self.progress[key] = {f: FollowerProgress(caught_up_ms=_now_ms()) for f in info.replicas
                                   if f != self.broker.node_id}
+            self.notify_append(key)  # fetches parked on it learn of the new term
             if info.leader == self.broker.node_id:
                 self.epoch_start_offsets[key] = partition_log.log_end_offset
             else:
@@ -267,6 +268,7 @@ class ReplicaManager:
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
+        self.broker.fetch_sessions.touched(key[0], partition_log.topic_id, key[1])
         return partition_log
 
     async def _remove_orphan_dirs(self, wanted: set[tuple[str, int]]) -> None:
@@ -400,10 +402,29 @@ class ReplicaManager:
             if info is None or info.leader != self.broker.node_id or len(info.isr) <= 1 or key in self._isr_changes:
                 continue
             lagging = [f for f in info.isr if f != self.broker.node_id
-                       and now_ms - self._progress_of(key, f).caught_up_ms > lag_ms]
+                       and now_ms - self._caught_up_ms(key, f, lag_ms) > lag_ms]
             if lagging:
                 log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
                 self._request_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from")
+
+    def follower_outside_isr(self, fetch, follower: int) -> bool:
+        """A follower fetching a partition led here without being in its ISR: each of its fetches
+        may be the one that adds it, so its fetch session reads the partition every time."""
+        if follower < 0 or fetch.topic is None:
+            return False
+        info = self.broker.partition(fetch.topic, fetch.request.partition)
+        return info is not None and info.leader == self.broker.node_id and follower not in info.isr
+
+    def _caught_up_ms(self, key: tuple[str, int], follower: int, lag_ms: int) -> float:
+        """When follower last had everything of key: from its fetches, or, for a partition quiet in
+        its fetch session (not read for lack of news), from its last request in that session."""
+        caught_up = self._progress_of(key, follower).caught_up_ms
+        if _now_ms() - caught_up <= lag_ms:
+            return caught_up
+        partition_log = self.logs.get(key)
+        in_session = self.broker.fetch_sessions.caught_up_ms(
+            follower, key[0], partition_log.topic_id if partition_log else None, key[1])
+        return caught_up if in_session is None else max(caught_up, in_session)
 
     def effective_min_isr(self, key: tuple[str, int], configs: dict[str, str] | None = None) -> int:
         """min.insync.replicas, but never more than there are replicas (Kafka's effectiveMinIsr).
@@ -497,16 +518,22 @@ class ReplicaManager:
         self.update_high_watermark(key)
 
     def notify_append(self, key: tuple[str, int]) -> None:
+        """News in a partition (data, high watermark, term): wake the fetches waiting on it."""
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
+        partition_log = self.logs.get(key)
+        self.broker.fetch_sessions.touched(key[0], partition_log.topic_id if partition_log else None, key[1])
 
     async def run_retention(self, interval_ms: int) -> None:
         """Delete expired segments every log.retention.check.interval.ms, as Kafka's log cleaner thread does."""
         while True:
             await asyncio.sleep(interval_ms / 1000)
             for key, partition_log in list(self.logs.items()):
+                start = partition_log.log_start_offset
                 try:
                     partition_log.enforce_retention()
                 except OSError as exc:
                     log.error("retention on %s-%d failed: %s", *key, exc)
+                if partition_log.log_start_offset != start:
+                    self.notify_append(key)  # a new log start offset is news to fetch sessions

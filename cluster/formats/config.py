@@ -55,6 +55,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     # Replication throttles (bytes/s); Kafka's default, Long.MAX_VALUE, is no throttle.
     "leader.replication.throttled.rate": "9223372036854775807",
     "follower.replication.throttled.rate": "9223372036854775807",
+    # Fetch sessions (KIP-227) a node keeps, and how long one must be unused before a new one may take its place.
+    "max.incremental.fetch.session.cache.slots": "1000",
+    "min.incremental.fetch.session.eviction.ms": "120000",
 }
 
 # Not Kafka's: the port of a node's admin listener (fault injection, replica states); 0 picks a free one.

@@ -139,6 +139,9 @@ class Segment:
     bytes_since_index: int = 0
     fd: int = -1
     index_fds: dict[str, int] = field(default_factory=dict)  # suffix -> O_APPEND descriptor
+    # (base offset, position) of the last batch written: followers and consumers at the log end
+    # read from there without walking the batches since the last index entry.
+    last_batch: tuple[int, int] = (-1, -1)
 
     def __post_init__(self):
         self.next_offset = self.next_offset or self.base_offset
@@ -176,6 +179,7 @@ class Segment:
             self.first_batch_timestamp = header.max_timestamp
         self.next_offset = header.next_offset
         self.size = max(self.size, position + header.size)
+        self.last_batch = (header.base_offset, position)
         index_entry = time_entry = b""
         # As Kafka's LogSegment: the entry goes to the batch that follows more than an
         # interval of unindexed bytes, so the first batch is never indexed.
@@ -207,6 +211,9 @@ class Segment:
 
     def position_for(self, offset: int) -> int:
         """Start position of a batch at or before the one holding offset."""
+        last_base, last_position = self.last_batch
+        if 0 <= last_base <= offset and last_position < self.size:  # (a truncation may have cut it off)
+            return last_position
         i = bisect.bisect_left(self.index_offsets, offset - self.base_offset)
         return self.index_positions[i - 1] if i > 0 else 0
 

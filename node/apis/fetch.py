@@ -1,8 +1,9 @@
 """Fetch: whole batches from the requested offsets, long-polling until min_bytes or max_wait.
 
 Waiting is event-driven: the request parks a future on its partitions and the produce
-path resolves it on append. Fetch sessions (KIP-227) are declined with session id 0, so
-clients always send full fetch requests.
+path resolves it on append. Fetch sessions (KIP-227, node.fetch_sessions) decide which
+partitions a request reads (an incremental one: every partition of its session) and which
+the answer carries (an incremental one: those with news).
 
 Versions 0-3 predate magic 2: what was read is down-converted once the fetch is complete,
 to magic 0 for v0-1 and magic 1 for v2-3 (cluster.formats.message_sets), as Kafka's
@@ -32,7 +33,6 @@ RESPONSE = FetchResponse
 VERSIONS = (0, 18)
 LAST_MAGIC_0_VERSION = 1
 LAST_LEGACY_FORMAT_VERSION = 3
-FETCH_SESSION_ID_NOT_FOUND = 70
 # Errors whose partition answer carries the current leader (KIP-951), so clients re-route at once.
 _NAMES_THE_LEADER = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -57,11 +57,11 @@ class PartitionFetch:
 
 async def handle(broker, header, request):
     version = header.api_version
-    if request.session_id != 0:
-        return RESPONSE[version](throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND,
-                                 session_id=0, responses=[])
-    fetches = [_plan(broker, topic, part, version) for topic in request.topics for part in topic.partitions]
     follower = _follower_id(request, version)
+    context = broker.fetch_sessions.context(request, version, follower)
+    if context.error:
+        return RESPONSE[version](throttle_time_ms=0, error_code=context.error, session_id=0, responses=[])
+    fetches = [_plan(broker, topic, part, version) for topic, part in context.partitions]
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     while True:
         total = _read_all(broker, fetches, request.max_bytes, follower)
@@ -70,13 +70,17 @@ async def handle(broker, header, request):
             break
         # A throttled follower gets its data once the bucket allows, not only at max_wait_ms.
         wait = min(remaining, broker.leader_throttle.wait_s()) if any(f.held_back for f in fetches) else remaining
-        if not await _wait_for_data(broker, fetches, wait) and wait >= remaining:
-            _read_all(broker, fetches, request.max_bytes, follower)
+        if not await _wait_for_data(broker, fetches, wait, context) and wait >= remaining:
+            if context.session is None:  # (a session wakes on any news: without one, nothing changed)
+                _read_all(broker, fetches, request.max_bytes, follower)
             break
+        if context.session is not None:
+            fetches += [_plan(broker, topic, part, version) for topic, part in context.take_woken()]
     if version <= LAST_LEGACY_FORMAT_VERSION:
         await _down_convert(broker, fetches, version, follower)
     record_client_fetches(fetches, follower)
-    return _response(broker, fetches, version)
+    session_id, answered = broker.fetch_sessions.answer(context, fetches)
+    return _response(broker, answered, version, session_id)
 
 
 def _follower_id(request, version: int) -> int:
@@ -225,7 +229,9 @@ def _divergence(partition_log, request) -> tuple[int, int] | None:
     return epoch, end_offset
 
 
-async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float) -> bool:
+async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, context) -> bool:
+    if context.session is not None:
+        return await context.wait(timeout)
     keys = [(f.topic, f.request.partition) for f in fetches if f.topic is not None]
     waiter = broker.replicas.new_waiter(keys)
     try:
@@ -237,7 +243,7 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float) 
         broker.replicas.drop_waiter(waiter, keys)
 
 
-def _response(broker, fetches: list[PartitionFetch], version: int):
+def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int):
     topics: list = []
     by_topic: dict = {}
     for fetch in fetches:
@@ -253,7 +259,8 @@ def _response(broker, fetches: list[PartitionFetch], version: int):
     endpoints = leader_endpoints(broker, leaders)
     if endpoints:
         extra["node_endpoints"] = [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]
-    return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics, **extra)
+    return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics,
+                             **extra)
 
 
 def _partition_data(fetch: PartitionFetch):
