@@ -24,6 +24,7 @@ LARGE_VALUE_BYTES = 1_000_000
 # The mock keeps the last 5 MB of each partition: the consumer reads no more than 4 partitions
 # of 100-byte values it still holds, on either cluster.
 MOCK_RETAINED_MESSAGES = 150_000
+KAFKA_PYTHON_API_VERSION = (2, 1)
 # librdkafka refuses to send a message above message.max.bytes (1,000,000 by default).
 _LARGE_MESSAGE_LIMIT = 2 * LARGE_VALUE_BYTES
 
@@ -87,8 +88,13 @@ def confluent_consumer_rate(bootstrap: str, topic: str, partitions: int, message
 
 
 def kafka_python_producer_rate(bootstrap: str, topic: str, messages: int, value_size: int, acks: str = "1") -> float:
-    """Messages per second one kafka-python producer writes and has acknowledged."""
-    return messages / _produce_kafka_python(bootstrap, topic, messages, os.urandom(value_size), acks)
+    """Messages per second one kafka-python producer writes and has acknowledged.
+
+    The API versions are pinned to Kafka 2.1's (Produce v7) on every cluster: kafka-python
+    3.0 cannot read the mock's answer to the ApiVersions v4 it opens with otherwise.
+    """
+    return messages / _produce_kafka_python(bootstrap, topic, messages, os.urandom(value_size), acks,
+                                            api_version=KAFKA_PYTHON_API_VERSION)
 
 
 def write_large_values(bootstrap: str, topic: str, count: int, value_size: int = LARGE_VALUE_BYTES) -> None:
@@ -121,7 +127,8 @@ def large_fetch_megabytes_per_second(bootstrap: str, topic: str, count: int, rea
         started = time.perf_counter()
         seen = 0
         while seen < count:
-            batch = consumer.consume(num_messages=1000, timeout=5)
+            # consume() waits for num_messages or the timeout: never ask for more than is left.
+            batch = consumer.consume(num_messages=min(100, count - seen), timeout=5)
             if not batch:
                 raise RuntimeError(f"read {seen} of {count} large values before the stream went quiet")
             seen += len(batch)
