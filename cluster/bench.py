@@ -77,17 +77,22 @@ def _consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: 
                                          "enable.auto.commit": False, "fetch.max.bytes": 52428800})
     consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
                      for p in range(partitions)])
+    elapsed = time_reading(consumer, messages, 10_000)
+    consumer.close()
+    return elapsed
+
+
+def time_reading(consumer, messages: int, batch_size: int) -> float:
+    """Seconds an assigned confluent-kafka consumer takes to read `messages` messages."""
     started = time.perf_counter()
     seen = 0
     while seen < messages:
         # consume() waits for num_messages or the timeout: never ask for more than is left.
-        batch = consumer.consume(num_messages=min(10_000, messages - seen), timeout=5)
+        batch = consumer.consume(num_messages=min(batch_size, messages - seen), timeout=5)
         if not batch:
             raise RuntimeError(f"read {seen} of {messages} messages before the stream went quiet")
         seen += len(batch)
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
+    return time.perf_counter() - started
 
 
 def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: bytes, acks: str,
