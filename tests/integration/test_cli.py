@@ -285,3 +285,20 @@ def test_bench_prints_every_figure():
                     "cluster down (min of 2)", "cluster down (median of 2)", "cluster down (max of 2)"):
         assert float(rows[measure][0]) >= 0, f"{measure}: {rows[measure]}"
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
+
+
+def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
+    result = subprocess.run([*KRAFTWERK, "bench", "--against-mock", "--messages", "2000", "--large-values", "3"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {}
+    for line in result.stdout.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) == 5:
+            rows[cells[0]] = cells[1:]
+    for figure in ("confluent producer acks=all", "confluent consumer", "kafka-python producer acks=1"):
+        unit, ours, mock, ratio = rows[figure]
+        assert unit == "msg/s" and int(ours.replace(",", "")) > 0 and int(mock.replace(",", "")) > 0, rows[figure]
+        assert float(ratio.rstrip("x")) > 0, rows[figure]
+    unit, ours, mock, _ = rows["1 MB values fetch"]
+    assert unit == "MB/s" and int(ours.replace(",", "")) > 0 and mock.startswith("n/a"), rows["1 MB values fetch"]
