@@ -77,23 +77,30 @@ def _consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: 
                                          "enable.auto.commit": False, "fetch.max.bytes": 52428800})
     consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
                      for p in range(partitions)])
-    started = time.perf_counter()
-    seen = 0
-    while seen < messages:
-        batch = consumer.consume(num_messages=10_000, timeout=5)
-        if not batch:
-            raise RuntimeError(f"read {seen} of {messages} messages before the stream went quiet")
-        seen += len(batch)
-    elapsed = time.perf_counter() - started
+    elapsed = time_reading(consumer, messages, 10_000)
     consumer.close()
     return elapsed
 
 
-def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: bytes, acks: str) -> float:
+def time_reading(consumer, messages: int, batch_size: int) -> float:
+    """Seconds an assigned confluent-kafka consumer takes to read `messages` messages."""
+    started = time.perf_counter()
+    seen = 0
+    while seen < messages:
+        # consume() waits for num_messages or the timeout: never ask for more than is left.
+        batch = consumer.consume(num_messages=min(batch_size, messages - seen), timeout=5)
+        if not batch:
+            raise RuntimeError(f"read {seen} of {messages} messages before the stream went quiet")
+        seen += len(batch)
+    return time.perf_counter() - started
+
+
+def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: bytes, acks: str,
+                          api_version: tuple[int, int] | None = None) -> float:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks), linger_ms=5,
-                             batch_size=256 * 1024)
+                             batch_size=256 * 1024, api_version=api_version)
     started = time.perf_counter()
     futures = [producer.send(topic, value=value, key=str(i).encode()) for i in range(messages)]
     producer.flush()

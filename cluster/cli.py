@@ -816,8 +816,19 @@ def _format_message(template: str, record) -> str:
 @click.option("--partitions", type=int, default=6, show_default=True)
 @click.option("--down-runs", type=int, default=10, show_default=True,
               help="how many fresh clusters to stop for the cluster down figures (0: none)")
-def bench(nodes, messages, value_size, partitions, down_runs):
+@click.option("--against-mock", is_flag=True,
+              help="instead: client throughput side by side with librdkafka's mock cluster (RF=3, 4 partitions, "
+                   "100-byte values, 1 MB values fetch), each figure with its ratio")
+@click.option("--large-values", type=int, default=1000, show_default=True,
+              help="with --against-mock: how many 1 MB values the large fetch figure reads")
+def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values):
     """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures."""
+    if against_mock:
+        from cluster.bench_throughput import side_by_side
+
+        side_by_side(nodes=nodes, replication_factor=min(3, nodes), messages=messages, large_values=large_values,
+                     console=console)
+        return
     from cluster.bench import run_benchmark
 
     run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console,

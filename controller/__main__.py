@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cluster.formats.config import BrokerConfig
 from cluster.formats.control import ControlServer
+from cluster.runtime import event_loop
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
 from controller.metadata_writer import MetadataWriter
@@ -124,7 +125,7 @@ async def run(args) -> None:
 def main(argv=None) -> None:
     logging.basicConfig(level=os.environ.get("KRAFTWERK_LOG_LEVEL", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run(parse_args(sys.argv[1:] if argv is None else argv)))
+    event_loop.run(run(parse_args(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

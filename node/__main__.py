@@ -26,6 +26,7 @@ import signal
 import sys
 
 from cluster.formats.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties
+from cluster.runtime import event_loop
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker, Listener
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     if config.process_roles == {"controller"}:
         command = controller_command(config)
         os.execv(command[0], command)
-    sys.exit(asyncio.run(run(config)))
+    sys.exit(event_loop.run(run(config)))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from cluster.runtime.shutdown import cancel_and_wait
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
+from node.spliced_response import SplicedResponse
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,22 @@ MAX_IN_FLIGHT = 1024
 
 class MalformedRequest(Exception):
     """The request cannot be parsed; Kafka closes the connection."""
+
+
+class HandlerFailed(Exception):
+    """A request handler raised: the connection is closed, as Kafka does on an unexpected error."""
+
+
+_QUEUE_EMPTY = object()
+
+
+async def _answer_of(pending: asyncio.Task) -> list | None:
+    try:
+        return await pending
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise HandlerFailed(str(exc)) from exc
 
 
 @dataclass(slots=True)
@@ -145,7 +162,7 @@ class KafkaServer:
             raise MalformedRequest(f"cannot decode {handler.request.name} v{api_version}: {exc}") from exc
         return asyncio.create_task(self._handle(handler, header, request, peer))
 
-    async def _handle(self, handler: ApiHandler, header: RequestHeader, request, peer) -> bytes | None:
+    async def _handle(self, handler: ApiHandler, header: RequestHeader, request, peer) -> list | None:
         faults = self.broker.faults
         party = party_of(header.client_id)
         await faults.wait_reachable(party)
@@ -157,36 +174,57 @@ class KafkaServer:
         await faults.before_response(party)
         if response is None:
             return None
-        body = response.encode(version=header.api_version)
+        if isinstance(response, SplicedResponse):
+            body = response.encode_pieces(header.api_version)
+        else:
+            body = [response.encode(version=header.api_version)]
         return self._frame_response(header.correlation_id, body, handler.response_header_is_flexible(header.api_version))
 
-    async def _unsupported_api_versions(self, correlation_id: int) -> bytes:
+    async def _unsupported_api_versions(self, correlation_id: int) -> list:
         body = api_versions.unsupported_version_response().encode(version=0)
-        return self._frame_response(correlation_id, body, flexible=False)
+        return self._frame_response(correlation_id, [body], flexible=False)
 
     @staticmethod
-    def _frame_response(correlation_id: int, body: bytes, flexible: bool) -> bytes:
+    def _frame_response(correlation_id: int, body: list, flexible: bool) -> list:
+        """The response's buffers, size and header first; the body's buffers are not joined."""
         header = _CORRELATION.pack(correlation_id) + (b"\x00" if flexible else b"")
-        return _SIZE.pack(len(header) + len(body)) + header + body
+        size = len(header) + sum(len(piece) for piece in body)
+        return [_SIZE.pack(size) + header, *body]
 
     async def _write_responses(self, responses: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         """Write each response in request order; a failed handler closes the connection."""
-        while True:
-            pending = await responses.get()
-            if pending is None:
-                return
-            try:
-                data = await pending
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("request handler failed; closing the connection")
-                writer.close()
-                self._drain_queue(responses)
-                return
-            if data is not None:
-                writer.write(data)
+        try:
+            await self._write_in_order(responses, writer)
+        except HandlerFailed:
+            log.exception("request handler failed; closing the connection")
+            writer.close()
+            self._drain_queue(responses)
+
+    @staticmethod
+    async def _write_in_order(responses: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        """Responses already answered when one is written go out with it, in one vectored
+        write: a pipelining client (acks=all producers, replica fetchers) often has several
+        answered in the same turn of the loop."""
+        pending = await responses.get()
+        try:
+            while pending is not None:
+                buffers: list = []
+                while True:
+                    data = await _answer_of(pending)
+                    if data is not None:
+                        buffers.extend(data)
+                    pending = responses.get_nowait() if not responses.empty() else _QUEUE_EMPTY
+                    if pending is _QUEUE_EMPTY or pending is None or not pending.done():
+                        break
+                writer.writelines(buffers)
                 await writer.drain()
+                if pending is _QUEUE_EMPTY:
+                    pending = await responses.get()
+        except asyncio.CancelledError:
+            # The request taken from the queue but not written yet goes with the connection.
+            if isinstance(pending, asyncio.Task):
+                pending.cancel()
+            raise
 
     @staticmethod
     def _drain_queue(responses: asyncio.Queue) -> None:

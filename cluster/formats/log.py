@@ -114,7 +114,7 @@ class AppendInfo:
 
 @dataclass
 class ReadResult:
-    records: bytes
+    records: bytes | memoryview
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -255,9 +255,10 @@ class SegmentWalker:
             yield position, header
             position += header.size
 
-    def read(self, start: int, end: int) -> bytes:
+    def read(self, start: int, end: int) -> memoryview | bytes:
+        """The bytes from start to end; a view of the window when it holds them, not a copy."""
         if self._holds(start, end):
-            return bytes(self.window[start - self.window_start:end - self.window_start])
+            return self.window[start - self.window_start:end - self.window_start]
         return os.pread(self.fd, end - start, start)
 
     def _holds(self, start: int, end: int) -> bool:
@@ -461,7 +462,9 @@ class PartitionLog:
                     total += len(data)
                 if stopped:
                     break
-        return ReadResult(b"".join(chunks), self.high_watermark, self.log_start_offset, self.log_end_offset)
+        # One segment's read is handed on as read (a view of its window), not copied.
+        records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return ReadResult(records, self.high_watermark, self.log_start_offset, self.log_end_offset)
 
     def _segment_index_for(self, offset: int) -> int:
         bases = [segment.base_offset for segment in self.segments]
@@ -636,7 +639,7 @@ class PartitionLog:
         shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _slice(walker: SegmentWalker, start: int, end: int) -> bytes:
+def _slice(walker: SegmentWalker, start: int, end: int) -> memoryview | bytes:
     return walker.read(start, end) if end > start >= 0 else b""
 
 

@@ -11,6 +11,10 @@ KafkaApis.maybeConvertFetchedData does, and only then; v4+ fetches never take th
 Kafka's checks for those versions come with it: a topic with `compression.type=zstd` is
 UNSUPPORTED_COMPRESSION_TYPE, one with `message.downconversion.enable=false` is
 UNSUPPORTED_VERSION for consumers.
+
+Record bytes are read from the segment once (one pread, kept as a memoryview) and never pass
+through the response encoder: the answer is a node.spliced_response.SplicedResponse, whose
+record sets the server writes beside the encoded fields.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from cluster.formats.records import CorruptRecordError
 from cluster.formats.errors import ErrorCode
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
+from node.spliced_response import SplicedResponse, marker
 
 REQUEST = FetchRequest
 RESPONSE = FetchResponse
@@ -184,7 +189,8 @@ async def _down_convert(broker, fetches: list[PartitionFetch], version: int, fol
             to_convert.append(fetch)
     if not to_convert:
         return
-    converted = await asyncio.to_thread(_convert_each, [(f.records, f.request.fetch_offset) for f in to_convert], magic)
+    reads = [(bytes(f.records), f.request.fetch_offset) for f in to_convert]
+    converted = await asyncio.to_thread(_convert_each, reads, magic)
     for fetch, records in zip(to_convert, converted):
         if isinstance(records, ErrorCode):
             _refuse(fetch, records)
@@ -243,9 +249,10 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, 
         broker.replicas.drop_waiter(waiter, keys)
 
 
-def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int):
+def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int) -> SplicedResponse:
     topics: list = []
     by_topic: dict = {}
+    record_sets: list = []
     for fetch in fetches:
         key = fetch.topic_id if version >= 13 else fetch.topic
         topic = by_topic.get(key)
@@ -253,17 +260,22 @@ def _response(broker, fetches: list[PartitionFetch], version: int, session_id: i
             topic = TopicResponse(topic=fetch.topic if version < 13 else None, topic_id=fetch.topic_id, partitions=[])
             by_topic[key] = topic
             topics.append(topic)
-        topic.partitions.append(_partition_data(fetch))
+        records = fetch.records
+        if records:
+            record_sets.append(records)
+            records = marker(len(record_sets) - 1)
+        topic.partitions.append(_partition_data(fetch, records))
     leaders = [f.leader[0] for f in fetches if f.leader]
     extra = {}
     endpoints = leader_endpoints(broker, leaders)
     if endpoints:
         extra["node_endpoints"] = [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]
-    return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics,
-                             **extra)
+    response = RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id,
+                                 responses=topics, **extra)
+    return SplicedResponse(response, record_sets, compact=RESPONSE.flexible_version_q(version))
 
 
-def _partition_data(fetch: PartitionFetch):
+def _partition_data(fetch: PartitionFetch, records):
     extra = {}
     if fetch.diverging is not None:
         extra["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=fetch.diverging[0], end_offset=fetch.diverging[1])
@@ -278,6 +290,6 @@ def _partition_data(fetch: PartitionFetch):
         aborted_transactions=None,
         preferred_read_replica=-1,
         # librdkafka reads a null record set as an invalid MessageSet size: always bytes.
-        records=fetch.records,
+        records=records,
         **extra,
     )

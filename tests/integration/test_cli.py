@@ -271,17 +271,36 @@ def test_up_refuses_a_running_cluster_and_down_spares_reused_pids(data_dir):
         state_path.unlink()  # the fixture must not killpg the bystander either
 
 
+def table_rows(output: str, columns: int) -> dict[str, list[str]]:
+    """The rows of the rich tables in output that have `columns` columns, by their first cell."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) == columns:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
 def test_bench_prints_every_figure():
     result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3", "--down-runs", "2"],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = {}
-    for line in result.stdout.splitlines():
-        cells = [cell.strip() for cell in line.split("│")[1:-1]]
-        if len(cells) == 4:
-            rows[cells[0]] = cells[1:]
+    rows = table_rows(result.stdout, columns=4)
     for measure in ("cluster start-up", "produce acks=1", "produce acks=-1", "fetch (consume all)",
                     "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable",
                     "cluster down (min of 2)", "cluster down (median of 2)", "cluster down (max of 2)"):
         assert float(rows[measure][0]) >= 0, f"{measure}: {rows[measure]}"
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
+
+
+def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
+    result = subprocess.run([*KRAFTWERK, "bench", "--against-mock", "--messages", "2000", "--large-values", "3"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = table_rows(result.stdout, columns=5)
+    for figure in ("confluent producer acks=all", "confluent consumer", "kafka-python producer acks=1"):
+        unit, ours, mock, ratio = rows[figure]
+        assert unit == "msg/s" and int(ours.replace(",", "")) > 0 and int(mock.replace(",", "")) > 0, rows[figure]
+        assert float(ratio.rstrip("x")) > 0, rows[figure]
+    unit, ours, mock, _ = rows["1 MB values fetch"]
+    assert unit == "MB/s" and int(ours.replace(",", "")) > 0 and mock.startswith("n/a"), rows["1 MB values fetch"]

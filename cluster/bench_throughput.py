@@ -1,0 +1,215 @@
+"""Client throughput figures, side by side with librdkafka's mock cluster.
+
+Each figure function takes a bootstrap string, so the same code measures a kraftwerk
+cluster and the mock cluster that ships inside confluent-kafka (in-process C, memory only,
+replication simulated). The figures are printed with their ratio to the mock's: on a
+shared machine a ratio from one run says more than absolute numbers from different runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.table import Table
+
+from cluster.bench import _consume_confluent, _produce_confluent, _produce_kafka_python, time_reading
+from cluster.launcher import Cluster
+
+LARGE_VALUE_BYTES = 1_000_000
+# The mock keeps the last 5 MB of each partition: the consumer reads no more than 4 partitions
+# of 100-byte values it still holds, on either cluster.
+MOCK_RETAINED_MESSAGES = 150_000
+KAFKA_PYTHON_API_VERSION = (2, 1)
+# librdkafka refuses to send a message above message.max.bytes (1,000,000 by default).
+_LARGE_MESSAGE_LIMIT = 2 * LARGE_VALUE_BYTES
+
+
+@dataclass
+class SideBySide:
+    what: str
+    unit: str
+    kraftwerk: float
+    mock: float | None  # None: a figure the mock cannot give
+
+    @property
+    def ratio(self) -> float | None:
+        return self.kraftwerk / self.mock if self.mock else None
+
+
+@contextlib.contextmanager
+def mock_cluster(brokers: int = 3) -> Iterator[str]:
+    """librdkafka's mock cluster for as long as the block runs; yields its bootstrap string.
+
+    The mock lives inside a client handle (`test.mock.num.brokers`); the brokers the handle
+    learns from Metadata are the mock's listeners, which any other client can reach.
+    """
+    import confluent_kafka
+
+    # The handle logs at NOTICE that it replaced bootstrap.servers: expected, not worth a line.
+    quiet = logging.getLogger("kraftwerk.bench.mock")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    holder = confluent_kafka.Producer({"bootstrap.servers": "mock", "test.mock.num.brokers": brokers,
+                                       "logger": quiet})
+    try:
+        metadata = holder.list_topics(timeout=10)
+        yield ",".join(f"{b.host}:{b.port}" for b in sorted(metadata.brokers.values(), key=lambda b: b.id))
+    finally:
+        holder.flush(5)
+        del holder
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, replication_factor: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions, replication_factor)]).values():
+        future.result(30)
+
+
+def confluent_producer_rate(bootstrap: str, topic: str, messages: int, value_size: int, acks: str = "all") -> float:
+    """Messages per second one confluent-kafka producer writes and has acknowledged."""
+    import confluent_kafka
+
+    seconds = _produce_confluent(confluent_kafka, bootstrap, topic, messages, os.urandom(value_size), acks)
+    return messages / seconds
+
+
+def confluent_consumer_rate(bootstrap: str, topic: str, partitions: int, messages: int) -> float:
+    """Messages per second one confluent-kafka consumer reads of a topic, from the beginning."""
+    import confluent_kafka
+
+    return messages / _consume_confluent(confluent_kafka, bootstrap, topic, partitions, messages)
+
+
+def open_group_coordinator(bootstrap: str, topic: str) -> None:
+    """Commit an offset once, so that the cluster has created and opened __consumer_offsets.
+
+    The first consumer with a group.id makes a cluster create that topic (50 partitions, as
+    Kafka); the mock has it from the start. Its creation is a one-time cost of the cluster's
+    first group, not of reading, and stays out of the consumer figure.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    # kafka-python's commit waits out COORDINATOR_LOAD_IN_PROGRESS; librdkafka's fails on it.
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="kraftwerk-bench", enable_auto_commit=False,
+                             api_version=KAFKA_PYTHON_API_VERSION)
+    try:
+        consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(0, "", -1)})
+    finally:
+        consumer.close()
+
+
+def kafka_python_producer_rate(bootstrap: str, topic: str, messages: int, value_size: int, acks: str = "1") -> float:
+    """Messages per second one kafka-python producer writes and has acknowledged.
+
+    The API versions are pinned to Kafka 2.1's (Produce v7) on every cluster: kafka-python
+    3.0 cannot read the mock's answer to the ApiVersions v4 it opens with otherwise.
+    """
+    return messages / _produce_kafka_python(bootstrap, topic, messages, os.urandom(value_size), acks,
+                                            api_version=KAFKA_PYTHON_API_VERSION)
+
+
+def write_large_values(bootstrap: str, topic: str, count: int, value_size: int = LARGE_VALUE_BYTES) -> None:
+    import confluent_kafka
+
+    # acks=all: the reads that follow measure fetching, not waiting for the high watermark.
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                         "message.max.bytes": _LARGE_MESSAGE_LIMIT})
+    value = os.urandom(value_size)
+    for _ in range(count):
+        producer.produce(topic, value=value, partition=0)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("large values left unacknowledged")
+
+
+def large_fetch_megabytes_per_second(bootstrap: str, topic: str, count: int, reads: int = 3,
+                                     value_size: int = LARGE_VALUE_BYTES) -> float:
+    """Best of `reads` reads of partition 0 (holding `count` values of value_size bytes) by one
+    confluent-kafka consumer, in MB/s of values."""
+    import confluent_kafka
+
+    best = float("inf")
+    for _ in range(reads):
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench-large", "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 64 << 20,
+            "receive.message.max.bytes": 128 << 20, "queued.max.messages.kbytes": 1 << 20})
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        best = min(best, time_reading(consumer, count, 100))
+        consumer.close()
+    return count * value_size / best / 1e6
+
+
+def measure(bootstrap: str, replication_factor: int | None, messages: int, large_values: int,
+            partitions: int = 4, value_size: int = 100) -> dict[str, float]:
+    """Every figure of one cluster, by name (the names `side_by_side` prints).
+
+    replication_factor None leaves topics to be created on first use: librdkafka's mock
+    never answers CreateTopics, and creates a topic on first use with 4 partitions, each
+    on all of its brokers.
+    """
+    def create_topic_of(name: str, partition_count: int) -> None:
+        if replication_factor is not None:
+            create_topic(bootstrap, name, partition_count, replication_factor)
+
+    figures = {}
+    create_topic_of("bench-confluent", partitions)
+    figures["confluent producer acks=all"] = confluent_producer_rate(bootstrap, "bench-confluent", messages,
+                                                                     value_size, "all")
+    open_group_coordinator(bootstrap, "bench-confluent")
+    figures["confluent consumer"] = confluent_consumer_rate(bootstrap, "bench-confluent", partitions,
+                                                            min(messages, MOCK_RETAINED_MESSAGES))
+    create_topic_of("bench-kafka-python", partitions)
+    # kafka-python is pure Python and about 20x slower than librdkafka: a tenth of the messages.
+    figures["kafka-python producer acks=1"] = kafka_python_producer_rate(
+        bootstrap, "bench-kafka-python", max(messages // 10, 1), value_size, "1")
+    if large_values:
+        create_topic_of("bench-large", 1)
+        write_large_values(bootstrap, "bench-large", large_values)
+        figures["1 MB values fetch"] = large_fetch_megabytes_per_second(bootstrap, "bench-large", large_values)
+    return figures
+
+
+UNITS = {"confluent producer acks=all": "msg/s", "confluent consumer": "msg/s",
+         "kafka-python producer acks=1": "msg/s", "1 MB values fetch": "MB/s"}
+
+
+def side_by_side(nodes: int = 3, replication_factor: int = 3, messages: int = 500_000, large_values: int = 1000,
+                 console: Console | None = None, progress: Callable[[str], None] | None = None) -> list[SideBySide]:
+    """kraftwerk (`nodes` nodes) and a mock cluster of as many brokers, measured one after the other."""
+    console = console or Console()
+    progress = progress or (lambda text: console.log(text))
+    progress(f"measuring kraftwerk: {nodes} nodes, RF={replication_factor}")
+    with Cluster(nodes=nodes) as cluster:
+        ours = measure(cluster.bootstrap_servers, replication_factor, messages, large_values)
+    progress(f"kraftwerk: {_summary(ours)}; measuring librdkafka's mock cluster: {nodes} brokers")
+    with mock_cluster(nodes) as bootstrap:
+        # The mock keeps the last 5 MB of a partition: it cannot serve 1,000 values of 1 MB.
+        theirs = measure(bootstrap, None, messages, large_values=0)
+    rows = [SideBySide(what, UNITS[what], ours[what], theirs.get(what)) for what in ours]
+    console.print(_table(rows, nodes, replication_factor, messages))
+    return rows
+
+
+def _summary(figures: dict[str, float]) -> str:
+    return ", ".join(f"{what} {value:,.0f} {UNITS[what]}" for what, value in figures.items())
+
+
+def _table(rows: list[SideBySide], nodes: int, replication_factor: int, messages: int) -> Table:
+    table = Table(title=f"kraftwerk vs librdkafka's mock cluster: {nodes} nodes, RF={replication_factor}, "
+                        f"4 partitions, {messages:,} x 100 B values")
+    for column in ("figure", "unit", "kraftwerk", "mock", "kraftwerk / mock"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        if row.mock is None:
+            table.add_row(row.what, row.unit, f"{row.kraftwerk:,.0f}", "n/a: keeps 5 MB a partition", "")
+        else:
+            table.add_row(row.what, row.unit, f"{row.kraftwerk:,.0f}", f"{row.mock:,.0f}", f"{row.ratio:.2f}x")
+    return table
