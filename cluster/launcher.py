@@ -5,6 +5,10 @@ stopping the cluster (or a test fixture failing half way) can always kill every 
 them. `cluster.json` in the data dir records what runs where, so that other commands
 and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
 
+Nodes are forked by a fork server (cluster/fork_server.py) that imports their code once,
+while the controller starts; each process says that it serves with one JSON line on its
+stdout, which the launcher waits for: nothing on the start path sleeps or polls.
+
 The ports a cluster first listens on (each node's Kafka listener and admin port, the
 controller's port) are kept for its lifetime, as a Kafka broker keeps its listener: a
 restarted node, and the cluster started again on the same data dir, listen where they
@@ -30,6 +34,7 @@ from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.fork_server import ForkedNode, ForkServer, ForkServerError
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
@@ -71,16 +76,18 @@ def pid_alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z", "X")
 
 
-def read_ready_line(process: subprocess.Popen, log_path: Path, timeout: float) -> dict:
+def read_ready_line(process: subprocess.Popen | ForkedNode, log_path: Path, timeout: float) -> dict:
     """The one JSON line a process prints once it serves; waits on the pipe, never polls."""
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     line = process.stdout.readline() if ready else b""
     process.stdout.close()
     if not line:
         lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
-        exited = process.poll()
-        what = f"exited with status {exited} before it was ready" if exited is not None else \
-            f"did not start within {timeout:.0f}s"
+        # Its stdout ended before a line: it exited (a forked node's status is its fork server's to
+        # collect, but its log's last line says why).
+        exited = process.poll() if isinstance(process, subprocess.Popen) else None
+        what = f"did not start within {timeout:.0f}s" if not ready else \
+            f"exited with status {exited} before it was ready" if exited is not None else "exited before it was ready"
         last = f": {lines[-1].strip()}" if lines else ""
         raise ClusterError(f"{log_path.stem} {what}{last} (its log: {log_path})")
     return json.loads(line)
@@ -144,6 +151,7 @@ class Cluster:
         self.controller_pid: int | None = None
         self.controller_port: int | None = None
         self._processes: dict[str, subprocess.Popen] = {}
+        self._fork_server: ForkServer | None = None
         self._kept = KeptPorts() if self._temporary else KeptPorts.read(self.data_dir)
 
     # --- starting ---
@@ -185,22 +193,24 @@ class Cluster:
             command += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
         # Its own process group, which every node joins: one killpg stops them all.
         process = self._popen("controller", command, log_path, process_group=0)
-        ready = read_ready_line(process, log_path, self.startup_timeout)
         self.controller_pid = process.pid
-        self.controller_port = ready["port"]
+        self._running_fork_server()  # in the controller's group; its imports run while the controller starts
+        self.controller_port = read_ready_line(process, log_path, self.startup_timeout)["port"]
 
-    def _spawn_node(self, node_id: int) -> tuple[subprocess.Popen, Path]:
+    def _spawn_node(self, node_id: int) -> tuple[ForkedNode, Path]:
         log_path = self.data_dir / "logs" / f"node-{node_id}.log"
         port, admin_port = self._node_ports(node_id)
         ensure_port_free(self.host, port, f"node {node_id}")
         ensure_port_free(self.host, admin_port, f"node {node_id} (admin port)")
-        command = [sys.executable, "-m", "node", "--node-id", str(node_id),
-                   "--data-dir", str(self.data_dir / f"node-{node_id}"), "--host", self.host, "--port", str(port),
-                   "--controller", f"{self.host}:{self.controller_port}"]
+        argv = ["--node-id", str(node_id), "--data-dir", str(self.data_dir / f"node-{node_id}"),
+                "--host", self.host, "--port", str(port), "--controller", f"{self.host}:{self.controller_port}"]
         settings = {**self.node_config, **self._rack_config(node_id), ADMIN_PORT_CONFIG: str(admin_port)}
         for key, value in settings.items():
-            command += ["--set", f"{key}={value}"]
-        return self._popen(f"node-{node_id}", command, log_path, process_group=self.controller_pid), log_path
+            argv += ["--set", f"{key}={value}"]
+        try:
+            return self._running_fork_server().spawn(argv, log_path), log_path
+        except ForkServerError as exc:
+            raise ClusterError(f"cannot start node {node_id}: {exc}") from None
 
     def _node_ports(self, node_id: int) -> tuple[int, int]:
         """(Kafka port, admin port) for node_id: where it listened before, else what --port asks for (0: any)."""
@@ -211,7 +221,7 @@ class Cluster:
             return kept_port, kept_admin_port
         return (self.base_port + node_id - 1 if self.base_port else 0), kept_admin_port
 
-    def _adopt_node(self, node_id: int, process: subprocess.Popen, log_path: Path) -> None:
+    def _adopt_node(self, node_id: int, process: ForkedNode, log_path: Path) -> None:
         ready = read_ready_line(process, log_path, self.startup_timeout)
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
                                           log_path, admin_port=ready["admin_port"],
@@ -223,6 +233,19 @@ class Cluster:
                                        env={**os.environ, "PYTHONUNBUFFERED": "1"}, **group)
         self._processes[name] = process
         return process
+
+    def _running_fork_server(self) -> ForkServer:
+        """The fork server of this cluster's nodes, started in its process group when there is none
+        running (a cluster attached to, e.g. by `kraftwerk node restart`, starts its own)."""
+        if self._fork_server is None or not self._fork_server.alive():
+            self._close_fork_server()
+            self._fork_server = ForkServer.start(self.data_dir / "logs" / "fork-server.log", self.controller_pid)
+        return self._fork_server
+
+    def _close_fork_server(self) -> None:
+        if self._fork_server is not None:
+            self._fork_server.close()
+            self._fork_server = None
 
     def wait_ready(self, node_ids: list[int] | None = None) -> dict:
         """Until the given nodes (default: all) are registered, unfenced and caught up with the metadata."""
@@ -425,6 +448,7 @@ class Cluster:
             if process.poll() is None:
                 process.kill()
             process.wait()
+        self._close_fork_server()
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -439,7 +463,8 @@ class Cluster:
             return
         if not self._in_group(pid):
             return  # gone already, or the pid now belongs to someone else
-        # Not our child (a cluster started by another `kraftwerk up`): wait on a pidfd.
+        # Not our child (a node, forked by the fork server, or a cluster started by another
+        # `kraftwerk up`): wait on a pidfd.
         if not _wait_exit(pid, max(timeout, 0.1)):
             self._signal(pid, signal.SIGKILL)
             _wait_exit(pid, STOP_GRACE_S)
@@ -660,14 +685,14 @@ def _wait_exit(pid: int, timeout: float | None) -> bool:
 
 
 def _runs_kraftwerk_process(pid: int) -> bool:
-    """True when pid runs `python -m controller` or `python -m node`."""
+    """True when pid runs `python -m controller` or `python -m node`, or is (or was forked by) the fork server."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             args = cmdline.read().split(b"\0")
     except (FileNotFoundError, ProcessLookupError):
         return False
     modules = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == b"-m"}
-    return bool(modules & {b"controller", b"node"})
+    return bool(modules & {b"controller", b"node", b"cluster.fork_server"})
 
 
 def _signal(pid: int, sig: int) -> None:
