@@ -416,9 +416,11 @@ class Cluster:
 
     def _in_group(self, pid: int) -> bool:
         """True when pid is still one of this cluster's processes, not an unrelated one that reused a stale pid."""
+        return self._group_holds(pid) and _runs_kraftwerk_process(pid)
+
+    def _group_holds(self, pid: int) -> bool:
         try:
-            in_group = self.controller_pid is not None and os.getpgid(pid) == self.controller_pid
-            return in_group and _runs_kraftwerk_process(pid)
+            return self.controller_pid is not None and os.getpgid(pid) == self.controller_pid
         except ProcessLookupError:
             return False
 
@@ -461,10 +463,11 @@ class Cluster:
                 process.kill()
                 process.wait()
             return
-        if not self._in_group(pid):
-            return  # gone already, or the pid now belongs to someone else
         # Not our child (a node, forked by the fork server, or a cluster started by another
-        # `kraftwerk up`): wait on a pidfd.
+        # `kraftwerk up`): wait on a pidfd. Only the group tells whether it is ours: a killed
+        # process loses its command line before it closes its sockets, and waiting is harmless.
+        if not self._group_holds(pid):
+            return  # gone already, or the pid now belongs to someone else
         if not _wait_exit(pid, max(timeout, 0.1)):
             self._signal(pid, signal.SIGKILL)
             _wait_exit(pid, STOP_GRACE_S)
