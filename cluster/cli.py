@@ -810,12 +810,14 @@ def _format_message(template: str, record) -> str:
 @click.option("--partitions", type=int, default=6, show_default=True)
 @click.option("--down-runs", type=int, default=10, show_default=True,
               help="how many fresh clusters to stop for the cluster down figures (0: none)")
-def bench(nodes, messages, value_size, partitions, down_runs):
+@click.option("--startup-runs", type=int, default=10, show_default=True,
+              help="how many fresh clusters of 3 and of 9 nodes to start for the start-up figures (0: none)")
+def bench(nodes, messages, value_size, partitions, down_runs, startup_runs):
     """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures."""
     from cluster.bench import run_benchmark
 
     run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console,
-                  down_runs=down_runs)
+                  down_runs=down_runs, startup_runs=startup_runs)
 
 
 def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
