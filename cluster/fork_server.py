@@ -135,6 +135,8 @@ def become_node(argv: list[str], stdout_fd: int, stderr_fd: int) -> None:
 
 
 def main(channel_fd: int) -> None:
+    import concurrent.futures.thread  # noqa: F401 (a node's first executor job would import it)
+
     from node.__main__ import main as node_main
 
     # The kernel reaps the forked nodes: nothing here waits for them, and none stays a zombie.
