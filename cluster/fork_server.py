@@ -76,7 +76,7 @@ class ForkServer:
         read_end, write_end = os.pipe()
         try:
             with open(log_path, "ab") as log_file:
-                socket.send_fds(self.channel, [json.dumps({"argv": argv}).encode()], [write_end, log_file.fileno()])
+                self._send(json.dumps({"argv": argv}).encode(), [write_end, log_file.fileno()])
             pid = self._answer()["pid"]
         except BaseException:
             os.close(read_end)
@@ -84,6 +84,12 @@ class ForkServer:
         finally:
             os.close(write_end)  # the node's copy is the only writer left: EOF once it exits
         return ForkedNode(pid, os.fdopen(read_end, "rb"))
+
+    def _send(self, request: bytes, fds: list[int]) -> None:
+        try:
+            socket.send_fds(self.channel, [request], fds)
+        except OSError as exc:
+            raise ForkServerError(f"the fork server is gone ({exc}; its log: {self.log_path})") from None
 
     def _answer(self) -> dict:
         ready, _, _ = select.select([self.channel], [], [], ANSWER_TIMEOUT_S)
