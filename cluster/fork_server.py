@@ -1,22 +1,26 @@
-"""Start node processes by forking one that has already imported the node's code.
+"""Start the controller and node processes by forking one that has already imported their code.
 
 Importing a node's modules (kafka-python's protocol classes above all) takes a fresh Python
 about a quarter of a second of CPU, which on a small machine made a 9-node start wait seconds
 for nine processes doing the same imports. The launcher instead starts one fork server per
-cluster, `python -m cluster.fork_server`, at the same time as the controller: it imports the
-node program once and then forks a process for each node asked for. A forked node runs
-`node.__main__.main` exactly as `python -m node` would, with its own pid, stdout (the pipe the
+cluster, `python -m cluster.fork_server`, which imports each program once and forks a process
+for each one asked for. A forked process runs the program's own `main` exactly as
+`python -m controller` / `python -m node` would, with its own pid, stdout (the pipe the
 launcher reads its ready line from) and stderr (its log file), both handed over with the request.
 
 The launcher talks to the server over a Unix socket of sequenced packets: a request is one
-JSON packet `{"argv"}` carrying two descriptors (stdout, stderr); the answer is `{"pid"}`. The
-server runs in the cluster's process group, so the nodes it forks do too. It exits when the
-launcher closes its end, so a cluster started with `kraftwerk up --detach` keeps running
-without it; the nodes never depend on it.
+JSON packet `{"program", "argv", "lead_group"}` carrying two descriptors (stdout, stderr); the
+answer is `{"pid"}`. A program is imported when first asked for and the other programs listed
+on the server's command line right after that first fork, so the controller starts while the
+node's code is imported. The process asked for with `lead_group` (the controller) leads a new
+process group, and the server joins it: every process forked after lands in the group that
+stopping a cluster kills. The server exits when the launcher closes its end, so a cluster
+started with `kraftwerk up --detach` keeps running without it; nothing it forked depends on it.
 """
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import select
@@ -26,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+PROGRAM_MODULES = {"controller": "controller.__main__", "node": "node.__main__"}
 MAX_PACKET_BYTES = 1 << 20
 ANSWER_TIMEOUT_S = 60  # covers the server's own start-up: its imports, on a busy machine
 
@@ -34,10 +39,9 @@ class ForkServerError(Exception):
     """The fork server could not be started or did not answer."""
 
 
-class ForkedNode:
-    """The launcher's handle on a node the fork server started: its pid and the read end of its stdout.
-
-    The node is the fork server's child, not ours: its exit is watched by pid."""
+class ForkedProcess:
+    """The launcher's handle on a process the fork server started: its pid and the read end of its
+    stdout. It is the fork server's child, not ours: its exit is watched by pid."""
 
     def __init__(self, pid: int, stdout):
         self.pid = pid
@@ -53,13 +57,14 @@ class ForkServer:
         self.log_path = log_path
 
     @classmethod
-    def start(cls, log_path: Path, process_group: int) -> "ForkServer":
-        """A new fork server in process_group; it answers once it has imported the node's code."""
+    def start(cls, programs: list[str], log_path: Path, process_group: int) -> "ForkServer":
+        """A new fork server in process_group (0: its own, until it forks a group leader) for programs,
+        in the order they will first be asked for."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with open(log_path, "ab") as log_file:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "cluster.fork_server", str(theirs.fileno())],
+                    [sys.executable, "-m", "cluster.fork_server", str(theirs.fileno()), *programs],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
                     pass_fds=[theirs.fileno()], process_group=process_group,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -70,20 +75,20 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def spawn(self, argv: list[str], log_path: Path) -> ForkedNode:
-        """Fork a node with argv (as `python -m node` takes them), its stderr appended to log_path;
-        returns once it has a pid."""
+    def spawn(self, program: str, argv: list[str], log_path: Path, lead_group: bool = False) -> ForkedProcess:
+        """Fork `python -m <program>` with argv, its stderr appended to log_path; returns once it has a pid."""
         read_end, write_end = os.pipe()
         try:
             with open(log_path, "ab") as log_file:
-                self._send(json.dumps({"argv": argv}).encode(), [write_end, log_file.fileno()])
+                request = {"program": program, "argv": argv, "lead_group": lead_group}
+                self._send(json.dumps(request).encode(), [write_end, log_file.fileno()])
             pid = self._answer()["pid"]
         except BaseException:
             os.close(read_end)
             raise
         finally:
-            os.close(write_end)  # the node's copy is the only writer left: EOF once it exits
-        return ForkedNode(pid, os.fdopen(read_end, "rb"))
+            os.close(write_end)  # the child's copy is the only writer left: EOF once it exits
+        return ForkedProcess(pid, os.fdopen(read_end, "rb"))
 
     def _send(self, request: bytes, fds: list[int]) -> None:
         try:
@@ -101,7 +106,7 @@ class ForkServer:
         return json.loads(answer)
 
     def close(self) -> None:
-        """Let the server exit, as it does once its channel closes; the nodes it forked run on."""
+        """Let the server exit, as it does once its channel closes; what it forked runs on."""
         self.channel.close()
         try:
             self.process.wait(5)
@@ -112,49 +117,72 @@ class ForkServer:
 
 # --- the server process ---
 
-def serve(channel: socket.socket) -> list[str] | None:
-    """Fork a node per request until the launcher hangs up. Returns only in a forked node, with its
-    argv, its stdout and stderr in place; the server itself gets None once the channel closes."""
+def load(program: str) -> None:
+    """Import the program into this process, and so into every child forked after."""
+    if PROGRAM_MODULES[program] in sys.modules:
+        return
+    importlib.import_module(PROGRAM_MODULES[program])
+    # What is imported lives as long as every child: keep the collector from touching (and so
+    # copying) its pages in each of them.
+    gc.collect()
+    gc.freeze()
+
+
+def serve(channel: socket.socket, programs: list[str]) -> dict | None:
+    """Fork a process per request until the launcher hangs up. Returns only in a forked child, with
+    its request, its stdout and stderr in place; the server itself gets None once the channel closes."""
     while True:
         message, fds, _, _ = socket.recv_fds(channel, MAX_PACKET_BYTES, 2)
         if not message:
             return None
-        argv = json.loads(message)["argv"]
+        request = json.loads(message)
+        load(request["program"])
         pid = os.fork()
         if pid == 0:
             channel.close()
-            become_node(argv, *fds)
-            return argv
+            become_child(request, *fds)
+            return request
         for fd in fds:
             os.close(fd)
+        if request["lead_group"]:
+            join_group_of(pid)
         channel.send(json.dumps({"pid": pid}).encode())
+        for program in programs:  # while that child starts
+            load(program)
 
 
-def become_node(argv: list[str], stdout_fd: int, stderr_fd: int) -> None:
-    """What a fresh `python -m node` would have: default SIGCHLD, stdin /dev/null, its own stdout and stderr."""
+def join_group_of(pid: int) -> None:
+    """Make the new process pid lead a process group, and join it."""
+    try:
+        os.setpgid(pid, pid)  # also here, not only in the child: this process joins that group next
+        os.setpgid(0, pid)
+    except (ProcessLookupError, PermissionError):
+        pass  # it exited already: the launcher learns so from its stdout
+
+
+def become_child(request: dict, stdout_fd: int, stderr_fd: int) -> None:
+    """What a fresh `python -m <program>` would have: default SIGCHLD, stdin /dev/null, its own stdout
+    and stderr."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if request["lead_group"]:
+        os.setpgid(0, 0)
     devnull = os.open(os.devnull, os.O_RDONLY)
     for fd, target in ((devnull, 0), (stdout_fd, 1), (stderr_fd, 2)):
         os.dup2(fd, target)
         os.close(fd)
-    sys.argv = ["-m node", *argv]
+    sys.argv = [f"-m {request['program']}", *request["argv"]]
 
 
-def main(channel_fd: int) -> None:
+def main(channel_fd: int, programs: list[str]) -> None:
     import concurrent.futures.thread  # noqa: F401 (a node's first executor job would import it)
 
-    from node.__main__ import main as node_main
-
-    # The kernel reaps the forked nodes: nothing here waits for them, and none stays a zombie.
+    # The kernel reaps the forked processes: nothing here waits for them, and none stays a zombie.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    # What is imported lives as long as every node: keep the collector from touching (and so
-    # copying) its pages in each of them.
-    gc.collect()
-    gc.freeze()
-    argv = serve(socket.socket(fileno=channel_fd))
-    if argv is not None:
-        node_main(argv)  # exits the process, as `python -m node` does
+    request = serve(socket.socket(fileno=channel_fd), programs)
+    if request is not None:
+        # Exits the process, as `python -m <program>` does.
+        sys.exit(sys.modules[PROGRAM_MODULES[request["program"]]].main(request["argv"]))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), sys.argv[2:])

@@ -5,9 +5,9 @@ stopping the cluster (or a test fixture failing half way) can always kill every 
 them. `cluster.json` in the data dir records what runs where, so that other commands
 and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
 
-Nodes are forked by a fork server (cluster/fork_server.py) that imports their code once,
-while the controller starts; each process says that it serves with one JSON line on its
-stdout, which the launcher waits for: nothing on the start path sleeps or polls.
+The controller and the nodes are forked by a fork server (cluster/fork_server.py) that
+imports their code once; each says that it serves with one JSON line on its stdout, which
+the launcher waits for: nothing on the start path sleeps or polls.
 
 The ports a cluster first listens on (each node's Kafka listener and admin port, the
 controller's port) are kept for its lifetime, as a Kafka broker keeps its listener: a
@@ -23,7 +23,6 @@ import select
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
-from cluster.fork_server import ForkedNode, ForkServer, ForkServerError
+from cluster.fork_server import ForkedProcess, ForkServer, ForkServerError
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
@@ -76,18 +75,16 @@ def pid_alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z", "X")
 
 
-def read_ready_line(process: subprocess.Popen | ForkedNode, log_path: Path, timeout: float) -> dict:
+def read_ready_line(process: ForkedProcess, log_path: Path, timeout: float) -> dict:
     """The one JSON line a process prints once it serves; waits on the pipe, never polls."""
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     line = process.stdout.readline() if ready else b""
     process.stdout.close()
     if not line:
         lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
-        # Its stdout ended before a line: it exited (a forked node's status is its fork server's to
-        # collect, but its log's last line says why).
-        exited = process.poll() if isinstance(process, subprocess.Popen) else None
-        what = f"did not start within {timeout:.0f}s" if not ready else \
-            f"exited with status {exited} before it was ready" if exited is not None else "exited before it was ready"
+        # Its stdout ended before a line: it exited (its status is the fork server's to collect,
+        # but its log's last line says why).
+        what = "exited before it was ready" if ready else f"did not start within {timeout:.0f}s"
         last = f": {lines[-1].strip()}" if lines else ""
         raise ClusterError(f"{log_path.stem} {what}{last} (its log: {log_path})")
     return json.loads(line)
@@ -150,7 +147,7 @@ class Cluster:
         self.nodes: dict[int, NodeProcess] = {}
         self.controller_pid: int | None = None
         self.controller_port: int | None = None
-        self._processes: dict[str, subprocess.Popen] = {}
+        self._started_group = False  # this object started the controller, whose group the processes share
         self._fork_server: ForkServer | None = None
         self._kept = KeptPorts() if self._temporary else KeptPorts.read(self.data_dir)
 
@@ -184,20 +181,19 @@ class Cluster:
         log_path = self.data_dir / "logs" / "controller.log"
         port = self._kept.controller
         ensure_port_free(self.host, port, "the controller")
-        command = [sys.executable, "-m", "controller", "--data-dir", str(self.data_dir / "controller"),
-                   "--host", self.host, "--port", str(port),
+        argv = ["--data-dir", str(self.data_dir / "controller"), "--host", self.host, "--port", str(port),
                    "--num-partitions", self.node_config.get("num.partitions", "1"),
                    "--default-replication-factor", self.node_config["default.replication.factor"],
                    "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
         for key, value in self.node_config.items():
-            command += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
+            argv += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
         # Its own process group, which every node joins: one killpg stops them all.
-        process = self._popen("controller", command, log_path, process_group=0)
+        process = self._fork("controller", argv, log_path, lead_group=True)
         self.controller_pid = process.pid
-        self._running_fork_server()  # in the controller's group; its imports run while the controller starts
+        self._started_group = True
         self.controller_port = read_ready_line(process, log_path, self.startup_timeout)["port"]
 
-    def _spawn_node(self, node_id: int) -> tuple[ForkedNode, Path]:
+    def _spawn_node(self, node_id: int) -> tuple[ForkedProcess, Path]:
         log_path = self.data_dir / "logs" / f"node-{node_id}.log"
         port, admin_port = self._node_ports(node_id)
         ensure_port_free(self.host, port, f"node {node_id}")
@@ -207,10 +203,7 @@ class Cluster:
         settings = {**self.node_config, **self._rack_config(node_id), ADMIN_PORT_CONFIG: str(admin_port)}
         for key, value in settings.items():
             argv += ["--set", f"{key}={value}"]
-        try:
-            return self._running_fork_server().spawn(argv, log_path), log_path
-        except ForkServerError as exc:
-            raise ClusterError(f"cannot start node {node_id}: {exc}") from None
+        return self._fork("node", argv, log_path), log_path
 
     def _node_ports(self, node_id: int) -> tuple[int, int]:
         """(Kafka port, admin port) for node_id: where it listened before, else what --port asks for (0: any)."""
@@ -221,25 +214,27 @@ class Cluster:
             return kept_port, kept_admin_port
         return (self.base_port + node_id - 1 if self.base_port else 0), kept_admin_port
 
-    def _adopt_node(self, node_id: int, process: ForkedNode, log_path: Path) -> None:
+    def _adopt_node(self, node_id: int, process: ForkedProcess, log_path: Path) -> None:
         ready = read_ready_line(process, log_path, self.startup_timeout)
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
                                           log_path, admin_port=ready["admin_port"],
                                           incarnation_id=ready["incarnation_id"])
 
-    def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
-        with open(log_path, "ab") as log_file:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, **group)
-        self._processes[name] = process
-        return process
+    def _fork(self, program: str, argv: list[str], log_path: Path, lead_group: bool = False) -> ForkedProcess:
+        """`python -m <program>` with argv, forked by this cluster's fork server."""
+        try:
+            return self._running_fork_server(lead_group).spawn(program, argv, log_path, lead_group=lead_group)
+        except ForkServerError as exc:
+            raise ClusterError(f"cannot start {log_path.stem}: {exc}") from None
 
-    def _running_fork_server(self) -> ForkServer:
-        """The fork server of this cluster's nodes, started in its process group when there is none
-        running (a cluster attached to, e.g. by `kraftwerk node restart`, starts its own)."""
+    def _running_fork_server(self, new_group: bool) -> ForkServer:
+        """This cluster's fork server, started when there is none running: with the cluster, in a group
+        of its own until it forks the controller; attached to a running cluster (`kraftwerk node
+        restart`, say), in the cluster's group, for nodes only."""
         if self._fork_server is None or not self._fork_server.alive():
             self._close_fork_server()
-            self._fork_server = ForkServer.start(self.data_dir / "logs" / "fork-server.log", self.controller_pid)
+            programs, group = (["controller", "node"], 0) if new_group else (["node"], self.controller_pid)
+            self._fork_server = ForkServer.start(programs, self.data_dir / "logs" / "fork-server.log", group)
         return self._fork_server
 
     def _close_fork_server(self) -> None:
@@ -431,7 +426,7 @@ class Cluster:
     def stop(self) -> None:
         """Graceful stop of every node then the controller; anything left in the group is killed."""
         # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
-        group_is_ours = "controller" in self._processes or any(
+        group_is_ours = self._started_group or any(
             self._in_group(pid) for pid in [self.controller_pid, *(n.pid for n in self.nodes.values())] if pid)
         for node in self.nodes.values():
             self._signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
@@ -446,26 +441,14 @@ class Cluster:
                 os.killpg(self.controller_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for process in self._processes.values():
-            if process.poll() is None:
-                process.kill()
-            process.wait()
         self._close_fork_server()
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _reap(self, pid: int, timeout: float) -> None:
-        process = next((p for p in self._processes.values() if p.pid == pid), None)
-        if process is not None:
-            try:
-                process.wait(max(timeout, 0.1))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            return
-        # Not our child (a node, forked by the fork server, or a cluster started by another
-        # `kraftwerk up`): wait on a pidfd. Only the group tells whether it is ours: a killed
-        # process loses its command line before it closes its sockets, and waiting is harmless.
+        # Never our child (the fork server's, or of a cluster started by another `kraftwerk up`):
+        # wait on a pidfd. Only the group tells whether it is ours: a killed process loses its
+        # command line before it closes its sockets, and waiting is harmless.
         if not self._group_holds(pid):
             return  # gone already, or the pid now belongs to someone else
         if not _wait_exit(pid, max(timeout, 0.1)):
