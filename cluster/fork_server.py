@@ -66,8 +66,7 @@ class ForkServer:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "cluster.fork_server", str(theirs.fileno()), *programs],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
-                    pass_fds=[theirs.fileno()], process_group=process_group,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                    pass_fds=[theirs.fileno()], process_group=process_group, env=same_code_environment())
         finally:
             theirs.close()
         return cls(process, ours, log_path)
@@ -98,7 +97,10 @@ class ForkServer:
 
     def _answer(self) -> dict:
         ready, _, _ = select.select([self.channel], [], [], ANSWER_TIMEOUT_S)
-        answer = self.channel.recv(MAX_PACKET_BYTES) if ready else b""
+        try:
+            answer = self.channel.recv(MAX_PACKET_BYTES) if ready else b""
+        except ConnectionResetError:  # it exited with our request unread
+            answer = b""
         if not answer:
             lines = self.log_path.read_text(errors="replace").strip().splitlines() if self.log_path.exists() else []
             last = f": {lines[-1].strip()}" if lines else ""
@@ -113,6 +115,15 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def same_code_environment() -> dict[str, str]:
+    """The environment that makes the fork server (and what it forks) import this very kraftwerk:
+    `python -m` would otherwise put the working directory first on the path, where another
+    checkout may be."""
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"}
 
 
 # --- the server process ---
