@@ -23,7 +23,6 @@ import select
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -182,9 +181,9 @@ class Cluster:
         port = self._kept.controller
         ensure_port_free(self.host, port, "the controller")
         argv = ["--data-dir", str(self.data_dir / "controller"), "--host", self.host, "--port", str(port),
-                   "--num-partitions", self.node_config.get("num.partitions", "1"),
-                   "--default-replication-factor", self.node_config["default.replication.factor"],
-                   "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
+                "--num-partitions", self.node_config.get("num.partitions", "1"),
+                "--default-replication-factor", self.node_config["default.replication.factor"],
+                "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
         for key, value in self.node_config.items():
             argv += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
         # Its own process group, which every node joins: one killpg stops them all.
