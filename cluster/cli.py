@@ -821,7 +821,9 @@ def _format_message(template: str, record) -> str:
                    "100-byte values, 1 MB values fetch), each figure with its ratio")
 @click.option("--large-values", type=int, default=1000, show_default=True,
               help="with --against-mock: how many 1 MB values the large fetch figure reads")
-def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values):
+@click.option("--startup-runs", type=int, default=10, show_default=True,
+              help="how many fresh clusters of 3 and of 9 nodes to start for the start-up figures (0: none)")
+def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values, startup_runs):
     """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures."""
     if against_mock:
         from cluster.bench_throughput import side_by_side
@@ -832,7 +834,7 @@ def bench(nodes, messages, value_size, partitions, down_runs, against_mock, larg
     from cluster.bench import run_benchmark
 
     run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console,
-                  down_runs=down_runs)
+                  down_runs=down_runs, startup_runs=startup_runs)
 
 
 def _seconds_range(ctx, param, value: str) -> tuple[float, float]:

@@ -5,6 +5,10 @@ stopping the cluster (or a test fixture failing half way) can always kill every 
 them. `cluster.json` in the data dir records what runs where, so that other commands
 and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
 
+The controller and the nodes are forked by a fork server (cluster/fork_server.py) that
+imports their code once; each says that it serves with one JSON line on its stdout, which
+the launcher waits for: nothing on the start path sleeps or polls.
+
 The ports a cluster first listens on (each node's Kafka listener and admin port, the
 controller's port) are kept for its lifetime, as a Kafka broker keeps its listener: a
 restarted node, and the cluster started again on the same data dir, listen where they
@@ -19,8 +23,6 @@ import select
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -30,6 +32,7 @@ from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.fork_server import ForkedProcess, ForkServer, ForkServerError
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
@@ -71,16 +74,16 @@ def pid_alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z", "X")
 
 
-def read_ready_line(process: subprocess.Popen, log_path: Path, timeout: float) -> dict:
+def read_ready_line(process: ForkedProcess, log_path: Path, timeout: float) -> dict:
     """The one JSON line a process prints once it serves; waits on the pipe, never polls."""
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     line = process.stdout.readline() if ready else b""
     process.stdout.close()
     if not line:
         lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
-        exited = process.poll()
-        what = f"exited with status {exited} before it was ready" if exited is not None else \
-            f"did not start within {timeout:.0f}s"
+        # Its stdout ended before a line: it exited (its status is the fork server's to collect,
+        # but its log's last line says why).
+        what = "exited before it was ready" if ready else f"did not start within {timeout:.0f}s"
         last = f": {lines[-1].strip()}" if lines else ""
         raise ClusterError(f"{log_path.stem} {what}{last} (its log: {log_path})")
     return json.loads(line)
@@ -145,7 +148,8 @@ class Cluster:
         self.nodes: dict[int, NodeProcess] = {}
         self.controller_pid: int | None = None
         self.controller_port: int | None = None
-        self._processes: dict[str, subprocess.Popen] = {}
+        self._started_group = False  # this object started the controller, whose group the processes share
+        self._fork_server: ForkServer | None = None
         self._kept = KeptPorts() if self._temporary else KeptPorts.read(self.data_dir)
 
     # --- starting ---
@@ -178,31 +182,29 @@ class Cluster:
         log_path = self.data_dir / "logs" / "controller.log"
         port = self._kept.controller
         ensure_port_free(self.host, port, "the controller")
-        command = [sys.executable, "-m", "controller", "--data-dir", str(self.data_dir / "controller"),
-                   "--host", self.host, "--port", str(port),
-                   "--num-partitions", self.node_config.get("num.partitions", "1"),
-                   "--default-replication-factor", self.node_config["default.replication.factor"],
-                   "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
+        argv = ["--data-dir", str(self.data_dir / "controller"), "--host", self.host, "--port", str(port),
+                "--num-partitions", self.node_config.get("num.partitions", "1"),
+                "--default-replication-factor", self.node_config["default.replication.factor"],
+                "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
         for key, value in self.node_config.items():
-            command += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
+            argv += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
         # Its own process group, which every node joins: one killpg stops them all.
-        process = self._popen("controller", command, log_path, process_group=0)
-        ready = read_ready_line(process, log_path, self.startup_timeout)
+        process = self._fork("controller", argv, log_path, lead_group=True)
         self.controller_pid = process.pid
-        self.controller_port = ready["port"]
+        self._started_group = True
+        self.controller_port = read_ready_line(process, log_path, self.startup_timeout)["port"]
 
-    def _spawn_node(self, node_id: int) -> tuple[subprocess.Popen, Path]:
+    def _spawn_node(self, node_id: int) -> tuple[ForkedProcess, Path]:
         log_path = self.data_dir / "logs" / f"node-{node_id}.log"
         port, admin_port = self._node_ports(node_id)
         ensure_port_free(self.host, port, f"node {node_id}")
         ensure_port_free(self.host, admin_port, f"node {node_id} (admin port)")
-        command = [sys.executable, "-m", "node", "--node-id", str(node_id),
-                   "--data-dir", str(self.data_dir / f"node-{node_id}"), "--host", self.host, "--port", str(port),
-                   "--controller", f"{self.host}:{self.controller_port}"]
+        argv = ["--node-id", str(node_id), "--data-dir", str(self.data_dir / f"node-{node_id}"),
+                "--host", self.host, "--port", str(port), "--controller", f"{self.host}:{self.controller_port}"]
         settings = {**self.node_config, **self._rack_config(node_id), ADMIN_PORT_CONFIG: str(admin_port)}
         for key, value in settings.items():
-            command += ["--set", f"{key}={value}"]
-        return self._popen(f"node-{node_id}", command, log_path, process_group=self.controller_pid), log_path
+            argv += ["--set", f"{key}={value}"]
+        return self._fork("node", argv, log_path), log_path
 
     def _node_ports(self, node_id: int) -> tuple[int, int]:
         """(Kafka port, admin port) for node_id: where it listened before, else what --port asks for (0: any)."""
@@ -213,18 +215,33 @@ class Cluster:
             return kept_port, kept_admin_port
         return (self.base_port + node_id - 1 if self.base_port else 0), kept_admin_port
 
-    def _adopt_node(self, node_id: int, process: subprocess.Popen, log_path: Path) -> None:
+    def _adopt_node(self, node_id: int, process: ForkedProcess, log_path: Path) -> None:
         ready = read_ready_line(process, log_path, self.startup_timeout)
         self.nodes[node_id] = NodeProcess(node_id, process.pid, ready["port"], self.data_dir / f"node-{node_id}",
                                           log_path, admin_port=ready["admin_port"],
                                           incarnation_id=ready["incarnation_id"])
 
-    def _popen(self, name: str, command: list[str], log_path: Path, **group) -> subprocess.Popen:
-        with open(log_path, "ab") as log_file:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, **group)
-        self._processes[name] = process
-        return process
+    def _fork(self, program: str, argv: list[str], log_path: Path, lead_group: bool = False) -> ForkedProcess:
+        """`python -m <program>` with argv, forked by this cluster's fork server."""
+        try:
+            return self._running_fork_server(lead_group).spawn(program, argv, log_path, lead_group=lead_group)
+        except ForkServerError as exc:
+            raise ClusterError(f"cannot start {log_path.stem}: {exc}") from None
+
+    def _running_fork_server(self, new_group: bool) -> ForkServer:
+        """This cluster's fork server, started when there is none running: with the cluster, in a group
+        of its own until it forks the controller; attached to a running cluster (`kraftwerk node
+        restart`, say), in the cluster's group, for nodes only."""
+        if self._fork_server is None or not self._fork_server.alive():
+            self._close_fork_server()
+            programs, group = (["controller", "node"], 0) if new_group else (["node"], self.controller_pid)
+            self._fork_server = ForkServer.start(programs, self.data_dir / "logs" / "fork-server.log", group)
+        return self._fork_server
+
+    def _close_fork_server(self) -> None:
+        if self._fork_server is not None:
+            self._fork_server.close()
+            self._fork_server = None
 
     def wait_ready(self, node_ids: list[int] | None = None) -> dict:
         """Until the given nodes (default: all) are registered, unfenced and caught up with the metadata."""
@@ -405,9 +422,11 @@ class Cluster:
 
     def _in_group(self, pid: int) -> bool:
         """True when pid is still one of this cluster's processes, not an unrelated one that reused a stale pid."""
+        return self._group_holds(pid) and _runs_kraftwerk_process(pid)
+
+    def _group_holds(self, pid: int) -> bool:
         try:
-            in_group = self.controller_pid is not None and os.getpgid(pid) == self.controller_pid
-            return in_group and _runs_kraftwerk_process(pid)
+            return self.controller_pid is not None and os.getpgid(pid) == self.controller_pid
         except ProcessLookupError:
             return False
 
@@ -418,7 +437,7 @@ class Cluster:
     def stop(self) -> None:
         """Graceful stop of every node then the controller; anything left in the group is killed."""
         # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
-        group_is_ours = "controller" in self._processes or any(
+        group_is_ours = self._started_group or any(
             self._in_group(pid) for pid in [self.controller_pid, *(n.pid for n in self.nodes.values())] if pid)
         for node in self.nodes.values():
             self._signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
@@ -433,25 +452,16 @@ class Cluster:
                 os.killpg(self.controller_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for process in self._processes.values():
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+        self._close_fork_server()
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _reap(self, pid: int, timeout: float) -> None:
-        process = next((p for p in self._processes.values() if p.pid == pid), None)
-        if process is not None:
-            try:
-                process.wait(max(timeout, 0.1))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            return
-        if not self._in_group(pid):
+        # Never our child (the fork server's, or of a cluster started by another `kraftwerk up`):
+        # wait on a pidfd. Only the group tells whether it is ours: a killed process loses its
+        # command line before it closes its sockets, and waiting is harmless.
+        if not self._group_holds(pid):
             return  # gone already, or the pid now belongs to someone else
-        # Not our child (a cluster started by another `kraftwerk up`): wait on a pidfd.
         if not _wait_exit(pid, max(timeout, 0.1)):
             self._signal(pid, signal.SIGKILL)
             _wait_exit(pid, STOP_GRACE_S)
@@ -672,14 +682,14 @@ def _wait_exit(pid: int, timeout: float | None) -> bool:
 
 
 def _runs_kraftwerk_process(pid: int) -> bool:
-    """True when pid runs `python -m controller` or `python -m node`."""
+    """True when pid runs `python -m controller` or `python -m node`, or is (or was forked by) the fork server."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             args = cmdline.read().split(b"\0")
     except (FileNotFoundError, ProcessLookupError):
         return False
     modules = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == b"-m"}
-    return bool(modules & {b"controller", b"node"})
+    return bool(modules & {b"controller", b"node", b"cluster.fork_server"})
 
 
 def _signal(pid: int, sig: int) -> None:

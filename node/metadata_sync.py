@@ -190,12 +190,14 @@ class MetadataSync:
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
         while not cancel_requested():
+            # Cleared before the offset is read: progress applied while this heartbeat is in
+            # flight wakes the next one at once instead of waiting out the interval.
+            self._heartbeat_now.clear()
             reply = await self._call_through_faults(
                 "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
                 applied_offset=self.applied_offset,
             )
             self.fenced = reply["fenced"]
-            self._heartbeat_now.clear()
             try:
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval)
             except asyncio.TimeoutError:

@@ -282,13 +282,16 @@ def table_rows(output: str, columns: int) -> dict[str, list[str]]:
 
 
 def test_bench_prints_every_figure():
-    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3", "--down-runs", "2"],
+    result = subprocess.run([*KRAFTWERK, "bench", "--messages", "2000", "--partitions", "3", "--down-runs", "2",
+                             "--startup-runs", "2"],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = table_rows(result.stdout, columns=4)
     for measure in ("cluster start-up", "produce acks=1", "produce acks=-1", "fetch (consume all)",
                     "leader kill -9: writes unavailable", "leader graceful stop: writes unavailable",
-                    "cluster down (min of 2)", "cluster down (median of 2)", "cluster down (max of 2)"):
+                    "cluster down (min of 2)", "cluster down (median of 2)", "cluster down (max of 2)",
+                    *(f"cluster start-up, {count} nodes ({spread} of 2)"
+                      for count in (3, 9) for spread in ("min", "median", "max"))):
         assert float(rows[measure][0]) >= 0, f"{measure}: {rows[measure]}"
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
 
