@@ -16,8 +16,11 @@ Figures, not pass/fail; the machine's other load moves them, so repeat and compa
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import socket
 import struct
+import tempfile
 import time
 
 from cluster.launcher import Cluster
@@ -111,11 +114,24 @@ def _print_latency(label: str, figures: dict[str, float]) -> None:
           f"({figures['topics']} topics, {figures['partitions']} partitions)")
 
 
-def run(nodes: int, topics: int, requests: int, versions: list[int], loop_topics: int) -> None:
+@contextlib.contextmanager
+def bench_cluster(nodes: int, parent_dir: str | None):
+    """A cluster in a fresh data directory under parent_dir (the system's temporary directory by
+    default), removed afterwards."""
+    data_dir = tempfile.mkdtemp(prefix="kraftwerk-bench-", dir=parent_dir)
+    try:
+        with Cluster(nodes=nodes, data_dir=data_dir, startup_timeout=READY_TIMEOUT_S) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def run(nodes: int, topics: int, requests: int, versions: list[int], loop_topics: int,
+        parent_dir: str | None = None) -> None:
     replicas = topics * TOPIC_PARTITIONS * REPLICATION_FACTOR
     print(f"{nodes} nodes, {topics} topics x {TOPIC_PARTITIONS} partitions x RF {REPLICATION_FACTOR} "
-          f"({replicas} replicas):")
-    with Cluster(nodes=nodes, startup_timeout=READY_TIMEOUT_S) as cluster:
+          f"({replicas} replicas), data in {parent_dir or tempfile.gettempdir()}:")
+    with bench_cluster(nodes, parent_dir) as cluster:
         seconds = create_topics_time(cluster, topics, one_request=True, prefix="bulk")
         print(f"  CreateTopics, one request of {topics} topics: {seconds:6.2f} s")
         cluster.wait_ready()
@@ -123,7 +139,7 @@ def run(nodes: int, topics: int, requests: int, versions: list[int], loop_topics
             metadata_latency(cluster, requests=5, version=version)  # first answers after a change build caches
             _print_latency(f"Metadata v{version}, all topics", metadata_latency(cluster, requests, version))
     if loop_topics:
-        with Cluster(nodes=nodes, startup_timeout=READY_TIMEOUT_S) as cluster:
+        with bench_cluster(nodes, parent_dir) as cluster:
             seconds = create_topics_time(cluster, loop_topics, one_request=False, prefix="loop")
             print(f"  CreateTopics, {loop_topics} requests of one topic: {seconds:6.2f} s")
 
@@ -137,9 +153,11 @@ def main() -> None:
     parser.add_argument("--versions", type=int, nargs="+", default=[1, 9, 12])
     parser.add_argument("--loop-topics", type=int, default=None,
                         help="topics created one request each (default: --topics; 0 skips it)")
+    parser.add_argument("--data-parent", default=None,
+                        help="where the clusters' data directories go (e.g. /dev/shm to leave the disk out)")
     args = parser.parse_args()
     loop_topics = args.topics if args.loop_topics is None else args.loop_topics
-    run(args.nodes, args.topics, args.requests, args.versions, loop_topics)
+    run(args.nodes, args.topics, args.requests, args.versions, loop_topics, args.data_parent)
 
 
 if __name__ == "__main__":
