@@ -35,7 +35,8 @@ async def handle(broker, header, request):
     names, unknown_ids = _requested_topics(broker, request, version)
     if names is not None and _may_auto_create(broker, request, version):
         await _auto_create(broker, [n for n in names if broker.topic(n) is None and topic_name_error(n) is None])
-    return EncodedResponse(answers_of(broker).body(version, None if names is None else tuple(names), tuple(unknown_ids)))
+    names = None if names is None else tuple(names)
+    return EncodedResponse(answers_of(broker).body(version, names, tuple(unknown_ids)))
 
 
 class EncodedResponse:
@@ -63,7 +64,9 @@ def answers_of(broker) -> "MetadataAnswers":
 class MetadataAnswers:
     """One node's encoded Metadata answers and topic entries, and the image state they hold for."""
 
-    MAX_BODIES = 64  # distinct (version, topics asked) answers kept per image state
+    # Distinct (version, topics asked) answers kept per image state: clients mostly ask for all
+    # topics or for the same few, and an answer for every topic of a large cluster is big.
+    MAX_BODIES = 16
 
     def __init__(self, broker):
         self.broker = broker
