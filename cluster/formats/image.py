@@ -68,6 +68,9 @@ class MetadataImage:
     features: dict[str, int] = field(default_factory=dict)
     # first producer id not yet handed out in a block
     next_producer_id: int = 0
+    # Bumped by every change (each record applied, and new topics made visible): what was
+    # derived from the image while this was the same still holds (encoded Metadata answers).
+    changes: int = 0
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return self.configs.get((CONFIG_RESOURCE_TOPIC, topic), {})
@@ -81,6 +84,7 @@ class MetadataImage:
         if applier is not None and fields is not None:
             applier(self, fields)
         self.offset = offset
+        self.changes += 1
 
     def replay(self, data) -> None:
         """Apply every record of a buffer of record batches, skipping control batches."""
@@ -112,6 +116,7 @@ class MetadataImage:
         for topic in delta.new_topics.values():
             if self.topics_by_id.get(topic.topic_id) is topic:  # not removed again by the same buffer
                 self.topics[topic.name] = topic
+        self.changes += 1
         return delta
 
     def copy(self) -> "MetadataImage":

@@ -1,9 +1,20 @@
-"""Metadata: live brokers, topics, and the true leader of every partition."""
+"""Metadata: live brokers, topics, and the true leader of every partition.
+
+Answers are encoded once per state of the metadata image and kept: while the image is
+unchanged, a request for the same topics at the same version gets the bytes the first one got
+(clients ask again and again, and an answer for thousands of partitions takes tens of
+milliseconds to build). After a change, each topic entry whose state (id, partitions, leaders,
+epochs, replicas, ISR, live brokers) is unchanged is reused already encoded, so one leader
+change costs one topic's encoding. Every piece is encoded by kafka-python's MetadataResponse;
+only the topic array is joined from entries encoded one at a time.
+"""
 from __future__ import annotations
 
 import logging
+import weakref
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.schemas.fields.codecs import EncodeBufferPool, Int32, UnsignedVarInt32
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
@@ -13,6 +24,8 @@ REQUEST = MetadataRequest
 RESPONSE = MetadataResponse
 VERSIONS = (0, 13)
 AUTHORIZED_OPERATIONS_OMITTED = None  # encoded as Kafka's "not requested" value, -2147483648
+EMPTY_TAGGED_FIELDS = b"\x00"  # what a flexible version ends with when it sets no tagged field
+TOPIC_ENTRY = RESPONSE.MetadataResponseTopic._struct.array_of  # one element of the topic array
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +35,107 @@ async def handle(broker, header, request):
     names, unknown_ids = _requested_topics(broker, request, version)
     if names is not None and _may_auto_create(broker, request, version):
         await _auto_create(broker, [n for n in names if broker.topic(n) is None and topic_name_error(n) is None])
-    if names is None:
-        names = sorted(broker.image.topics)
-    topics = [_describe_topic(broker, name, version) for name in names]
-    topics += [_unknown_topic_id(topic_id) for topic_id in unknown_ids]
+    names = None if names is None else tuple(names)
+    return EncodedResponse(answers_of(broker).body(version, names, tuple(unknown_ids)))
+
+
+class EncodedResponse:
+    """A response already encoded: the listener takes its bytes as it would a response object's."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def encode(self, version: int) -> bytes:
+        return self.body
+
+
+_ANSWERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def answers_of(broker) -> "MetadataAnswers":
+    answers = _ANSWERS.get(broker)
+    if answers is None:
+        answers = _ANSWERS[broker] = MetadataAnswers(broker)
+    return answers
+
+
+class MetadataAnswers:
+    """One node's encoded Metadata answers and topic entries, and the image state they hold for."""
+
+    # Distinct (version, topics asked) answers kept per image state: clients mostly ask for all
+    # topics or for the same few, and an answer for every topic of a large cluster is big.
+    MAX_BODIES = 16
+
+    def __init__(self, broker):
+        self.broker = broker
+        self._stamp = None  # (image changes, cluster id) the bodies were encoded at
+        self._bodies: dict[tuple, bytes] = {}
+        self._live: tuple[int, ...] | None = None  # live brokers the topic entries were encoded with
+        self._entries: dict[tuple[int, str], tuple[tuple, bytes]] = {}  # (version, name) -> (state, bytes)
+
+    def body(self, version: int, names: tuple[str, ...] | None, unknown_ids: tuple) -> bytes:
+        """The encoded answer to a request for names (None: every topic) and unknown topic ids."""
+        self._forget_if_changed()
+        key = (version, names, unknown_ids)
+        body = self._bodies.get(key)
+        if body is None:
+            if len(self._bodies) >= self.MAX_BODIES:
+                self._bodies.clear()
+            body = self._bodies[key] = self._encode(version, names, unknown_ids)
+        return body
+
+    def _forget_if_changed(self) -> None:
+        image = self.broker.image
+        stamp = (image.changes, image.cluster_id)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        self._bodies.clear()
+        live = tuple(self.broker.live_broker_ids())
+        # Liveness decides leaders and offline replicas of every entry; deleted topics' entries
+        # go once they could outnumber the live ones.
+        if live != self._live or len(self._entries) > 4 * len(image.topics) + 1000:
+            self._live = live
+            self._entries.clear()
+
+    def _encode(self, version: int, names: tuple[str, ...] | None, unknown_ids: tuple) -> bytes:
+        broker = self.broker
+        flexible = RESPONSE.flexible_version_q(version)
+        entries = [self._topic_entry(version, name, flexible)
+                   for name in (sorted(broker.image.topics) if names is None else names)]
+        entries += [_encode_topic(_unknown_topic_id(topic_id), version, flexible) for topic_id in unknown_ids]
+        head, tail = _around_topics(_response(broker, version, topics=[]), version, flexible)
+        count = UnsignedVarInt32.encode(len(entries) + 1) if flexible else Int32.encode(len(entries))
+        return b"".join([head, count, *entries, tail])
+
+    def _topic_entry(self, version: int, name: str, flexible: bool) -> bytes:
+        state = _topic_state(self.broker.topic(name))
+        kept = self._entries.get((version, name))
+        if kept is not None and kept[0] == state:
+            return kept[1]
+        entry = _encode_topic(_describe_topic(self.broker, name, version), version, flexible)
+        if state is not None:
+            self._entries[(version, name)] = (state, entry)
+        return entry
+
+
+def _encode_topic(topic, version: int, flexible: bool) -> bytes:
+    with EncodeBufferPool.acquire() as out:
+        TOPIC_ENTRY.compiled_encode_into(version, compact=flexible, tagged=flexible)(topic, out)
+        return out.result()
+
+
+def _topic_state(info) -> tuple | None:
+    """All of a topic's state its Metadata entry shows, but for liveness (None: no such topic)."""
+    if info is None:
+        return None
+    return info.topic_id, tuple((p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
+                                for p in info.partitions.values())
+
+
+def _response(broker, version: int, topics: list):
     return RESPONSE[version](
         throttle_time_ms=0,
         brokers=[_broker_entry(broker, node_id) for node_id in broker.live_broker_ids()],
@@ -37,6 +147,18 @@ async def handle(broker, header, request):
         authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         error_code=ErrorCode.NONE,
     )
+
+
+def _around_topics(response, version: int, flexible: bool) -> tuple[bytes, bytes]:
+    """An answer with no topics, encoded, split around its empty topic array."""
+    encoded = response.encode(version=version)
+    fields = RESPONSE._struct.untagged_fields(version)
+    after_topics = fields[[f.name for f in fields].index("topics") + 1:]
+    tail = b"".join(f.encode(getattr(response, f.name), version=version, compact=flexible, tagged=flexible)
+                    for f in after_topics) + (EMPTY_TAGGED_FIELDS if flexible else b"")
+    empty_array = UnsignedVarInt32.encode(1) if flexible else Int32.encode(0)
+    assert encoded.endswith(empty_array + tail), "unexpected Metadata response layout"
+    return encoded[:len(encoded) - len(empty_array) - len(tail)], tail
 
 
 def _requested_topics(broker, request, version):
