@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.bench import _consume_confluent, _produce_confluent, _produce_kafka_python, time_reading
+from cluster.bench_replication import LATENCY_ROUNDS, Percentiles, acks_all_latency, mock_acks_all_latency
 from cluster.launcher import Cluster
 
 LARGE_VALUE_BYTES = 1_000_000
@@ -181,25 +182,44 @@ UNITS = {"confluent producer acks=all": "msg/s", "confluent consumer": "msg/s",
          "kafka-python producer acks=1": "msg/s", "1 MB values fetch": "MB/s"}
 
 
+def latency_figures(latency: Percentiles, rf: int) -> dict[str, float]:
+    return {f"acks=all latency p50, RF={rf}": latency.p50_ms, f"acks=all latency p99, RF={rf}": latency.p99_ms}
+
+
+def unit_of(what: str) -> str:
+    return "ms (lower is better)" if what.startswith("acks=all latency") else UNITS[what]
+
+
 def side_by_side(nodes: int = 3, replication_factor: int = 3, messages: int = 500_000, large_values: int = 1000,
-                 console: Console | None = None, progress: Callable[[str], None] | None = None) -> list[SideBySide]:
+                 console: Console | None = None, progress: Callable[[str], None] | None = None,
+                 latency_rounds: int = LATENCY_ROUNDS) -> list[SideBySide]:
     """kraftwerk (`nodes` nodes) and a mock cluster of as many brokers, measured one after the other."""
     console = console or Console()
     progress = progress or (lambda text: console.log(text))
     progress(f"measuring kraftwerk: {nodes} nodes, RF={replication_factor}")
     with Cluster(nodes=nodes) as cluster:
         ours = measure(cluster.bootstrap_servers, replication_factor, messages, large_values)
+        for rf in sorted({replication_factor, 1}, reverse=True):
+            ours.update(latency_figures(acks_all_latency(cluster.bootstrap_servers, rf, latency_rounds), rf))
     progress(f"kraftwerk: {_summary(ours)}; measuring librdkafka's mock cluster: {nodes} brokers")
     with mock_cluster(nodes) as bootstrap:
         # The mock keeps the last 5 MB of a partition: it cannot serve 1,000 values of 1 MB.
         theirs = measure(bootstrap, None, messages, large_values=0)
-    rows = [SideBySide(what, UNITS[what], ours[what], theirs.get(what)) for what in ours]
+    # The mock only simulates replication: its one latency stands beside each of ours.
+    mock_latency = mock_acks_all_latency(latency_rounds)
+    for rf in sorted({replication_factor, 1}, reverse=True):
+        theirs.update(latency_figures(mock_latency, rf))
+    rows = [SideBySide(what, unit_of(what), ours[what], theirs.get(what)) for what in ours]
     console.print(_table(rows, nodes, replication_factor, messages))
     return rows
 
 
 def _summary(figures: dict[str, float]) -> str:
-    return ", ".join(f"{what} {value:,.0f} {UNITS[what]}" for what, value in figures.items())
+    return ", ".join(f"{what} {_shown(value)} {unit_of(what).split()[0]}" for what, value in figures.items())
+
+
+def _shown(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
 
 
 def _table(rows: list[SideBySide], nodes: int, replication_factor: int, messages: int) -> Table:
@@ -211,5 +231,5 @@ def _table(rows: list[SideBySide], nodes: int, replication_factor: int, messages
         if row.mock is None:
             table.add_row(row.what, row.unit, f"{row.kraftwerk:,.0f}", "n/a: keeps 5 MB a partition", "")
         else:
-            table.add_row(row.what, row.unit, f"{row.kraftwerk:,.0f}", f"{row.mock:,.0f}", f"{row.ratio:.2f}x")
+            table.add_row(row.what, row.unit, _shown(row.kraftwerk), _shown(row.mock), f"{row.ratio:.2f}x")
     return table

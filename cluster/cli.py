@@ -821,15 +821,33 @@ def _format_message(template: str, record) -> str:
                    "100-byte values, 1 MB values fetch), each figure with its ratio")
 @click.option("--large-values", type=int, default=1000, show_default=True,
               help="with --against-mock: how many 1 MB values the large fetch figure reads")
+@click.option("--latency-rounds", type=int, default=2000, show_default=True,
+              help="with --against-mock: single-message acks=all writes per latency figure")
 @click.option("--startup-runs", type=int, default=10, show_default=True,
               help="how many fresh clusters of 3 and of 9 nodes to start for the start-up figures (0: none)")
-def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values, startup_runs):
-    """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures."""
+@click.option("--scale", is_flag=True,
+              help="instead: a large idle cluster's creation time, CPU, memory and Metadata round trip")
+@click.option("--scale-nodes", type=int, default=9, show_default=True, help="with --scale: nodes")
+@click.option("--scale-topics", type=int, default=1000, show_default=True,
+              help="with --scale: topics of 3 partitions and 3 replicas")
+@click.option("--idle-seconds", type=float, default=20, show_default=True, help="with --scale: the idle window")
+@click.option("--metadata-requests", type=int, default=200, show_default=True,
+              help="with --scale: Metadata requests timed")
+def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values, latency_rounds,
+          startup_runs, scale, scale_nodes, scale_topics, idle_seconds, metadata_requests):
+    """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures
+    (--against-mock: side by side with librdkafka's mock cluster; --scale: a 9,000-replica cluster)."""
     if against_mock:
         from cluster.bench_throughput import side_by_side
 
         side_by_side(nodes=nodes, replication_factor=min(3, nodes), messages=messages, large_values=large_values,
-                     console=console)
+                     console=console, latency_rounds=latency_rounds)
+        return
+    if scale:
+        from cluster.bench_scale import scale_figures
+
+        scale_figures(nodes=scale_nodes, topics=scale_topics, idle_seconds=idle_seconds,
+                      metadata_requests=metadata_requests, console=console)
         return
     from cluster.bench import run_benchmark
 

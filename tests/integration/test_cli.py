@@ -296,8 +296,24 @@ def test_bench_prints_every_figure():
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
 
 
+def test_bench_at_scale_prints_creation_idle_cost_and_metadata():
+    result = subprocess.run([*KRAFTWERK, "bench", "--scale", "--scale-nodes", "3", "--scale-topics", "20",
+                             "--idle-seconds", "1", "--metadata-requests", "20"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = table_rows(result.stdout, columns=3)
+    assert rows["CreateTopics, 20 topics in one request"][0] == "s"
+    assert float(rows["CreateTopics, 20 topics in one request"][1]) > 0
+    for figure in ("idle CPU per node, mean over 1 s", "idle CPU per node, max over 1 s"):
+        assert rows[figure][0] == "% of a core" and float(rows[figure][1]) >= 0, rows[figure]
+    assert float(rows["RSS per idle node, max"][1]) > 0
+    for spread in ("p50", "p99", "max"):  # 20 topics x 3 partitions, every one of them answered
+        assert float(rows[f"Metadata v12, all 60 partitions, {spread}"][1]) > 0
+
+
 def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
-    result = subprocess.run([*KRAFTWERK, "bench", "--against-mock", "--messages", "2000", "--large-values", "3"],
+    result = subprocess.run([*KRAFTWERK, "bench", "--against-mock", "--messages", "2000", "--large-values", "3",
+                             "--latency-rounds", "20"],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = table_rows(result.stdout, columns=5)
@@ -305,5 +321,8 @@ def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
         unit, ours, mock, ratio = rows[figure]
         assert unit == "msg/s" and int(ours.replace(",", "")) > 0 and int(mock.replace(",", "")) > 0, rows[figure]
         assert float(ratio.rstrip("x")) > 0, rows[figure]
+    for figure in (f"acks=all latency {spread}, RF={rf}" for spread in ("p50", "p99") for rf in (3, 1)):
+        unit, ours, mock, ratio = rows[figure]
+        assert unit == "ms (lower is better)" and float(ours.replace(",", "")) > 0 and float(mock) > 0, rows[figure]
     unit, ours, mock, _ = rows["1 MB values fetch"]
     assert unit == "MB/s" and int(ours.replace(",", "")) > 0 and mock.startswith("n/a"), rows["1 MB values fetch"]
