@@ -33,6 +33,9 @@ FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 << 20
 PARTITION_MAX_BYTES = 1 << 20
 RETRY_DELAY_S = 0.2
+# Kafka's replica.socket.timeout.ms: a connection whose packets a network cut dropped may wait out
+# TCP's retransmission backoff long after the cut heals; past this, the fetcher reconnects instead.
+SOCKET_TIMEOUT_S = 30
 _SIZE = struct.Struct(">i")
 
 
@@ -138,10 +141,11 @@ class ReplicaFetchers:
         request = self._request(logs, session, complete)
         request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
         payload = bytes(request.encode(version=FETCH_VERSION, header=True))
-        writer.write(_SIZE.pack(len(payload)) + payload)
-        await writer.drain()
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
-        body = memoryview(await reader.readexactly(size))
+        async with asyncio.timeout(SOCKET_TIMEOUT_S):  # (TimeoutError is an OSError: _follow reconnects)
+            writer.write(_SIZE.pack(len(payload)) + payload)
+            await writer.drain()
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            body = memoryview(await reader.readexactly(size))
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
         response = FetchResponse.decode(body[start:], version=FETCH_VERSION)
         await faults.wait_reachable(leader)

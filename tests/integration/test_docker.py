@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from cluster.launcher import ClusterError
+from node.replica_fetcher import SOCKET_TIMEOUT_S
 
 docker_backend = pytest.importorskip("cluster.docker_backend")
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install 'kraftwerk[docker]')")
@@ -218,7 +219,9 @@ def test_an_isolated_node_exchanges_nothing_with_its_peers_and_is_fenced(docker_
         docker_cluster.heal_node(3)
     docker_cluster.wait_ready()
     assert wait_fenced(docker_cluster, 3, False)
-    assert docker_cluster.wait_in_sync(topic)
+    # A peer's connection that the cut stalled recovers with TCP's next retransmission after the heal
+    # (its backoff grows during the cut) or, at the latest, once replica.socket.timeout.ms runs out.
+    assert docker_cluster.wait_in_sync(topic, timeout=SOCKET_TIMEOUT_S + 30)
 
 
 def test_a_node_isolated_from_clients_takes_no_connection_until_healed(docker_cluster):
