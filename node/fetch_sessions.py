@@ -35,6 +35,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from cluster.formats.errors import ErrorCode
+from cluster.runtime.timed_wait import result_within
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -147,10 +148,17 @@ class FetchSession:
         self.unread = set()
         return taken
 
-    def wake(self, key: tuple) -> None:
+    def wake(self, key: tuple, high_watermark_only: bool = False) -> None:
+        """News in a partition: read it next time, and answer a parked request now, unless all
+        that moved is the high watermark and this is a follower's session. A follower learns
+        the high watermark with its next data, or when its wait runs out, as from Kafka's
+        DelayedFetch (which completes a follower's fetch on bytes alone): waking it for each
+        move would double the leader's work per acks=all write."""
         self.unread.add(key)
+        if high_watermark_only and self.privileged:
+            return
         if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+            self.waiter.set_result(True)
 
     def after_answer(self, read: list, fetches: list, keep_reading) -> None:
         """Which partitions just read must be read again next time: any answer with records may have
@@ -200,10 +208,7 @@ class FetchContext:
             return True
         session.waiter = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(session.waiter, timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            return await result_within(session.waiter, timeout_s, timed_out=False)
         finally:
             session.waiter = None
 
@@ -278,12 +283,12 @@ class FetchSessionCache:
             return (session.id if session is not None else INVALID_SESSION_ID), fetches
         return INVALID_SESSION_ID, fetches
 
-    def touched(self, topic: str, topic_id, partition: int) -> None:
+    def touched(self, topic: str, topic_id, partition: int, high_watermark_only: bool = False) -> None:
         """A partition got news (an append, a high watermark, a new term, removal): sessions holding
-        it read it next, and a request parked on one of them wakes."""
+        it read it next, and a request parked on one of them wakes (see FetchSession.wake)."""
         for ref in (topic, topic_id):
             for session in self._watching.get((ref, partition), ()):
-                session.wake((ref, partition))
+                session.wake((ref, partition), high_watermark_only)
 
     def caught_up_ms(self, replica_id: int, topic: str, topic_id, partition: int) -> float | None:
         """When a follower last fetched a partition that is quiet in its session (nothing it lacks
@@ -331,7 +336,7 @@ class FetchSessionCache:
         for key in session.partitions:
             self._unwatch(key, session)
         if session.waiter is not None and not session.waiter.done():
-            session.waiter.set_result(None)
+            session.waiter.set_result(True)
 
     def _unwatch(self, key: tuple, session: FetchSession) -> None:
         watchers = self._watching.get(key)

@@ -18,6 +18,7 @@ from cluster.formats.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, par
 from cluster.formats.metadata_log import METADATA_PARTITION_DIR
 from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from cluster.runtime.time_slices import TimeSlice, gently
+from cluster.runtime.timed_wait import result_within
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
@@ -267,7 +268,7 @@ class ReplicaManager:
         log.info("deleting partition %s-%d", *key)
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
         self.broker.fetch_sessions.touched(key[0], partition_log.topic_id, key[1])
         return partition_log
 
@@ -450,7 +451,7 @@ class ReplicaManager:
         if high_watermark > partition_log.high_watermark:
             partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
             self._release_commit_waiters(key, partition_log.high_watermark)
-            self.notify_append(key)
+            self.notify_append(key, high_watermark_only=True)
 
     def _fail_commit_waiters(self, key: tuple[str, int]) -> None:
         for _, waiter in self._commit_waiters.pop(key, ()):
@@ -500,9 +501,7 @@ class ReplicaManager:
     async def wait_for_commit(self, key: tuple[str, int], waiter: asyncio.Future, timeout_s: float) -> ErrorCode:
         """The outcome of a commit_waiter; REQUEST_TIMED_OUT if the high watermark does not come in time."""
         try:
-            return await asyncio.wait_for(waiter, timeout_s)
-        except asyncio.TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
+            return await result_within(waiter, timeout_s, timed_out=ErrorCode.REQUEST_TIMED_OUT)
         finally:
             waiting = self._commit_waiters.get(key)
             if waiting:
@@ -517,13 +516,14 @@ class ReplicaManager:
         self.notify_append(key)
         self.update_high_watermark(key)
 
-    def notify_append(self, key: tuple[str, int]) -> None:
+    def notify_append(self, key: tuple[str, int], high_watermark_only: bool = False) -> None:
         """News in a partition (data, high watermark, term): wake the fetches waiting on it."""
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
         partition_log = self.logs.get(key)
-        self.broker.fetch_sessions.touched(key[0], partition_log.topic_id if partition_log else None, key[1])
+        self.broker.fetch_sessions.touched(key[0], partition_log.topic_id if partition_log else None, key[1],
+                                           high_watermark_only)
 
     async def run_retention(self, interval_ms: int) -> None:
         """Delete expired segments every log.retention.check.interval.ms, as Kafka's log cleaner thread does."""

@@ -29,6 +29,7 @@ from cluster.formats.compression import DecompressedTooLargeError
 from cluster.formats.log import OffsetOutOfRangeError
 from cluster.formats.records import CorruptRecordError
 from cluster.formats.errors import ErrorCode
+from cluster.runtime.timed_wait import result_within
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 from node.spliced_response import SplicedResponse, marker
@@ -241,10 +242,7 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, 
     keys = [(f.topic, f.request.partition) for f in fetches if f.topic is not None]
     waiter = broker.replicas.new_waiter(keys)
     try:
-        await asyncio.wait_for(waiter, timeout)
-        return True
-    except asyncio.TimeoutError:
-        return False
+        return await result_within(waiter, timeout, timed_out=False)
     finally:
         broker.replicas.drop_waiter(waiter, keys)
 

@@ -78,8 +78,9 @@ async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
         return
     # Registered before anything else runs, in the same step as the appends.
     waiters = [(key, broker.replicas.commit_waiter(key, next_offset)) for _, key, next_offset in awaiting]
-    outcomes = await asyncio.gather(*(broker.replicas.wait_for_commit(key, waiter, timeout_ms / 1000)
-                                      for key, waiter in waiters))
+    waits = [broker.replicas.wait_for_commit(key, waiter, timeout_ms / 1000) for key, waiter in waiters]
+    # (one partition, the usual case, is awaited directly: gather would make it a task of its own)
+    outcomes = [await waits[0]] if len(waits) == 1 else await asyncio.gather(*waits)
     for (response, _, _), error in zip(awaiting, outcomes):
         if error:
             response.error_code = error
