@@ -114,6 +114,7 @@ class FetchSession:
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.last_used_ms = now_ms
         self.unread: set[tuple] = set()  # partitions that may have news since they were last read
+        self.woken = False  # news since unread was last taken that a parked request would wake for
         self.waiter: asyncio.Future | None = None  # the request parked on this session, if any
 
     def rank(self) -> tuple[bool, int]:
@@ -146,6 +147,7 @@ class FetchSession:
         """The partitions to read now, as (topic, cached partition); told of news later, they are unread again."""
         taken = [(self.topics[key[0]], self.partitions[key]) for key in self.unread]
         self.unread = set()
+        self.woken = False
         return taken
 
     def wake(self, key: tuple, high_watermark_only: bool = False) -> None:
@@ -157,6 +159,7 @@ class FetchSession:
         self.unread.add(key)
         if high_watermark_only and self.privileged:
             return
+        self.woken = True
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(True)
 
@@ -204,7 +207,7 @@ class FetchContext:
     async def wait(self, timeout_s: float) -> bool:
         """An incremental fetch waits on its whole session: True once a partition of it has news."""
         session = self.session
-        if session.unread:
+        if session.woken:
             return True
         session.waiter = asyncio.get_running_loop().create_future()
         try:
