@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterable, Iterator
+from typing import AsyncIterator, Callable, Collection, Iterable, Iterator
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataDelta
@@ -346,12 +346,15 @@ class ReplicaManager:
 
     def record_follower_offset(self, key: tuple[str, int], follower: int, log_end_offset: int) -> None:
         """A follower fetched from log_end_offset: it holds everything before it."""
-        self.follower_offsets.setdefault(key, {})[follower] = log_end_offset
+        offsets = self.follower_offsets.setdefault(key, {})
+        moved = offsets.get(follower) != log_end_offset
+        offsets[follower] = log_end_offset
         info = self.broker.partition(*key)
         partition_log = self.logs.get(key)
         if partition_log is not None:
             self._progress_of(key, follower).fetched(log_end_offset, partition_log.log_end_offset, _now_ms())
-        self.update_high_watermark(key)
+        if moved:  # (as Kafka's Partition.updateFollowerFetchState: a changed ISR is seen in _take_term)
+            self.update_high_watermark(key)
         if (info is not None and partition_log is not None and follower in info.replicas
                 and follower not in info.isr and self._in_sync(key, partition_log, log_end_offset)
                 and self.broker.is_alive(follower) and key not in self._isr_changes):  # fenced: ineligible
@@ -445,9 +448,10 @@ class ReplicaManager:
         if len(info.isr) < len(info.replicas) and len(info.isr) < self.effective_min_isr(key):
             return  # (a full ISR is never under it: the configs are read only when it may be)
         known = self.follower_offsets.get(key, {})
-        ends = [partition_log.log_end_offset if r == self.broker.node_id else known.get(r, 0)
-                for r in self._maximal_isr(key)]
-        high_watermark = min(ends, default=partition_log.log_end_offset)
+        own_end = partition_log.log_end_offset
+        me = self.broker.node_id
+        high_watermark = min([own_end if r == me else known.get(r, 0) for r in self._maximal_isr(key, info)],
+                             default=own_end)
         if high_watermark > partition_log.high_watermark:
             partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
             self._release_commit_waiters(key, partition_log.high_watermark)
@@ -478,9 +482,12 @@ class ReplicaManager:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
 
-    def _maximal_isr(self, key: tuple[str, int]) -> set[int]:
-        info = self.broker.partition(*key)
-        return (set(info.isr) if info is not None else set()) | set(self._isr_changes.get(key, ()))
+    def _maximal_isr(self, key: tuple[str, int], info=None) -> Collection[int]:
+        """The ISR as it is or as we asked the controller to make it (Kafka's maximalIsr)."""
+        info = info or self.broker.partition(*key)
+        isr = info.isr if info is not None else ()
+        changing = self._isr_changes.get(key)
+        return set(isr) | set(changing) if changing else isr
 
     def commit_waiter(self, key: tuple[str, int], next_offset: int) -> asyncio.Future:
         """acks=all: a future answered NONE once the high watermark reaches next_offset with enough
