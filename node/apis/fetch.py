@@ -77,16 +77,25 @@ async def handle(broker, header, request):
         # A throttled follower gets its data once the bucket allows, not only at max_wait_ms.
         wait = min(remaining, broker.leader_throttle.wait_s()) if any(f.held_back for f in fetches) else remaining
         if not await _wait_for_data(broker, fetches, wait, context) and wait >= remaining:
-            if context.session is None:  # (a session wakes on any news: without one, nothing changed)
+            if context.session is None:  # (what was read may have changed unseen)
                 _read_all(broker, fetches, request.max_bytes, follower)
+            else:  # (a follower's session is not woken for high watermark moves: it hears of them now)
+                late = _woken(broker, context, version)
+                _read_all(broker, late, request.max_bytes, follower)
+                fetches += late
             break
         if context.session is not None:
-            fetches += [_plan(broker, topic, part, version) for topic, part in context.take_woken()]
+            fetches += _woken(broker, context, version)
     if version <= LAST_LEGACY_FORMAT_VERSION:
         await _down_convert(broker, fetches, version, follower)
     record_client_fetches(fetches, follower)
     session_id, answered = broker.fetch_sessions.answer(context, fetches)
     return _response(broker, answered, version, session_id)
+
+
+def _woken(broker, context, version: int) -> list[PartitionFetch]:
+    """The session's partitions with news that this request has not read yet, to read now."""
+    return [_plan(broker, topic, part, version) for topic, part in context.take_woken()]
 
 
 def _follower_id(request, version: int) -> int:
