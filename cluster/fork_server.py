@@ -22,9 +22,9 @@ kafka-python's clients, only its protocol and record modules: the `kafka` packag
 (which imports the admin client, consumer and producer, a tenth of a second) stays unrun until
 something takes a name from the package itself. The collector is off while it imports (see
 main). And where PYTHONDONTWRITEBYTECODE is set, which would make every start compile all of
-kraftwerk from source again (another tenth of a second), the server keeps the bytecode of what
-it imports under `~/.cache/kraftwerk/pycache` (`$XDG_CACHE_HOME` is honoured), outside the
-source tree, unless PYTHONPYCACHEPREFIX names a place already.
+kraftwerk from source again (another tenth of a second), the server and what it forks keep
+bytecode under `~/.cache/kraftwerk/pycache` (`$XDG_CACHE_HOME` is honoured), outside the source
+tree, unless PYTHONPYCACHEPREFIX names a place already.
 """
 from __future__ import annotations
 
@@ -133,7 +133,16 @@ def same_code_environment() -> dict[str, str]:
     checkout may be."""
     root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1", **bytecode_cache()}
+
+
+def bytecode_cache() -> dict[str, str]:
+    """Where PYTHONDONTWRITEBYTECODE is set, the settings that keep compiled modules in a cache of
+    their own, outside the source tree, rather than compile them from source at every start."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return {}
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(cache_home / "kraftwerk" / "pycache")}
 
 
 # --- the server process ---
@@ -155,16 +164,6 @@ def defer_kafka_package_init() -> None:
 
     package.__getattr__ = __getattr__
     sys.modules["kafka"] = package
-
-
-def cache_bytecode() -> None:
-    """Where PYTHONDONTWRITEBYTECODE is set, keep compiled modules in a cache of their own rather
-    than compile them from source at every start."""
-    if not sys.dont_write_bytecode or sys.pycache_prefix:
-        return
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    sys.pycache_prefix = str(cache_home / "kraftwerk" / "pycache")
-    sys.dont_write_bytecode = False
 
 
 def load(program: str) -> None:
@@ -232,7 +231,6 @@ def main(channel_fd: int, programs: list[str]) -> None:
     # Imports make long-lived objects only: collecting while they run is wasted time, and leaves
     # holes in pages every child would then copy (the recipe of the gc module's freeze()).
     gc.disable()
-    cache_bytecode()
     defer_kafka_package_init()
     request = serve(socket.socket(fileno=channel_fd), programs)
     if request is not None:
