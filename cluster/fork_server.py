@@ -224,7 +224,10 @@ def become_child(request: dict, stdout_fd: int, stderr_fd: int) -> None:
 
 
 def main(channel_fd: int, programs: list[str]) -> None:
-    import concurrent.futures.thread  # noqa: F401 (a node's first executor job would import it)
+    # Imported once here rather than in every process: a node's first executor job imports the
+    # one, naming its listener's host (asyncio encodes it as IDNA) the other.
+    import concurrent.futures.thread  # noqa: F401
+    import encodings.idna  # noqa: F401
 
     # The kernel reaps the forked processes: nothing here waits for them, and none stays a zombie.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
