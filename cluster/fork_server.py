@@ -16,11 +16,21 @@ node's code is imported. The process asked for with `lead_group` (the controller
 process group, and the server joins it: every process forked after lands in the group that
 stopping a cluster kills. The server exits when the launcher closes its end, so a cluster
 started with `kraftwerk up --detach` keeps running without it; nothing it forked depends on it.
+
+Start-up is mostly these imports, so the server makes them cheap. Neither program uses
+kafka-python's clients, only its protocol and record modules: the `kafka` package's __init__
+(which imports the admin client, consumer and producer, a tenth of a second) stays unrun until
+something takes a name from the package itself. The collector is off while it imports (see
+main). And where PYTHONDONTWRITEBYTECODE is set, which would make every start compile all of
+kraftwerk from source again (another tenth of a second), the server and what it forks keep
+bytecode under `~/.cache/kraftwerk/pycache` (`$XDG_CACHE_HOME` is honoured), outside the source
+tree, unless PYTHONPYCACHEPREFIX names a place already.
 """
 from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import select
@@ -123,10 +133,38 @@ def same_code_environment() -> dict[str, str]:
     checkout may be."""
     root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1", **bytecode_cache()}
+
+
+def bytecode_cache() -> dict[str, str]:
+    """Where PYTHONDONTWRITEBYTECODE is set, the settings that keep compiled modules in a cache of
+    their own, outside the source tree, rather than compile them from source at every start."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return {}
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(cache_home / "kraftwerk" / "pycache")}
 
 
 # --- the server process ---
+
+def defer_kafka_package_init() -> None:
+    """Make `kafka` a package whose submodules import as usual but whose own __init__ (all of
+    kafka-python's clients) runs only when a name is first taken from the package itself."""
+    spec = importlib.util.find_spec("kafka")
+    if "kafka" in sys.modules or spec is None or spec.loader is None:
+        return
+    package = importlib.util.module_from_spec(spec)
+
+    def __getattr__(name: str):
+        if importlib.util.find_spec(f"kafka.{name}") is not None:  # `from kafka import codec`
+            return importlib.import_module(f"kafka.{name}")
+        del package.__getattr__  # from now on the package answers as an imported one does
+        spec.loader.exec_module(package)
+        return getattr(package, name)
+
+    package.__getattr__ = __getattr__
+    sys.modules["kafka"] = package
+
 
 def load(program: str) -> None:
     """Import the program into this process, and so into every child forked after."""
@@ -134,8 +172,8 @@ def load(program: str) -> None:
         return
     importlib.import_module(PROGRAM_MODULES[program])
     # What is imported lives as long as every child: keep the collector from touching (and so
-    # copying) its pages in each of them.
-    gc.collect()
+    # copying) its pages in each of them. The collector is off in this process (see main), so
+    # there is no garbage to collect first worth the time that pass would take.
     gc.freeze()
 
 
@@ -175,6 +213,7 @@ def become_child(request: dict, stdout_fd: int, stderr_fd: int) -> None:
     """What a fresh `python -m <program>` would have: default SIGCHLD, stdin /dev/null, its own stdout
     and stderr."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    gc.enable()
     if request["lead_group"]:
         os.setpgid(0, 0)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -185,10 +224,17 @@ def become_child(request: dict, stdout_fd: int, stderr_fd: int) -> None:
 
 
 def main(channel_fd: int, programs: list[str]) -> None:
-    import concurrent.futures.thread  # noqa: F401 (a node's first executor job would import it)
+    # Imported once here rather than in every process: a node's first executor job imports the
+    # one, naming its listener's host (asyncio encodes it as IDNA) the other.
+    import concurrent.futures.thread  # noqa: F401
+    import encodings.idna  # noqa: F401
 
     # The kernel reaps the forked processes: nothing here waits for them, and none stays a zombie.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    # Imports make long-lived objects only: collecting while they run is wasted time, and leaves
+    # holes in pages every child would then copy (the recipe of the gc module's freeze()).
+    gc.disable()
+    defer_kafka_package_init()
     request = serve(socket.socket(fileno=channel_fd), programs)
     if request is not None:
         # Exits the process, as `python -m <program>` does.
