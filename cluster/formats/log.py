@@ -714,6 +714,14 @@ def _created_directory(directory: Path) -> bool:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    temp = path.with_suffix(path.suffix + ".tmp")
-    temp.write_text(text)
+    """Through a temp file and a rename, as Kafka writes checkpoints; plain os calls, as a node
+    creating thousands of partitions writes two of these per partition."""
+    temp = f"{path}.tmp"
+    data = memoryview(text.encode())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
     os.replace(temp, path)
