@@ -2,9 +2,9 @@
 
 One cluster of `nodes` nodes (9 by default) gets `topics` topics of 3 partitions and 3 replicas
 (9,000 replicas by default) in one CreateTopics request, timed until its answer (which comes once
-every live node has opened the new logs) and until every replica is in sync. Once every replica is in sync and the creation's own
-work has settled, nothing is sent for `idle_seconds`: each node's share of a core and its RSS
-over that window are the idle cost. Last, Metadata for every topic is timed as raw bytes on one
+every live node has opened the new logs) and until every replica is in sync. Once the creation's
+own work has settled, nothing is sent for `idle_seconds`: each node's share of a core and its
+RSS over that window are the idle cost. Last, Metadata for every topic is timed as raw bytes on one
 connection (cluster.bench_metadata.metadata_latency).
 """
 from __future__ import annotations
