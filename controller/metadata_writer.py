@@ -1,8 +1,11 @@
 """The controller's metadata log: the only writer of `__cluster_metadata`.
 
 Every change is one record batch appended at the log end, fsynced before the caller is
-answered, then applied to the in-memory image; long-polling node fetches and other
-waiters are woken through a condition.
+answered, then applied to the in-memory image. Long-polling node fetches are woken as soon
+as the batch is durable, through a condition of their own: nodes decode and apply a batch
+while the controller applies it too, instead of after it (a 1,000-topic creation is 4,000
+records, a second of decoding on each side). Other waiters, whose predicates read the image,
+are woken once it is applied.
 
 Like Kafka's controller event queue, one operation at a time decides on the image and
 writes: whoever calls `append` holds `exclusive` from reading the image to writing its
@@ -38,6 +41,7 @@ class MetadataWriter:
         self.log = PartitionLog(Path(data_dir) / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
         self.image = MetadataImage(cluster_id=cluster_id)
         self.changed = asyncio.Condition()
+        self.appended = asyncio.Condition()
         self.exclusive = asyncio.Lock()
         replay_partition_log(self.log, self.image)
         log.info("replayed the metadata log up to offset %d", self.image.offset)
@@ -61,6 +65,8 @@ class MetadataWriter:
         batch = await self._encode(records)
         self.log.append_as_follower(batch)
         await asyncio.to_thread(self.log.flush)
+        async with self.appended:
+            self.appended.notify_all()
         async for offset, name, fields in gently(iter_metadata_records(batch)):
             self.image.apply(offset, name, fields)
         if len(records) >= FREEZE_AFTER_RECORDS:
@@ -91,6 +97,14 @@ class MetadataWriter:
                 return True
             except asyncio.TimeoutError:
                 return False
+
+    async def wait_for_records_from(self, offset: int, timeout_s: float) -> None:
+        """Until the log holds a durable record at offset, or timeout_s passes."""
+        async with self.appended:
+            try:
+                await asyncio.wait_for(self.appended.wait_for(lambda: self.end_offset > offset), timeout_s)
+            except asyncio.TimeoutError:
+                pass
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         return self.log.read(offset, max_bytes, max_offset=self.log.log_end_offset).records

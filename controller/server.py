@@ -319,7 +319,7 @@ class Controller:
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
         offset = args["offset"]
         if offset >= self.writer.end_offset:
-            await self.writer.wait_for(lambda: self.writer.end_offset > offset, (args.get("max_wait_ms") or 0) / 1000)
+            await self.writer.wait_for_records_from(offset, (args.get("max_wait_ms") or 0) / 1000)
         data = self.writer.read(offset, FETCH_MAX_BYTES) if offset < self.writer.end_offset else b""
         return {"data": data, "high_watermark": self.writer.end_offset}
 

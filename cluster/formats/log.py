@@ -7,6 +7,13 @@ Kafka writes it, once more than `index.interval.bytes` of log lie since the prev
 and a `.timeindex` (8-byte max timestamp so far, 4-byte relative offset),
 plus `leader-epoch-checkpoint` and `partition.metadata`. Only batch headers are ever
 parsed on the append and read paths.
+
+Index files are created lazily, as Kafka's LazyIndex does: a new segment has only its `.log`
+until its first index entry is written, and a missing index reads as empty. A segment that
+stops being active, and every segment on close, gets both files, so that a log dir left by a
+clean stop holds everything Kafka's loader expects. A brand-new log skips every lookup of
+files that cannot be there yet: creating thousands of partitions at once is mostly file
+creation.
 """
 from __future__ import annotations
 
@@ -152,6 +159,12 @@ class Segment:
     def open(self) -> None:
         self.fd = os.open(self.path(".log"), os.O_RDWR | os.O_CREAT, 0o644)
 
+    def ensure_index_files(self) -> None:
+        """Create whichever index file no entry has created yet (empty, as Kafka leaves them)."""
+        for suffix in (".index", ".timeindex"):
+            if suffix not in self.index_fds:
+                self.index_fds[suffix] = os.open(self.path(suffix), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -269,11 +282,17 @@ class PartitionLog:
     def __init__(self, directory, *, topic_id: uuid.UUID | None = None, config: LogConfig | None = None):
         self.directory = Path(directory)
         self.config = config or LogConfig()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.topic_id = self._load_or_write_topic_id(topic_id)
         self.segments: list[Segment] = []
-        self.epochs: list[tuple[int, int]] = self._load_epochs()
-        self._load_segments()
+        if _created_directory(self.directory):
+            self.topic_id = topic_id
+            if topic_id is not None:
+                self._write_topic_id(topic_id)
+            self.epochs: list[tuple[int, int]] = []
+            self.segments = [self._new_segment(0, in_new_directory=True)]
+        else:
+            self.topic_id = self._load_or_write_topic_id(topic_id)
+            self.epochs = self._load_epochs()
+            self._load_segments()
         self.log_start_offset = self.segments[0].base_offset
         self.high_watermark = self.log_end_offset
         # A single copy is committed once written; a replicated partition's leader sets the
@@ -290,8 +309,12 @@ class PartitionLog:
                 if key.strip() == "topic_id":
                     return topic_id_from_kafka_string(value.strip())
         if topic_id is not None:
-            write_atomically(path, f"version: 0\ntopic_id: {topic_id_to_kafka_string(topic_id)}\n")
+            self._write_topic_id(topic_id)
         return topic_id
+
+    def _write_topic_id(self, topic_id: uuid.UUID) -> None:
+        write_atomically(self.directory / "partition.metadata",
+                         f"version: 0\ntopic_id: {topic_id_to_kafka_string(topic_id)}\n")
 
     def _load_segments(self) -> None:
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
@@ -349,11 +372,14 @@ class PartitionLog:
         segment.size = end
         segment.rewrite_indexes()
 
-    def _new_segment(self, base_offset: int) -> Segment:
+    def _new_segment(self, base_offset: int, in_new_directory: bool = False) -> Segment:
+        """An empty segment at base_offset: its `.log` only, its indexes come with their first entry."""
         segment = Segment(self.directory, base_offset)
         segment.open()
-        os.ftruncate(segment.fd, 0)
-        segment.rewrite_indexes()
+        if not in_new_directory:  # files a crash or an earlier segment of that base left
+            os.ftruncate(segment.fd, 0)
+            for suffix in (".index", ".timeindex"):
+                segment.path(suffix).unlink(missing_ok=True)
         return segment
 
     # --- state ---
@@ -443,6 +469,7 @@ class PartitionLog:
             return
         self.flush()
         self.active.seal_time_index()
+        self.active.ensure_index_files()
         self.segments.append(self._new_segment(self.log_end_offset))
 
     # --- reads ---
@@ -625,12 +652,15 @@ class PartitionLog:
 
     def close(self) -> None:
         for segment in self.segments:
+            if segment.fd >= 0:  # (closing twice creates nothing)
+                segment.ensure_index_files()
             segment.close()
 
     def delete(self) -> None:
         """As Kafka deletes a log: renamed to `<topic>-<partition>.<id>-delete` first, so that a crash
         halfway leaves a directory nobody mistakes for the partition (swept at the next start)."""
-        self.close()
+        for segment in self.segments:
+            segment.close()
         doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
         try:
             self.directory.rename(doomed)
@@ -674,7 +704,24 @@ def _stamp_log_append_time(buffer: bytearray, position: int, header, append_time
     _CRC.pack_into(buffer, position + 17, records.compute_crc(memoryview(buffer)[position:end]))
 
 
+def _created_directory(directory: Path) -> bool:
+    """Make directory (and its parents); False when it was there already."""
+    try:
+        directory.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    return True
+
+
 def write_atomically(path: Path, text: str) -> None:
-    temp = path.with_suffix(path.suffix + ".tmp")
-    temp.write_text(text)
+    """Through a temp file and a rename, as Kafka writes checkpoints; plain os calls, as a node
+    creating thousands of partitions writes two of these per partition."""
+    temp = f"{path}.tmp"
+    data = memoryview(text.encode())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
     os.replace(temp, path)

@@ -249,3 +249,26 @@ def test_a_fenced_replica_cannot_take_over_a_leadership():
     image = image_with_topic([[1, 2, 3]], live=[1, 3])
     assert move_leadership(image, "t", 0, 2) == (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
     assert move_leadership(image, "t", 0, None)[1][1]["leader"] == 3
+
+
+def test_a_metadata_fetch_is_woken_once_a_batch_is_durable_not_after_the_controller_applied_it(tmp_path):
+    from controller.metadata_writer import MetadataWriter
+
+    async def scenario():
+        writer = MetadataWriter(tmp_path, "cluster")
+        outcome = await topics.create_topics(writer.image, [1, 2, 3], [
+            {"name": f"t{i}", "num_partitions": 3, "replication_factor": 3, "assignments": None, "configs": {}}
+            for i in range(300)], DEFAULTS)
+        start = writer.end_offset
+        fetch = asyncio.create_task(writer.wait_for_records_from(start, 30))
+        async with writer.exclusive:
+            append = asyncio.create_task(writer.append(outcome.records))
+            await fetch
+            applied_when_woken = writer.image.offset
+            last = await append
+        writer.close()
+        return start, applied_when_woken, last
+
+    start, applied_when_woken, last = asyncio.run(scenario())
+    assert last == start + 1200 - 1  # a topic record and three partition records per topic
+    assert applied_when_woken < last

@@ -332,3 +332,41 @@ def test_topic_configs_use_kafka_names():
                                            "message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"})
     assert config == LogConfig(segment_bytes=1024, retention_ms=-1, message_timestamp_type="LogAppendTime",
                                cleanup_policy="compact")
+
+
+def test_a_new_log_creates_its_index_files_only_when_it_needs_them(tmp_path):
+    directory = tmp_path / "t-0"
+    log = PartitionLog(directory, topic_id=uuid.UUID(int=7), config=LogConfig(index_interval_bytes=100))
+    log.assign_epoch(3, 0)
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "00000000000000000000.log", "leader-epoch-checkpoint", "partition.metadata"]
+    fill(log, 2)
+    assert not (directory / "00000000000000000000.index").exists()
+    fill(log, 10)  # past index.interval.bytes: the first entries create both files
+    assert (directory / "00000000000000000000.index").stat().st_size > 0
+    assert (directory / "00000000000000000000.timeindex").stat().st_size > 0
+
+
+def test_a_log_without_index_files_reads_as_empty_indexes_and_a_clean_close_writes_them(tmp_path):
+    directory = tmp_path / "t-0"
+    log = PartitionLog(directory, topic_id=uuid.UUID(int=7))
+    fill(log, 3)
+    assert offsets_of(log.read(2, 1).records) == [(2, 3)]
+    reopened_while_running = PartitionLog(directory)
+    assert reopened_while_running.log_end_offset == 6 and reopened_while_running.topic_id == uuid.UUID(int=7)
+    reopened_while_running.close()
+    log.close()
+    log.close()
+    assert (directory / "00000000000000000000.index").read_bytes() == b""
+    assert (directory / "00000000000000000000.timeindex").exists()
+    assert PartitionLog(directory).log_end_offset == 6
+
+
+def test_a_rolled_segment_keeps_both_index_files(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=10_000))
+    fill(log, 1)
+    log.roll()
+    fill(log, 1)
+    assert (tmp_path / "t-0" / "00000000000000000000.index").exists()
+    assert (tmp_path / "t-0" / "00000000000000000000.timeindex").stat().st_size == 12
+    assert not (tmp_path / "t-0" / "00000000000000000002.index").exists()
