@@ -1,6 +1,8 @@
 """The leader's fetch session cache: epochs, what an incremental fetch reads, eviction when full."""
 from __future__ import annotations
 
+import asyncio
+
 from kafka.protocol.consumer import FetchRequest
 
 from cluster.formats.errors import ErrorCode
@@ -87,3 +89,25 @@ def test_a_full_cache_makes_room_for_followers_and_larger_sessions_then_for_stal
     clock.now += 121  # the consumer's session has gone unused for longer than the eviction time
     assert open_session(cache, {0: 0}) != 0
     assert large not in cache.sessions
+
+
+def test_a_followers_parked_fetch_waits_out_high_watermark_moves_and_a_consumers_does_not():
+    asyncio.run(_parked_fetches_and_high_watermark_moves())
+
+
+async def _parked_fetches_and_high_watermark_moves():
+    cache = FetchSessionCache()
+    replica_ids = {"follower": 2, "consumer": -1}
+    sessions = {who: open_session(cache, {0: 5}, replica_id) for who, replica_id in replica_ids.items()}
+    woken = {}
+    for who, session_id in sessions.items():
+        context = cache.context(request(session_id, 1, {}), 12, replica_ids[who])
+        cache.touched("t", None, 0, high_watermark_only=True)
+        woken[who] = await context.wait(0.05)
+        later = cache.context(request(session_id, 2, {}), 12, replica_ids[who])
+        # Either way the move is news to the session's next read.
+        assert [part.partition for _, part in later.partitions] == [0]
+    assert woken == {"follower": False, "consumer": True}
+    follower = cache.context(request(sessions["follower"], 3, {}), 12, replica_ids["follower"])
+    cache.touched("t", None, 0)  # an append wakes it at once
+    assert await follower.wait(5) is True
