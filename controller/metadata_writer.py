@@ -91,20 +91,11 @@ class MetadataWriter:
 
     async def wait_for(self, predicate, timeout_s: float) -> bool:
         """Wait until predicate() holds, re-checked on every change; False on timeout."""
-        async with self.changed:
-            try:
-                await asyncio.wait_for(self.changed.wait_for(predicate), timeout_s)
-                return True
-            except asyncio.TimeoutError:
-                return False
+        return await _wait_on(self.changed, predicate, timeout_s)
 
     async def wait_for_records_from(self, offset: int, timeout_s: float) -> None:
         """Until the log holds a durable record at offset, or timeout_s passes."""
-        async with self.appended:
-            try:
-                await asyncio.wait_for(self.appended.wait_for(lambda: self.end_offset > offset), timeout_s)
-            except asyncio.TimeoutError:
-                pass
+        await _wait_on(self.appended, lambda: self.end_offset > offset, timeout_s)
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         return self.log.read(offset, max_bytes, max_offset=self.log.log_end_offset).records
@@ -112,3 +103,13 @@ class MetadataWriter:
     def close(self) -> None:
         self.log.flush()
         self.log.close()
+
+
+async def _wait_on(condition: asyncio.Condition, predicate, timeout_s: float) -> bool:
+    """Until predicate() holds, re-checked whenever condition is notified; False on timeout."""
+    async with condition:
+        try:
+            await asyncio.wait_for(condition.wait_for(predicate), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
