@@ -293,6 +293,14 @@ class FetchSessionCache:
             for session in self._watching.get((ref, partition), ()):
                 session.wake((ref, partition), high_watermark_only)
 
+    def read_next_for(self, followers, topic: str, topic_id, partition: int) -> None:
+        """The sessions of these followers read the partition on their next request, without waking
+        a parked one (it reads it when its wait runs out)."""
+        for ref in (topic, topic_id):
+            for session in self._watching.get((ref, partition), ()):
+                if session.replica_id in followers:
+                    session.unread.add((ref, partition))
+
     def caught_up_ms(self, replica_id: int, topic: str, topic_id, partition: int) -> float | None:
         """When a follower last fetched a partition that is quiet in its session (nothing it lacks
         since it last read it), or None: such a follower is caught up as of that request."""

@@ -244,6 +244,11 @@ class ReplicaManager:
         if info.leader == self.broker.node_id:
             self.update_high_watermark(key)
             self._start_epoch(partition_log, info.leader_epoch)
+            if len(info.isr) < len(info.replicas):
+                # Those outside get back in only through fetches that read the partition, and a
+                # session reads a quiet one only when told to (Kafka reads all of a follower's).
+                self.broker.fetch_sessions.read_next_for(
+                    [r for r in info.replicas if r not in info.isr], key[0], partition_log.topic_id, key[1])
 
     @staticmethod
     def _start_epoch(partition_log: PartitionLog, leader_epoch: int) -> None:

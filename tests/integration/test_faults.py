@@ -254,6 +254,22 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_after_the_lag_time(tm
         assert fetch_values(address_of(cluster, strict_leader), strict, wait_ms=5000) == [b"appended"]
 
 
+def test_a_follower_back_from_a_cut_rejoins_the_isr_with_nothing_new_to_fetch(tmp_path):
+    # Nothing is written while it is away: it lacks nothing, and its fetch session with the leader
+    # goes on where it stopped, so only the leader reading the partition for it again lets it back.
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config={"replica.lag.time.max.ms": "1500"}) as cluster:
+        topic = new_topic(cluster, "quiet")
+        assert produce_acks_all(cluster.bootstrap_servers, topic, [b"before the cut"]) == [0]
+        leader = partition_state(cluster, topic)["leader"]
+        follower = next(n for n in cluster.nodes if n != leader)
+        cluster.isolate_node(follower, [leader])
+        wait_for_partition(cluster, topic, lambda p: follower not in p["isr"])
+        cluster.heal_node(follower)
+        state = wait_for_partition(cluster, topic, lambda p: sorted(p["isr"]) == [1, 2, 3])
+        assert state["leader"] == leader
+        assert read_partition(cluster.bootstrap_servers, topic) == [b"before the cut"]
+
+
 def offsets_partition_state(cluster, group: str) -> dict:
     from node.offsets_topic import OFFSETS_TOPIC, partition_for_group
 

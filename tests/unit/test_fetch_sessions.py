@@ -111,3 +111,17 @@ async def _parked_fetches_and_high_watermark_moves():
     follower = cache.context(request(sessions["follower"], 3, {}), 12, replica_ids["follower"])
     cache.touched("t", None, 0)  # an append wakes it at once
     assert await follower.wait(5) is True
+
+
+def test_a_follower_outside_the_isr_has_the_partition_read_next_without_being_woken():
+    asyncio.run(_read_next_for_a_follower_outside_the_isr())
+
+
+async def _read_next_for_a_follower_outside_the_isr():
+    cache = FetchSessionCache()
+    outside, inside = open_session(cache, {0: 5}, replica_id=2), open_session(cache, {0: 5}, replica_id=3)
+    parked = cache.context(request(outside, 1, {}), 12, 2)
+    cache.read_next_for([2], "t", None, 0)
+    assert await parked.wait(0.05) is False
+    assert [part.partition for _, part in parked.take_woken()] == [0]
+    assert cache.context(request(inside, 1, {}), 12, 3).partitions == []
