@@ -7,10 +7,11 @@ below follow Kafka's metadata record schemas; every body is flexible from versio
 """
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cluster.formats.records import (
     CorruptRecordError, encode_batch, iter_batch_headers, iter_records, read_uvarint, write_uvarint,
@@ -186,83 +187,137 @@ def _encode_value(field: Field, value, version: int, out: bytearray) -> None:
 
 
 # --- decoding ---
+#
+# Each (field table, version) is compiled once into a decoder, a function (data, pos) -> (value,
+# end): the field checks and type dispatch are paid once, not per record (a node decodes
+# thousands of records for one large topic creation).
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data):
-        self.data = memoryview(data)
-        self.pos = 0
-
-    def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.data, self.pos)
-        return value
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptRecordError("metadata record field runs past the end of the record")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return chunk
+Decoder = Callable[[memoryview, int], tuple[Any, int]]
+_PAST_END = "metadata record field runs past the end of the record"
 
 
 def decode_record(value) -> tuple[str, int, dict | None]:
-    reader = _Reader(value)
-    frame_version = reader.uvarint()
+    data = memoryview(value)
+    frame_version, pos = read_uvarint(data, 0)
     if frame_version != FRAME_VERSION:
         raise CorruptRecordError(f"unsupported metadata record frame version {frame_version}")
-    api_key = reader.uvarint()
-    version = reader.uvarint()
+    api_key, pos = read_uvarint(data, pos)
+    version, pos = read_uvarint(data, pos)
     record_type = _BY_KEY.get(api_key)
     if record_type is None:
         return f"Unknown{api_key}", version, None
     if version > record_type.max_version:
         raise CorruptRecordError(f"{record_type.name} version {version} is newer than we read")
-    return record_type.name, version, _decode_struct(record_type.fields, version, reader)
+    fields, _ = _struct_decoder(record_type.name, version)(data, pos)
+    return record_type.name, version, fields
 
 
-def _decode_struct(spec: list[Field], version: int, reader: _Reader) -> dict:
-    values = {}
-    by_tag = {}
-    for field in spec:
-        if not field.present(version):
-            continue
-        if field.tag is not None:
-            by_tag[field.tag] = field
-            values[field.name] = field.default
-        else:
-            values[field.name] = _decode_value(field, version, reader)
-    for _ in range(reader.uvarint()):
-        tag = reader.uvarint()
-        size = reader.uvarint()
-        body = reader.take(size)
-        field = by_tag.get(tag)
-        if field is not None:
-            values[field.name] = _decode_value(field, version, _Reader(body))
-    return values
+def _end_within(data: memoryview, end: int) -> int:
+    if end > len(data):
+        raise CorruptRecordError(_PAST_END)
+    return end
 
 
-def _decode_value(field: Field, version: int, reader: _Reader):
-    kind = field.type
+@functools.cache
+def _struct_decoder(struct_name: str, version: int) -> Decoder:
+    """The decoder of a record type's or struct's body at `version`: its fields in order, then
+    its tagged fields, which read as their defaults when absent."""
+    spec = [f for f in (_BY_NAME[struct_name].fields if struct_name in _BY_NAME else STRUCTS[struct_name])
+            if f.present(version)]
+    template = {f.name: f.default for f in spec}
+    in_order = [(f.name, _value_decoder(f.type, version)) for f in spec if f.tag is None]
+    tagged = {f.tag: (f.name, _value_decoder(f.type, version)) for f in spec if f.tag is not None}
+
+    def decode(data: memoryview, pos: int) -> tuple[dict, int]:
+        values = template.copy()
+        for name, decode_value in in_order:
+            values[name], pos = decode_value(data, pos)
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            size, pos = read_uvarint(data, pos)
+            end = _end_within(data, pos + size)
+            field = tagged.get(tag)
+            if field is not None:
+                values[field[0]], _ = field[1](data[pos:end], 0)
+            pos = end
+        return values, pos
+
+    return decode
+
+
+def _value_decoder(kind: str, version: int) -> Decoder:
     if kind in _FIXED:
-        codec = _FIXED[kind]
-        return codec.unpack(reader.take(codec.size))[0]
-    if kind == "string":
-        length = reader.uvarint() - 1
-        return None if length < 0 else bytes(reader.take(length)).decode()
-    if kind == "uuid":
-        return uuid.UUID(bytes=bytes(reader.take(16)))
+        return _fixed_decoder(_FIXED[kind])
+    if kind in _SIMPLE_DECODERS:
+        return _SIMPLE_DECODERS[kind]
     if kind.startswith("[]"):
-        count = reader.uvarint() - 1
-        if count < 0:
-            return None
-        element = kind[2:]
-        if element == "int32":
-            return list(struct.unpack(f">{count}i", reader.take(4 * count)))
-        if element == "uuid":
-            return [uuid.UUID(bytes=bytes(reader.take(16))) for _ in range(count)]
-        return [_decode_struct(STRUCTS[element], version, reader) for _ in range(count)]
+        return _array_decoder(_struct_decoder(kind[2:], version))
     raise ValueError(f"unknown field type {kind}")
+
+
+def _fixed_decoder(codec: struct.Struct) -> Decoder:
+    size, unpack_from = codec.size, codec.unpack_from
+
+    def decode(data: memoryview, pos: int) -> tuple[Any, int]:
+        end = _end_within(data, pos + size)
+        return unpack_from(data, pos)[0], end
+
+    return decode
+
+
+def _decode_string(data: memoryview, pos: int) -> tuple[str | None, int]:
+    length, pos = read_uvarint(data, pos)
+    if length == 0:
+        return None, pos
+    end = _end_within(data, pos + length - 1)
+    return str(data[pos:end], "utf-8"), end
+
+
+@functools.lru_cache(maxsize=4096)
+def _uuid(raw: bytes) -> uuid.UUID:
+    """A topic's id recurs in each of its partitions' records, and directories are mostly the zero id."""
+    return uuid.UUID(bytes=raw)
+
+
+def _decode_uuid(data: memoryview, pos: int) -> tuple[uuid.UUID, int]:
+    end = _end_within(data, pos + 16)
+    return _uuid(bytes(data[pos:end])), end
+
+
+def _decode_int32_array(data: memoryview, pos: int) -> tuple[list[int] | None, int]:
+    count, pos = read_uvarint(data, pos)
+    if count == 0:
+        return None, pos
+    end = _end_within(data, pos + 4 * (count - 1))
+    return list(struct.unpack_from(f">{count - 1}i", data, pos)), end
+
+
+def _decode_uuid_array(data: memoryview, pos: int) -> tuple[list[uuid.UUID] | None, int]:
+    count, pos = read_uvarint(data, pos)
+    if count == 0:
+        return None, pos
+    end = _end_within(data, pos + 16 * (count - 1))
+    return [_uuid(bytes(data[at:at + 16])) for at in range(pos, end, 16)], end
+
+
+def _array_decoder(decode_element: Decoder) -> Decoder:
+    def decode(data: memoryview, pos: int) -> tuple[list | None, int]:
+        count, pos = read_uvarint(data, pos)
+        if count == 0:
+            return None, pos
+        elements = []
+        for _ in range(count - 1):
+            element, pos = decode_element(data, pos)
+            elements.append(element)
+        return elements, pos
+
+    return decode
+
+
+_SIMPLE_DECODERS: dict[str, Decoder] = {
+    "string": _decode_string, "uuid": _decode_uuid, "[]int32": _decode_int32_array, "[]uuid": _decode_uuid_array,
+}
 
 
 # --- batches ---

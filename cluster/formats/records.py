@@ -202,6 +202,8 @@ def write_uvarint(value: int, out: bytearray) -> None:
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths, counts and tags
+        return buf[pos], pos + 1
     shift = 0
     result = 0
     while True:
@@ -218,6 +220,9 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:
+        raw = buf[pos]
+        return (raw >> 1) ^ -(raw & 1), pos + 1
     raw, pos = read_uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
 

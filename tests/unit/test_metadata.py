@@ -90,6 +90,15 @@ def test_garbage_gives_a_clean_error(garbage):
         decode_record(garbage)
 
 
+def test_every_truncation_of_a_record_is_a_clean_error():
+    value = encode_record("PartitionChangeRecord", {
+        "partition_id": 3, "topic_id": uuid.uuid4(), "isr": [1, 2], "leader": 2, "replicas": [1, 2, 3],
+        "directories": [uuid.UUID(int=0)] * 3}, version=1)
+    for end in range(len(value)):
+        with pytest.raises((CorruptRecordError, ValueError)):
+            decode_record(value[:end])
+
+
 def test_control_batches_are_skipped(kafka_log_dir):
     data = (kafka_log_dir / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes()
     names = {name for _, name, _ in iter_metadata_records(data)}
