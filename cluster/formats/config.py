@@ -139,6 +139,7 @@ class BrokerConfig:
     def __init__(self, overrides: dict[str, str] | None = None):
         self.values = dict(BROKER_DEFAULTS)
         self.values.update(overrides or {})
+        self._topic_defaults: dict[str, str] | None = None
 
     def get(self, name: str) -> str:
         return self.values.get(name, "")
@@ -252,10 +253,14 @@ class BrokerConfig:
                               "set of voters.")
 
     def topic_defaults(self) -> dict[str, str]:
-        defaults = dict(TOPIC_CONFIG_FIXED_DEFAULTS)
-        for topic_name, broker_name in TOPIC_CONFIG_DEFAULTS_FROM_BROKER.items():
-            defaults[topic_name] = self.get(broker_name)
-        return defaults
+        """A topic's configs where it sets none (a new dict each call: callers overlay their own).
+        Built once: the broker settings they come from are fixed once the process has started,
+        and every produce request reads them."""
+        if self._topic_defaults is None:
+            self._topic_defaults = dict(TOPIC_CONFIG_FIXED_DEFAULTS)
+            for topic_name, broker_name in TOPIC_CONFIG_DEFAULTS_FROM_BROKER.items():
+                self._topic_defaults[topic_name] = self.get(broker_name)
+        return dict(self._topic_defaults)
 
 
 def parse_listener(spec: str) -> tuple[str, str, int]:
