@@ -830,11 +830,13 @@ def _format_message(template: str, record) -> str:
 @click.option("--scale-nodes", type=int, default=9, show_default=True, help="with --scale: nodes")
 @click.option("--scale-topics", type=int, default=1000, show_default=True,
               help="with --scale: topics of 3 partitions and 3 replicas")
+@click.option("--scale-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="with --scale: where the cluster's data lives [default: the system's temporary directory]")
 @click.option("--idle-seconds", type=float, default=20, show_default=True, help="with --scale: the idle window")
 @click.option("--metadata-requests", type=int, default=200, show_default=True,
               help="with --scale: Metadata requests timed")
 def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values, latency_rounds,
-          startup_runs, scale, scale_nodes, scale_topics, idle_seconds, metadata_requests):
+          startup_runs, scale, scale_nodes, scale_topics, scale_dir, idle_seconds, metadata_requests):
     """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures
     (--against-mock: side by side with librdkafka's mock cluster; --scale: a 9,000-replica cluster)."""
     if against_mock:
@@ -847,7 +849,7 @@ def bench(nodes, messages, value_size, partitions, down_runs, against_mock, larg
         from cluster.bench_scale import scale_figures
 
         scale_figures(nodes=scale_nodes, topics=scale_topics, idle_seconds=idle_seconds,
-                      metadata_requests=metadata_requests, console=console)
+                      metadata_requests=metadata_requests, console=console, parent_dir=scale_dir)
         return
     from cluster.bench import run_benchmark
 

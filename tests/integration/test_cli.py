@@ -296,14 +296,17 @@ def test_bench_prints_every_figure():
     assert int(rows["produce acks=-1"][1].replace(",", "")) > 0
 
 
-def test_bench_at_scale_prints_creation_idle_cost_and_metadata():
+def test_bench_at_scale_prints_creation_idle_cost_and_metadata(tmp_path):
     result = subprocess.run([*KRAFTWERK, "bench", "--scale", "--scale-nodes", "3", "--scale-topics", "20",
-                             "--idle-seconds", "1", "--metadata-requests", "20"],
+                             "--idle-seconds", "1", "--metadata-requests", "20", "--scale-dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = table_rows(result.stdout, columns=3)
-    assert rows["CreateTopics, 20 topics in one request"][0] == "s"
-    assert float(rows["CreateTopics, 20 topics in one request"][1]) > 0
+    for figure in ("CreateTopics, 20 topics in one request", "until every replica is in sync",
+                   "the filesystem alone: 180 such directories, one process"):
+        assert rows[figure][0] == "s" and float(rows[figure][1]) > 0, rows[figure]
+    assert float(rows["until every replica is in sync"][1]) >= float(rows["CreateTopics, 20 topics in one request"][1])
+    assert list(tmp_path.iterdir()) == []  # the cluster's data and the baseline's files are gone
     for figure in ("idle CPU per node, mean over 1 s", "idle CPU per node, max over 1 s"):
         assert rows[figure][0] == "% of a core" and float(rows[figure][1]) >= 0, rows[figure]
     assert float(rows["RSS per idle node, max"][1]) > 0
