@@ -97,10 +97,15 @@ def mock_acks_all_latency(rounds: int = LATENCY_ROUNDS) -> Percentiles:
     return Percentiles.of(_round_trips({"test.mock.num.brokers": 3}, "latency-mock", rounds))
 
 
-def _cpu_seconds(pid: int) -> float:
+def user_and_kernel_cpu(pid: int) -> tuple[float, float]:
+    """Seconds of CPU the process has used so far, in user space and in the kernel."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS  # utime, stime
+
+
+def _cpu_seconds(pid: int) -> float:
+    return sum(user_and_kernel_cpu(pid))
 
 
 def idle_cpu_and_rss(cluster: Cluster, seconds: float = 20) -> list[NodeIdle]:

@@ -9,14 +9,11 @@ connection (cluster.bench_metadata.metadata_latency).
 
 Creation time depends on the filesystem's state as much as on kraftwerk: on ext4 mounted with
 `discard`, creating files right after a large directory tree was deleted took 2-3x as long here,
-all of it kernel time. So before the cluster starts, one process creates the same replica
-directories and files in the same place (`filesystem_baseline`): a slow baseline says the disk,
-not the cluster, is slow today.
+all of it kernel time. So the nodes' CPU during the creation is printed too, in user space and in
+the kernel: a large kernel share says the disk, not the cluster, was slow.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -26,27 +23,11 @@ from rich.table import Table
 
 from cluster.bench_metadata import (REPLICATION_FACTOR, TOPIC_PARTITIONS, bench_cluster, create_topics_time,
                                     metadata_latency)
-from cluster.bench_replication import idle_cpu_and_rss
-from cluster.formats.log import write_atomically
+from cluster.bench_replication import idle_cpu_and_rss, user_and_kernel_cpu
 
 SETTLE_S = 5  # ISR changes and first fetches that follow a creation are not idle cost
 METADATA_VERSION = 12
 PREFIX = "scale"
-
-
-def filesystem_baseline(parent_dir: str, replicas: int) -> tuple[float, str]:
-    """(seconds one process takes to create `replicas` directories in parent_dir, each with an empty
-    log and two small files written through a rename, as a new replica has; the directory holding
-    them, for the caller to remove once it has measured what depends on the disk)."""
-    root = tempfile.mkdtemp(prefix="kraftwerk-bench-baseline-", dir=parent_dir)
-    started = time.perf_counter()
-    for index in range(replicas):
-        directory = os.path.join(root, f"{PREFIX}-{index}")
-        os.mkdir(directory)
-        os.close(os.open(os.path.join(directory, "00000000000000000000.log"), os.O_WRONLY | os.O_CREAT, 0o644))
-        write_atomically(os.path.join(directory, "partition.metadata"), "version: 0\n")
-        write_atomically(os.path.join(directory, "leader-epoch-checkpoint"), "0\n1\n0 0\n")
-    return time.perf_counter() - started, root
 
 
 def scale_figures(nodes: int = 9, topics: int = 1000, idle_seconds: float = 20, metadata_requests: int = 200,
@@ -54,25 +35,17 @@ def scale_figures(nodes: int = 9, topics: int = 1000, idle_seconds: float = 20, 
     console = console or Console()
     parent_dir = parent_dir or tempfile.gettempdir()
     replicas = topics * TOPIC_PARTITIONS * REPLICATION_FACTOR
-    baseline_s, baseline_dir = filesystem_baseline(parent_dir, replicas)
-    try:
-        table = _scale_table(nodes, topics, idle_seconds, metadata_requests, console, parent_dir, baseline_s)
-    finally:
-        shutil.rmtree(baseline_dir, ignore_errors=True)
-    console.print(table)
-    return table
-
-
-def _scale_table(nodes: int, topics: int, idle_seconds: float, metadata_requests: int, console: Console,
-                 parent_dir: str, baseline_s: float) -> Table:
-    replicas = topics * TOPIC_PARTITIONS * REPLICATION_FACTOR
     console.log(f"starting {nodes} nodes in {parent_dir} and creating {topics} topics ({replicas:,} replicas)")
     with bench_cluster(nodes, parent_dir) as cluster:
+        before = [user_and_kernel_cpu(node.pid) for node in cluster.nodes.values()]
         created_s = create_topics_time(cluster, topics, one_request=True, prefix=PREFIX)
         answered = time.perf_counter()
         for name in (f"{PREFIX}-{0:05d}", f"{PREFIX}-{topics - 1:05d}"):
             cluster.wait_in_sync(name, timeout=300)
         in_sync_s = created_s + time.perf_counter() - answered
+        after = [user_and_kernel_cpu(node.pid) for node in cluster.nodes.values()]
+        creation_user_s = sum(a[0] - b[0] for a, b in zip(after, before))
+        creation_kernel_s = sum(a[1] - b[1] for a, b in zip(after, before))
         cluster.wait_ready()
         console.log(f"created in {created_s:.2f} s; letting it settle, then {idle_seconds:.0f} s without traffic")
         time.sleep(SETTLE_S)
@@ -85,7 +58,8 @@ def _scale_table(nodes: int, topics: int, idle_seconds: float, metadata_requests
         table.add_column(column, justify="right")
     table.add_row(f"CreateTopics, {topics:,} topics in one request", "s", f"{created_s:.2f}")
     table.add_row("  until every replica is in sync", "s", f"{in_sync_s:.2f}")
-    table.add_row(f"  the filesystem alone: {replicas:,} such directories, one process", "s", f"{baseline_s:.2f}")
+    table.add_row("  nodes' CPU meanwhile, in user space (all nodes)", "s", f"{creation_user_s:.2f}")
+    table.add_row("  nodes' CPU meanwhile, in the kernel (all nodes)", "s", f"{creation_kernel_s:.2f}")
     cpu = [node.cpu_percent for node in idle]
     table.add_row(f"idle CPU per node, mean over {idle_seconds:.0f} s", "% of a core", f"{statistics.mean(cpu):.2f}")
     table.add_row(f"idle CPU per node, max over {idle_seconds:.0f} s", "% of a core", f"{max(cpu):.2f}")
@@ -94,4 +68,5 @@ def _scale_table(nodes: int, topics: int, idle_seconds: float, metadata_requests
     for spread in ("p50", "p99", "max"):
         table.add_row(f"Metadata v{METADATA_VERSION}, all {partitions:,} partitions, {spread}", "ms",
                       f"{metadata[spread]:.2f}")
+    console.print(table)
     return table
