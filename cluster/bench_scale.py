@@ -8,8 +8,8 @@ RSS over that window are the idle cost. Last, Metadata for every topic is timed 
 connection (cluster.bench_metadata.metadata_latency).
 
 Creation time depends on the filesystem's state as much as on kraftwerk: on ext4 mounted with
-`discard`, creating files right after a large directory tree was deleted took 2-3x as long here,
-all of it kernel time. So the nodes' CPU during the creation is printed too, in user space and in
+`discard`, creating files right after a large directory tree was deleted took up to four times as
+long here, most of it kernel time. So the nodes' CPU during the creation is printed too, in user space and in
 the kernel: a large kernel share says the disk, not the cluster, was slow.
 """
 from __future__ import annotations
