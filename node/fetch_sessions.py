@@ -301,6 +301,16 @@ class FetchSessionCache:
                 if session.replica_id in followers:
                     session.unread.add((ref, partition))
 
+    def quiet_partitions(self, replica_id: int, max_age_ms: float) -> tuple[set, set]:
+        """The partitions quiet (nothing unread) in a session of this follower used within max_age_ms:
+        keys (topic name, partition) of sessions opened by names, (topic id, partition) of the others."""
+        by_name, by_id = set(), set()
+        now_ms = self._now_ms()
+        for session in self.sessions.values():
+            if session.replica_id == replica_id and now_ms - session.last_used_ms <= max_age_ms:
+                (by_id if session.uses_topic_ids else by_name).update(session.partitions.keys() - session.unread)
+        return by_name, by_id
+
     def caught_up_ms(self, replica_id: int, topic: str, topic_id, partition: int) -> float | None:
         """When a follower last fetched a partition that is quiet in its session (nothing it lacks
         since it last read it), or None: such a follower is caught up as of that request."""

@@ -19,6 +19,7 @@ from cluster.formats.metadata_log import METADATA_PARTITION_DIR
 from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from cluster.runtime.time_slices import TimeSlice, gently
 from cluster.runtime.timed_wait import result_within
+from node.isr_members import IsrMembers
 from node.offsets_topic import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
@@ -85,6 +86,7 @@ class ReplicaManager:
         self.epoch_start_offsets: dict[tuple[str, int], int] = {}
         # Per led partition, per follower: when it was last caught up (for ISR shrink).
         self.progress: dict[tuple[str, int], dict[int, FollowerProgress]] = {}
+        self.isr_members = IsrMembers()
         # Topic names at the last reconcile, to tell deletions apart from topics not seen yet.
         self._known_topics: set[str] | None = None
         # Whether partition directories no topic owns have been looked for since the controller's
@@ -241,7 +243,9 @@ class ReplicaManager:
                 self.epoch_start_offsets[key] = partition_log.log_end_offset
             else:
                 self.epoch_start_offsets.pop(key, None)
-        if info.leader == self.broker.node_id:
+        me = self.broker.node_id
+        self.isr_members.track(key, tuple(r for r in info.isr if r != me) if info.leader == me else ())
+        if info.leader == me:
             self.update_high_watermark(key)
             self._start_epoch(partition_log, info.leader_epoch)
             if len(info.isr) < len(info.replicas):
@@ -267,6 +271,7 @@ class ReplicaManager:
         self.producers.pop(key, None)
         self.follower_offsets.pop(key, None)
         self.progress.pop(key, None)
+        self.isr_members.forget(key)
         self._leader_epochs.pop(key, None)
         self.epoch_start_offsets.pop(key, None)
         self._fail_commit_waiters(key)
@@ -406,15 +411,32 @@ class ReplicaManager:
 
     async def shrink_lagging_isrs(self, lag_ms: int) -> None:
         now_ms = _now_ms()
-        async for key in gently(list(self.logs)):
+        lagging: dict[tuple[str, int], set[int]] = {}
+        for follower in self.isr_members.followers():
+            async for key in gently(self._maybe_lagging(follower, lag_ms)):
+                if now_ms - self._caught_up_ms(key, follower, lag_ms) > lag_ms:
+                    lagging.setdefault(key, set()).add(follower)
+        for key, followers in lagging.items():
             info = self.broker.partition(*key)
             if info is None or info.leader != self.broker.node_id or len(info.isr) <= 1 or key in self._isr_changes:
                 continue
-            lagging = [f for f in info.isr if f != self.broker.node_id
-                       and now_ms - self._caught_up_ms(key, f, lag_ms) > lag_ms]
-            if lagging:
-                log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, lagging, lag_ms)
-                self._request_isr(key, info, [r for r in info.isr if r not in lagging], f"removing {lagging} from")
+            behind = [f for f in info.isr if f in followers]
+            if behind:
+                log.info("%s-%d: nodes %s not caught up for %d ms: shrinking the ISR", *key, behind, lag_ms)
+                self._request_isr(key, info, [r for r in info.isr if r not in behind], f"removing {behind} from")
+
+    def _maybe_lagging(self, follower: int, lag_ms: int) -> list[tuple[str, int]]:
+        """The partitions led here with follower in their ISR that it may not have caught up on: a
+        partition quiet in a session it used within lag_ms has it caught up as of then (see
+        _caught_up_ms), so only the others are asked about; all of them, for a follower that stopped
+        fetching. Set arithmetic, not a visit per partition: an idle node's cost stays flat."""
+        led = self.isr_members.led_with(follower)
+        by_name, by_id = self.broker.fetch_sessions.quiet_partitions(follower, lag_ms)
+        candidates = led - by_name
+        if by_id:
+            candidates = {key for key in candidates
+                          if key not in self.logs or (self.logs[key].topic_id, key[1]) not in by_id}
+        return list(candidates)
 
     def follower_outside_isr(self, fetch, follower: int) -> bool:
         """A follower fetching a partition led here without being in its ISR: each of its fetches
