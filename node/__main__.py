@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         config.check_roles()
+        config.check_replica_fetch()
     except ConfigError as exc:
         raise SystemExit(f"cannot start: {exc}") from None
     if config.process_roles == {"controller"}:

@@ -29,13 +29,9 @@ from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12  # topic names; ReplicaId in the body
-FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 << 20
 PARTITION_MAX_BYTES = 1 << 20
 RETRY_DELAY_S = 0.2
-# Kafka's replica.socket.timeout.ms: a connection whose packets a network cut dropped may wait out
-# TCP's retransmission backoff long after the cut heals; past this, the fetcher reconnects instead.
-SOCKET_TIMEOUT_S = 30
 _SIZE = struct.Struct(">i")
 
 
@@ -46,6 +42,10 @@ class ReplicaFetchers:
         self.tasks: dict[int, asyncio.Task] = {}
         self.changed: dict[int, asyncio.Event] = {}
         self.throttle = ReplicationThrottle(broker, FOLLOWER)
+        self.max_wait_ms = broker.config.get_int("replica.fetch.wait.max.ms")
+        # A connection whose packets a network cut dropped may wait out TCP's retransmission
+        # backoff long after the cut heals; past this, the fetcher reconnects instead.
+        self.socket_timeout_s = broker.config.get_int("replica.socket.timeout.ms") / 1000
         # Per leader, what the next request must look at again: every followed partition after a
         # metadata change (or a new session), else only those appended to or truncated since.
         self.look_at_all: set[int] = set()
@@ -141,7 +141,7 @@ class ReplicaFetchers:
         request = self._request(logs, session, complete)
         request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
         payload = bytes(request.encode(version=FETCH_VERSION, header=True))
-        async with asyncio.timeout(SOCKET_TIMEOUT_S):  # (TimeoutError is an OSError: _follow reconnects)
+        async with asyncio.timeout(self.socket_timeout_s):  # (TimeoutError is an OSError: _follow reconnects)
             writer.write(_SIZE.pack(len(payload)) + payload)
             await writer.drain()
             (size,) = _SIZE.unpack(await reader.readexactly(4))
@@ -178,7 +178,7 @@ class ReplicaFetchers:
                            partition_log.log_start_offset)
         to_send, forgotten = session.next_request(wanted, complete)
         return FetchRequest[FETCH_VERSION](
-            cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
+            cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=self.max_wait_ms, min_bytes=1,
             max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=session.session_id, session_epoch=session.epoch,
             topics=[FetchRequest.FetchTopic(topic=topic, partitions=[_fetch_partition(index, state)
                                                                      for index, state in partitions])

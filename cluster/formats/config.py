@@ -34,6 +34,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
     # Kafka: 30000; a follower that stops catching up leaves the ISR sooner, so acks=all stalls less.
     "replica.lag.time.max.ms": "10000",
+    # Kafka's: how long a follower's Fetch waits at its leader for new data, and how long the
+    # follower waits for any answer before it reconnects (a network cut can stall a connection).
+    "replica.fetch.wait.max.ms": "500",
+    "replica.socket.timeout.ms": "30000",
     "replica.high.watermark.checkpoint.interval.ms": "5000",
     "auto.leader.rebalance.enable": "true",
     # Kafka: 300; preferred leaders return within seconds of a node coming back.
@@ -251,6 +255,16 @@ class BrokerConfig:
             raise ConfigError("If using process.roles, either controller.quorum.bootstrap.servers must contain the "
                               "set of bootstrap controllers or controller.quorum.voters must contain a parseable "
                               "set of voters.")
+
+    def check_replica_fetch(self) -> None:
+        """Refuse, as Kafka does, replica fetch timings that cannot work."""
+        wait_ms = self.get_int("replica.fetch.wait.max.ms")
+        if wait_ms > self.get_int("replica.socket.timeout.ms"):
+            raise ConfigError("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms "
+                              "to prevent unnecessary socket timeouts")
+        if wait_ms > self.get_int("replica.lag.time.max.ms"):
+            raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
+                              "replica.lag.time.max.ms to prevent frequent changes in ISR")
 
     def topic_defaults(self) -> dict[str, str]:
         """A topic's configs where it sets none (a new dict each call: callers overlay their own).

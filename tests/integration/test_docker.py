@@ -17,8 +17,8 @@ import uuid
 
 import pytest
 
+from cluster.formats.config import BROKER_DEFAULTS
 from cluster.launcher import ClusterError
-from node.replica_fetcher import SOCKET_TIMEOUT_S
 
 docker_backend = pytest.importorskip("cluster.docker_backend")
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install 'kraftwerk[docker]')")
@@ -28,6 +28,7 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 SESSION_TIMEOUT_MS = 2000
 FENCE_WAIT_S = 15
 QUIET_WINDOW_S = 3  # how long an isolated node's interface is watched for the packets it sends
+SOCKET_TIMEOUT_S = int(BROKER_DEFAULTS["replica.socket.timeout.ms"]) / 1000
 
 
 def docker_reason() -> str | None:

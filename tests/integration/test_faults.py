@@ -12,9 +12,9 @@ from kafka import KafkaProducer
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from cluster.formats.config import BROKER_DEFAULTS
 from cluster.launcher import Cluster
 from cluster.formats.records import encode_batch
-from node.replica_fetcher import FETCH_MAX_WAIT_MS
 from tests.integration.messages import read_partition
 from tests.integration.wire import exchange, exchange_once, fetch_values, read_response, send_request
 
@@ -361,7 +361,7 @@ def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_the
             assert time.monotonic() < deadline, "the coordinator never saw its followers leave the ISR"
             time.sleep(0.05)
         # Fetches the followers had parked on the coordinator expire: nothing of theirs moves it now.
-        time.sleep(2 * FETCH_MAX_WAIT_MS / 1000)
+        time.sleep(2 * int(BROKER_DEFAULTS["replica.fetch.wait.max.ms"]) / 1000)
         assert commit(12) == 0 and committed() == 12
 
 

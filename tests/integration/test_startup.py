@@ -40,3 +40,13 @@ def test_a_node_that_cannot_start_is_reported_with_its_reason_and_nothing_is_lef
                                          "each role must be broker or controller (its log: ")
     assert not pid_alive(cluster.controller_pid)
     assert not cluster.data_dir.exists()
+
+
+def test_a_node_with_replica_fetch_timings_kafka_refuses_does_not_start():
+    cluster = Cluster(nodes=1, node_config={"replica.fetch.wait.max.ms": "40000"})
+    with pytest.raises(ClusterError) as refused:
+        cluster.start()
+    assert str(refused.value).startswith("node-1 exited before it was ready: cannot start: replica.socket.timeout.ms "
+                                         "should always be at least replica.fetch.wait.max.ms")
+    assert not pid_alive(cluster.controller_pid)
+    assert not cluster.data_dir.exists()

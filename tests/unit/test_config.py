@@ -45,3 +45,22 @@ def test_kafka_quickstart_combined_roles_and_listeners():
 def test_role_settings_kafka_refuses_are_refused(values, message):
     with pytest.raises(ConfigError, match=message):
         BrokerConfig(values).check_roles()
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"replica.fetch.wait.max.ms": "40000"}, "replica.socket.timeout.ms should always be at least replica.fetch"),
+    ({"replica.fetch.wait.max.ms": "2000", "replica.lag.time.max.ms": "1500"},
+     "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms"),
+])
+def test_replica_fetch_timings_kafka_refuses_are_refused(values, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig(values).check_replica_fetch()
+
+
+def test_replica_fetchers_take_their_timings_from_the_config(tmp_path):
+    from node.broker import Broker
+
+    BrokerConfig({}).check_replica_fetch()  # Kafka's defaults pass
+    broker = Broker(BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path), "replica.fetch.wait.max.ms": "100",
+                                  "replica.socket.timeout.ms": "2500"}))
+    assert (broker.fetchers.max_wait_ms, broker.fetchers.socket_timeout_s) == (100, 2.5)
