@@ -160,10 +160,17 @@ class Controller:
                     node_id)
         await self._fence_locked(session or Session(node_id, broker.broker_epoch, broker.broker_epoch))
 
-    async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
+    def _current_session(self, args: dict):
+        """The session of args' node, if args speak for its current registration (broker epoch).
+        Refused otherwise, and logged as a warning: a node cut off for a while sends these until it
+        learns it was fenced."""
         session = self.sessions.get(args["node_id"])
         if session is None or session.broker_epoch != args["broker_epoch"]:
-            raise _stale_epoch(args)
+            raise BadControlRequest(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
+        return session
+
+    async def heartbeat(self, args: dict, conn: ControlConnection) -> dict:
+        session = self._current_session(args)
         session.last_heartbeat = time.monotonic()
         session.heard_from = True
         session.applied_offset = args["applied_offset"]
@@ -237,9 +244,7 @@ class Controller:
 
     async def controlled_shutdown(self, args: dict, conn: ControlConnection) -> dict:
         """A node about to stop: fence it now so its leaderships move before it goes."""
-        session = self.sessions.get(args["node_id"])
-        if session is None or session.broker_epoch != args["broker_epoch"]:
-            raise _stale_epoch(args)
+        session = self._current_session(args)
         # Before the fence is written: a heartbeat answered meanwhile must not unfence it again.
         session.shutting_down = True
         await self.fence(session)
@@ -521,9 +526,3 @@ def _topic_id(kafka_string: str):
         return topic_id_from_kafka_string(kafka_string)
     except ValueError:
         raise BadControlRequest(f"topic id {kafka_string!r} is not a Kafka topic id") from None
-
-
-def _stale_epoch(args: dict) -> BadControlRequest:
-    """A node speaking for a registration the controller has replaced: refused, and logged as a
-    warning, since a node cut off for a while sends these until it learns it was fenced."""
-    return BadControlRequest(f"stale broker epoch {args['broker_epoch']} for node {args['node_id']}")
