@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
+import time
 import uuid
 
 import pytest
@@ -193,3 +195,46 @@ def test_pipelined_requests_are_answered_in_order(single_node):
                          correlation_id=correlation_id)
         got = [read_response(sock, ApiVersionsResponse, 3)[0] for _ in range(50)]
     assert got == list(range(100, 150))
+
+
+def _api_versions_frame(correlation_id: int) -> bytes:
+    request = ApiVersionsRequest[3](client_software_name="t", client_software_version="1")
+    request.with_header(correlation_id=correlation_id, client_id="kraftwerk-tests")
+    payload = bytes(request.encode(version=3, header=True))
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_frames_split_anywhere_and_joined_in_one_write_are_all_answered_in_order(single_node):
+    frames = b"".join(_api_versions_frame(correlation_id) for correlation_id in range(10, 14))
+    with connect(single_node) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # The first frame a byte at a time (its size prefix split too), the rest in one write.
+        first_size = len(_api_versions_frame(10))
+        for index in range(first_size):
+            sock.sendall(frames[index:index + 1])
+            if index < 6:
+                time.sleep(0.01)  # separate segments, so that the node sees the prefix in pieces
+        sock.sendall(frames[first_size:])
+        got = [read_response(sock, ApiVersionsResponse, 3) for _ in range(4)]
+    assert [correlation_id for correlation_id, _ in got] == [10, 11, 12, 13]
+    assert all(response.error_code == 0 for _, response in got)
+
+
+def test_more_pipelined_requests_than_may_be_in_flight_are_all_answered_in_order(single_node):
+    count = 3000  # above the node's limit of requests in flight per connection (1024)
+    frames = b"".join(_api_versions_frame(correlation_id) for correlation_id in range(count))
+    with connect(single_node) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(frames,))
+        sender.start()  # while this thread reads: the node's answers fill the socket meanwhile
+        got = [read_response(sock, ApiVersionsResponse, 3)[0] for _ in range(count)]
+        sender.join(10)
+    assert got == list(range(count))
+
+
+def test_a_client_that_closes_its_sending_side_still_gets_every_answer(single_node):
+    with connect(single_node) as sock:
+        sock.sendall(b"".join(_api_versions_frame(correlation_id) for correlation_id in range(5)))
+        sock.shutdown(socket.SHUT_WR)
+        got = [read_response(sock, ApiVersionsResponse, 3)[0] for _ in range(5)]
+        assert got == [0, 1, 2, 3, 4]
+        assert_closed(sock)
