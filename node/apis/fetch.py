@@ -59,6 +59,7 @@ class PartitionFetch:
     log_start_offset: int = -1
     throttled: bool = False  # a replica fetch under the leader's replication throttle
     held_back: bool = False  # ... that got no data this time because the throttle's bucket is spent
+    follower_offset_taken: bool = False  # a follower's fetch offset counts once per request, as in Kafka
 
 
 async def handle(broker, header, request):
@@ -142,8 +143,10 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
                 fetch.high_watermark = check.log.high_watermark
                 fetch.log_start_offset = check.log.log_start_offset
                 continue
-            broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
-                                                   fetch.request.fetch_offset)
+            if not fetch.follower_offset_taken:  # (a read again after a wait reads data, nothing new of the follower)
+                broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
+                                                       fetch.request.fetch_offset)
+                fetch.follower_offset_taken = True
             max_offset = check.log.log_end_offset
             if _held_back(broker, fetch, follower, check.log):
                 continue
