@@ -25,6 +25,7 @@ from cluster.runtime.time_slices import TimeSlice, gently
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.producer_state import PartitionProducers
 from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
+from node.wire_tuples import struct_tuple
 
 log = logging.getLogger(__name__)
 
@@ -177,15 +178,7 @@ class ReplicaFetchers:
             wanted[key] = (partition_log.log_end_offset, info.leader_epoch if info else -1, last_epoch,
                            partition_log.log_start_offset)
         to_send, forgotten = session.next_request(wanted, complete)
-        return FetchRequest[FETCH_VERSION](
-            cluster_id=None, replica_id=self.broker.node_id, max_wait_ms=self.max_wait_ms, min_bytes=1,
-            max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=session.session_id, session_epoch=session.epoch,
-            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[_fetch_partition(index, state)
-                                                                     for index, state in partitions])
-                    for topic, partitions in _by_topic(to_send).items()],
-            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=topic, partitions=[index for index, _ in parts])
-                                   for topic, parts in _by_topic(dict.fromkeys(forgotten)).items()],
-            rack_id="")
+        return follower_fetch_request(self.broker.node_id, self.max_wait_ms, session, to_send, forgotten)
 
     def _track_producers(self, key: tuple[str, int], records) -> None:
         """Idempotent producers' sequences, batch by batch, so that this replica can take over
@@ -230,6 +223,22 @@ class ReplicaFetchers:
 
 
 PartitionState = tuple[int, int, int, int]  # fetch offset, leader epoch, last fetched epoch, log start offset
+
+
+def follower_fetch_request(replica_id: int, max_wait_ms: int, session: "FollowerSession",
+                           to_send: dict[tuple[str, int], PartitionState], forgotten: list[tuple[str, int]]):
+    """The Fetch request naming `to_send` and forgetting `forgotten`, in the session's id and epoch.
+    Topics and partitions go in as tuples (node.wire_tuples): none has a tagged field in v12."""
+    return FetchRequest[FETCH_VERSION](
+        cluster_id=None, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1,
+        max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=session.session_id, session_epoch=session.epoch,
+        topics=[struct_tuple(FetchRequest.FetchTopic, FETCH_VERSION, {
+                    "topic": topic, "partitions": [_fetch_partition(index, state) for index, state in partitions]})
+                for topic, partitions in _by_topic(to_send).items()],
+        forgotten_topics_data=[struct_tuple(FetchRequest.ForgottenTopic, FETCH_VERSION, {
+                                   "topic": topic, "partitions": [index for index, _ in parts]})
+                               for topic, parts in _by_topic(dict.fromkeys(forgotten)).items()],
+        rack_id="")
 
 
 class FollowerSession:
@@ -288,12 +297,12 @@ def _by_topic(partitions: dict[tuple[str, int], object]) -> dict[str, list[tuple
     return by_topic
 
 
-def _fetch_partition(index: int, state: PartitionState):
+def _fetch_partition(index: int, state: PartitionState) -> tuple:
     fetch_offset, leader_epoch, last_fetched_epoch, log_start_offset = state
-    return FetchRequest.FetchTopic.FetchPartition(
-        partition=index, current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
-        last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
-        partition_max_bytes=PARTITION_MAX_BYTES)
+    return struct_tuple(FetchRequest.FetchTopic.FetchPartition, FETCH_VERSION, {
+        "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
+        "last_fetched_epoch": last_fetched_epoch, "log_start_offset": log_start_offset,
+        "partition_max_bytes": PARTITION_MAX_BYTES})
 
 
 def _truncation_offset(partition_log, leader_epoch: int, leader_end_offset: int) -> int:

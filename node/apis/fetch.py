@@ -33,6 +33,7 @@ from cluster.runtime.timed_wait import result_within
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 from node.spliced_response import SplicedResponse, marker
+from node.wire_tuples import struct_tuple
 
 REQUEST = FetchRequest
 RESPONSE = FetchResponse
@@ -260,21 +261,23 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, 
 
 
 def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int) -> SplicedResponse:
-    topics: list = []
+    # Partitions go in as tuples (node.wire_tuples) unless one carries a tagged field.
+    as_tuples = not any(fetch.diverging is not None or fetch.leader is not None for fetch in fetches)
     by_topic: dict = {}
     record_sets: list = []
     for fetch in fetches:
         key = fetch.topic_id if version >= 13 else fetch.topic
-        topic = by_topic.get(key)
-        if topic is None:
-            topic = TopicResponse(topic=fetch.topic if version < 13 else None, topic_id=fetch.topic_id, partitions=[])
-            by_topic[key] = topic
-            topics.append(topic)
+        partitions = by_topic.get(key)
+        if partitions is None:
+            partitions = by_topic[key] = []
         records = fetch.records
         if records:
             record_sets.append(records)
             records = marker(len(record_sets) - 1)
-        topic.partitions.append(_partition_data(fetch, records))
+        partitions.append(_partition_data(fetch, records, version, as_tuples))
+    name_or_id = "topic_id" if version >= 13 else "topic"
+    topics = [struct_tuple(TopicResponse, version, {name_or_id: key, "partitions": partitions})
+              for key, partitions in by_topic.items()]
     leaders = [f.leader[0] for f in fetches if f.leader]
     extra = {}
     endpoints = leader_endpoints(broker, leaders)
@@ -285,21 +288,22 @@ def _response(broker, fetches: list[PartitionFetch], version: int, session_id: i
     return SplicedResponse(response, record_sets, compact=RESPONSE.flexible_version_q(version))
 
 
-def _partition_data(fetch: PartitionFetch, records):
-    extra = {}
-    if fetch.diverging is not None:
-        extra["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=fetch.diverging[0], end_offset=fetch.diverging[1])
-    if fetch.leader is not None:
-        extra["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=fetch.leader[0], leader_epoch=fetch.leader[1])
-    return PartitionData(
-        partition_index=fetch.request.partition,
-        error_code=fetch.error,
-        high_watermark=fetch.high_watermark,
-        last_stable_offset=fetch.high_watermark,
-        log_start_offset=fetch.log_start_offset,
-        aborted_transactions=None,
-        preferred_read_replica=-1,
+def _partition_data(fetch: PartitionFetch, records, version: int, as_tuple: bool):
+    values = {
+        "partition_index": fetch.request.partition,
+        "error_code": fetch.error,
+        "high_watermark": fetch.high_watermark,
+        "last_stable_offset": fetch.high_watermark,
+        "log_start_offset": fetch.log_start_offset,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
         # librdkafka reads a null record set as an invalid MessageSet size: always bytes.
-        records=records,
-        **extra,
-    )
+        "records": records,
+    }
+    if as_tuple:
+        return struct_tuple(PartitionData, version, values)
+    if fetch.diverging is not None:
+        values["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=fetch.diverging[0], end_offset=fetch.diverging[1])
+    if fetch.leader is not None:
+        values["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=fetch.leader[0], leader_epoch=fetch.leader[1])
+    return PartitionData(**values)

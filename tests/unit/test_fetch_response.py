@@ -22,7 +22,9 @@ RECORD_SETS = {("orders", 0): os.urandom(126), ("orders", 1): b"", ("orders", 2)
                ("payments", 0): os.urandom(20_000), ("payments", 1): os.urandom(128)}
 
 
-def partition_fetches(records_of) -> list[fetch.PartitionFetch]:
+def partition_fetches(records_of, tagged: bool = False) -> list[fetch.PartitionFetch]:
+    """One fetch per record set; with `tagged`, one names its leader and one a diverging epoch
+    (fields a Fetch answer carries as tagged fields from v12)."""
     fetches = []
     for (topic, partition), records in RECORD_SETS.items():
         request = FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=0,
@@ -31,25 +33,64 @@ def partition_fetches(records_of) -> list[fetch.PartitionFetch]:
         fetches.append(fetch.PartitionFetch(topic, TOPIC_IDS[topic], request, records=records_of(records),
                                             high_watermark=5, log_start_offset=0))
     fetches[1].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if tagged:
+        fetches[1].leader = (3, 9)
+        fetches[2].diverging = (4, 120)
     return fetches
 
 
+class KnownLeaders:
+    """What fetch._response asks of the broker: where a leader it names can be reached."""
+
+    @staticmethod
+    def endpoint_of(node_id: int):
+        return ("10.0.0.3", 9092, "rack-c") if node_id == 3 else None
+
+
+def encoded_with_data_classes(fetches: list[fetch.PartitionFetch], version: int) -> bytes:
+    """The same answer built field by field with kafka.protocol's data classes, records inside."""
+    Topic = FetchResponse.FetchableTopicResponse
+    Partition = Topic.PartitionData
+    topics: dict = {}
+    for f in fetches:
+        tags = {}
+        if f.diverging is not None:
+            tags["diverging_epoch"] = Partition.EpochEndOffset(epoch=f.diverging[0], end_offset=f.diverging[1])
+        if f.leader is not None:
+            tags["current_leader"] = Partition.LeaderIdAndEpoch(leader_id=f.leader[0], leader_epoch=f.leader[1])
+        partition = Partition(partition_index=f.request.partition, error_code=f.error, high_watermark=f.high_watermark,
+                              last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset,
+                              aborted_transactions=None, preferred_read_replica=-1, records=bytes(f.records), **tags)
+        key = (f.topic, f.topic_id)
+        if key not in topics:
+            topics[key] = Topic(topic=f.topic if version < 13 else None, topic_id=f.topic_id, partitions=[])
+        topics[key].partitions.append(partition)
+    endpoints = {}
+    if any(f.leader for f in fetches):
+        endpoints["node_endpoints"] = [FetchResponse.NodeEndpoint(node_id=3, host="10.0.0.3", port=9092, rack="rack-c")]
+    response = FetchResponse[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=SESSION_ID,
+                                      responses=list(topics.values()), **endpoints)
+    return bytes(response.encode(version=version))
+
+
+@pytest.mark.parametrize("tagged", [False, True], ids=["as tuples", "with tagged fields"])
 @pytest.mark.parametrize("version", range(fetch.VERSIONS[0], fetch.VERSIONS[1] + 1))
-def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(version):
-    spliced = fetch._response(None, partition_fetches(memoryview), version, SESSION_ID)
+def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(version, tagged):
+    spliced = fetch._response(KnownLeaders, partition_fetches(memoryview, tagged), version, SESSION_ID)
     assert isinstance(spliced, SplicedResponse)
     wire = b"".join(bytes(piece) for piece in spliced.encode_pieces(version))
 
-    inline = fetch._response(None, partition_fetches(bytes), version, SESSION_ID).response
-    for topic in inline.responses:
-        for partition in topic.partitions:
-            name = topic.topic if version < 13 else next(n for n, i in TOPIC_IDS.items() if i == topic.topic_id)
-            partition.records = RECORD_SETS[(name, partition.partition_index)]
-    assert wire == bytes(inline.encode(version=version))
+    assert wire == encoded_with_data_classes(partition_fetches(bytes, tagged), version)
 
     decoded = FetchResponse.decode(wire, version=version)
     records = [bytes(p.records or b"") for t in decoded.responses for p in t.partitions]
     assert records == list(RECORD_SETS.values())
+    if tagged and version >= 12:
+        partitions = [p for t in decoded.responses for p in t.partitions]
+        assert (partitions[1].current_leader.leader_id, partitions[1].current_leader.leader_epoch) == (3, 9)
+        assert (partitions[2].diverging_epoch.epoch, partitions[2].diverging_epoch.end_offset) == (4, 120)
+    if tagged and version >= 16:
+        assert [(e.node_id, e.host, e.port, e.rack) for e in decoded.node_endpoints] == [(3, "10.0.0.3", 9092, "rack-c")]
 
 
 def test_a_read_keeps_its_bytes_when_the_segment_rolls_and_is_deleted_before_the_send(tmp_path):
