@@ -557,8 +557,9 @@ class PartitionLog:
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self.segments.pop().delete_files()
         segment = self.active
-        end = 0
-        for position, header in SegmentWalker(segment, READ_AHEAD_BYTES).headers(segment.position_for(offset)):
+        # Every batch before where the walk starts ends below offset, and stays.
+        end = segment.position_for(offset)
+        for position, header in SegmentWalker(segment, READ_AHEAD_BYTES).headers(end):
             if header.last_offset >= offset:
                 break
             end = position + header.size

@@ -149,6 +149,27 @@ def test_truncate_to(tmp_path):
     assert log.append(batch([b"after"]), leader_epoch=0).first_offset == 10
 
 
+def read_from_disk(directory, offset: int, max_bytes: int = 1 << 20) -> bytes:
+    """What a read finds in the files alone (a log just opened holds nothing in memory)."""
+    reopened = PartitionLog(directory)
+    try:
+        return bytes(reopened.read(offset, max_bytes, max_offset=reopened.log_end_offset).records)
+    finally:
+        reopened.close()
+
+
+def test_truncating_into_the_last_batch_keeps_every_batch_before_it(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 2)
+    log.append(batch([b"tail"]), leader_epoch=1)
+    log.truncate_to(4)  # the offset of the last batch written: only that batch goes
+    assert log.log_end_offset == 4
+    assert offsets_of(log.read(0, 1 << 20).records) == [(0, 1), (2, 3)]
+    log.truncate_to(3)  # inside the last batch left: all of it goes
+    assert log.log_end_offset == 2
+    assert offsets_of(read_from_disk(tmp_path / "t-0", 0)) == [(0, 1)]
+
+
 def test_names_and_topic_ids():
     assert parse_partition_dir_name("my-topic-3") == ("my-topic", 3)
     assert parse_partition_dir_name("__cluster_metadata-0") == ("__cluster_metadata", 0)
