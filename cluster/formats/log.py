@@ -30,7 +30,7 @@ from pathlib import Path
 
 from cluster.formats import records
 from cluster.formats.records import (
-    ATTR_TIMESTAMP_TYPE, CorruptRecordError, HEADER_SIZE, iter_batch_headers, read_header,
+    ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, HEADER_SIZE, iter_batch_headers, read_header,
     set_base_offset, set_partition_leader_epoch, validate_batch, validate_batches,
 )
 
@@ -41,6 +41,8 @@ _MAX_TIMESTAMP = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 READ_AHEAD_BYTES = 64 * 1024
+# Writes up to this size are kept for the next read (PartitionLog._tail): one per partition.
+TAIL_BYTES = 16 * 1024
 # Offsets in a segment's index are int32 relative to its base offset.
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
 
@@ -295,6 +297,9 @@ class PartitionLog:
             self._load_segments()
         self.log_start_offset = self.segments[0].base_offset
         self.high_watermark = self.log_end_offset
+        # The latest small write, (first offset, next offset, bytes), while it ends the log: followers
+        # and tailing consumers read what was just written, and get it without a read of the file.
+        self._tail: tuple[int, int, bytes | bytearray | memoryview] | None = None
         # A single copy is committed once written; a replicated partition's leader sets the
         # high watermark from its in-sync followers instead.
         self.auto_high_watermark = True
@@ -418,7 +423,7 @@ class PartitionLog:
             offset += header.last_offset_delta + 1
         if self.latest_epoch is None or leader_epoch > self.latest_epoch:
             self.assign_epoch(leader_epoch, first)
-        self._write(buffer)
+        self._write(buffer, [(position, read_header(buffer, position)) for position, _ in found])
         if self.auto_high_watermark:
             self.high_watermark = self.log_end_offset
         return AppendInfo(first, offset - 1, append_time, self.log_start_offset)
@@ -434,33 +439,35 @@ class PartitionLog:
         for _, header in found:
             if self.latest_epoch is None or header.partition_leader_epoch > self.latest_epoch:
                 self.assign_epoch(header.partition_leader_epoch, header.base_offset)
-        self._write(data)
+        self._write(data, found)
         if self.auto_high_watermark:
             self.high_watermark = self.log_end_offset
         return self.log_end_offset
 
-    def _write(self, data) -> None:
-        self._maybe_roll(data)
+    def _write(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write whole batches; `batches`: each one's position in data and its header, as written."""
+        self._maybe_roll(data, batches)
         segment = self.active
         start = segment.size
         os.pwrite(segment.fd, data, start)
         index_bytes, time_bytes = bytearray(), bytearray()
-        for position, header in iter_batch_headers(data):
+        for position, header in batches:
             entry, time_entry = segment.track_batch(start + position, header, self.config.index_interval_bytes)
             index_bytes += entry
             time_bytes += time_entry
         segment.append_index_bytes(".index", bytes(index_bytes))
         segment.append_index_bytes(".timeindex", bytes(time_bytes))
+        if len(data) <= TAIL_BYTES:
+            self._tail = (batches[0][1].base_offset, self.log_end_offset, data)
 
-    def _maybe_roll(self, data) -> None:
+    def _maybe_roll(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
         segment = self.active
         if segment.size == 0:
             return
-        headers = [header for _, header in iter_batch_headers(data)]
-        incoming_max_timestamp = max(header.max_timestamp for header in headers)
+        incoming_max_timestamp = max(header.max_timestamp for _, header in batches)
         too_big = segment.size + len(data) > self.config.segment_bytes
         too_old = segment.ms_waited_for_roll(wall_clock_ms(), incoming_max_timestamp) > self.config.segment_ms
-        offsets_overflow = headers[-1].last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
+        offsets_overflow = batches[-1][1].last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
         if too_big or too_old or offsets_overflow:
             self.roll()
 
@@ -479,6 +486,11 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]")
         limit = self.high_watermark if max_offset is None else max_offset
+        tail = self._tail
+        if (tail is not None and tail[0] == offset and tail[1] <= limit and tail[1] == self.log_end_offset
+                and len(tail[2]) <= max_bytes):
+            # Just written, and read at once: a follower's or a tailing consumer's next fetch.
+            return ReadResult(memoryview(tail[2]), self.high_watermark, self.log_start_offset, self.log_end_offset)
         chunks: list[bytes] = []
         total = 0
         if offset < limit:

@@ -149,15 +149,6 @@ def test_truncate_to(tmp_path):
     assert log.append(batch([b"after"]), leader_epoch=0).first_offset == 10
 
 
-def read_from_disk(directory, offset: int, max_bytes: int = 1 << 20) -> bytes:
-    """What a read finds in the files alone (a log just opened holds nothing in memory)."""
-    reopened = PartitionLog(directory)
-    try:
-        return bytes(reopened.read(offset, max_bytes, max_offset=reopened.log_end_offset).records)
-    finally:
-        reopened.close()
-
-
 def test_truncating_into_the_last_batch_keeps_every_batch_before_it(tmp_path):
     log = PartitionLog(tmp_path / "t-0")
     fill(log, 2)
@@ -391,3 +382,49 @@ def test_a_rolled_segment_keeps_both_index_files(tmp_path):
     assert (tmp_path / "t-0" / "00000000000000000000.index").exists()
     assert (tmp_path / "t-0" / "00000000000000000000.timeindex").stat().st_size == 12
     assert not (tmp_path / "t-0" / "00000000000000000002.index").exists()
+
+
+def read_from_disk(directory, offset: int, max_bytes: int = 1 << 20) -> bytes:
+    """What a read finds in the files alone (a log just opened holds nothing in memory)."""
+    reopened = PartitionLog(directory)
+    try:
+        return bytes(reopened.read(offset, max_bytes, max_offset=reopened.log_end_offset).records)
+    finally:
+        reopened.close()
+
+
+def test_a_read_of_what_was_just_written_is_what_the_files_hold(tmp_path):
+    leader, follower = PartitionLog(tmp_path / "t-0"), PartitionLog(tmp_path / "f-0")
+    fill(leader, 3)
+    leader.append(batch([b"a", b"b"]) + batch([b"c"]), leader_epoch=4)
+    just_written = bytes(leader.read(6, 1 << 20).records)
+    assert offsets_of(just_written) == [(6, 7), (8, 8)]
+    assert just_written == read_from_disk(tmp_path / "t-0", 6)
+    follower.append_as_follower(bytes(leader.read(0, 1 << 20).records))
+    assert bytes(follower.read(0, 1 << 20).records) == read_from_disk(tmp_path / "f-0", 0)
+
+
+def test_a_read_after_just_written_data_is_cut_back_and_rewritten_gets_the_new_batches(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    fill(log, 2)
+    log.append(batch([b"old"]), leader_epoch=0)
+    assert list(iter_records(log.read(4, 1 << 20).records))[0].value == b"old"
+    log.truncate_to(4)
+    log.append(batch([b"new"]), leader_epoch=1)
+    assert [r.value for r in iter_records(log.read(4, 1 << 20).records)] == [b"new"]
+    log.truncate_fully_and_start_at(5)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(4, 1 << 20)
+
+
+def test_a_read_of_just_written_data_keeps_to_the_high_watermark_and_max_bytes(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    log.auto_high_watermark = False  # a replicated partition's leader: followers move it
+    first, second = batch([b"x" * 100]), batch([b"y" * 100])
+    log.append(first + second, leader_epoch=0)
+    assert log.read(0, 1 << 20).records == b""  # nothing committed yet
+    log.high_watermark = 1
+    assert offsets_of(log.read(0, 1 << 20).records) == [(0, 0)]
+    log.high_watermark = 2
+    assert offsets_of(log.read(0, len(first)).records) == [(0, 0)]
+    assert offsets_of(log.read(0, 1 << 20).records) == [(0, 0), (1, 1)]
