@@ -25,6 +25,7 @@ from cluster.formats.records import (
 from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 from node.producer_state import SequenceError
+from node.wire_tuples import struct_tuple
 
 REQUEST = ProduceRequest
 RESPONSE = ProduceResponse
@@ -42,28 +43,36 @@ async def handle(broker, header, request):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
     leaders_named = []
     topics = []
-    awaiting: list[tuple[object, tuple[str, int], int]] = []
+    awaiting: list[tuple[dict, tuple[str, int], int]] = []
     for topic_data in request.topic_data:
         name, topic_id = _topic_of(broker, topic_data, header.api_version)
         partitions = []
         for data in topic_data.partition_data:
-            response, next_offset = _produce_partition(broker, name, data, request.acks, header.api_version,
-                                                       leaders_named)
-            partitions.append(response)
+            answer, next_offset = _produce_partition(broker, name, data, request.acks, header.api_version,
+                                                     leaders_named)
+            partitions.append(answer)
             if request.acks == -1 and next_offset is not None:
-                awaiting.append((response, (name, data.index), next_offset))
-        topics.append(TopicResponse(name=topic_data.name if header.api_version < 13 else None,
-                                    topic_id=topic_id, partition_responses=partitions))
+                awaiting.append((answer, (name, data.index), next_offset))
+        topics.append((topic_data.name if header.api_version < 13 else None, topic_id, partitions))
     if request.acks == 0:
         return None
     await _wait_for_in_sync_replicas(broker, awaiting, request.timeout_ms)
-    endpoints = leader_endpoints(broker, leaders_named)
-    return RESPONSE[header.api_version](
-        responses=topics,
-        throttle_time_ms=0,
-        **({"node_endpoints": [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]}
-           if endpoints else {}),
-    )
+    return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
+
+
+def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list) -> RESPONSE:
+    """The Produce answer: per topic (name, id, each partition's answer as PartitionResponse's fields).
+    Partitions go in as tuples (node.wire_tuples) unless one names its leader (a tagged field)."""
+    as_tuples = not any("current_leader" in answer for _, _, answers in topics for answer in answers)
+    partition = ((lambda answer: struct_tuple(PartitionResponse, version, answer)) if as_tuples
+                 else (lambda answer: PartitionResponse(**answer)))
+    responses = [struct_tuple(TopicResponse, version, {"name": name, "topic_id": topic_id,
+                                                        "partition_responses": [partition(a) for a in answers]})
+                 for name, topic_id, answers in topics]
+    extra = {}
+    if endpoints:
+        extra["node_endpoints"] = [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]
+    return RESPONSE[version](responses=responses, throttle_time_ms=0, **extra)
 
 
 _COMMIT_FAILURES = {
@@ -81,10 +90,10 @@ async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
     waits = [broker.replicas.wait_for_commit(key, waiter, timeout_ms / 1000) for key, waiter in waiters]
     # (one partition, the usual case, is awaited directly: gather would make it a task of its own)
     outcomes = [await waits[0]] if len(waits) == 1 else await asyncio.gather(*waits)
-    for (response, _, _), error in zip(awaiting, outcomes):
+    for (answer, _, _), error in zip(awaiting, outcomes):
         if error:
-            response.error_code = error
-            response.error_message = _COMMIT_FAILURES.get(error)
+            answer["error_code"] = error
+            answer["error_message"] = _COMMIT_FAILURES.get(error)
 
 
 def _topic_of(broker, topic_data, version):
@@ -158,11 +167,9 @@ def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
         return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), None
     _remember_sequences(producers, batches, appended.first_offset)
     broker.replicas.appended_as_leader((topic, index))
-    return PartitionResponse(
-        index=index, error_code=ErrorCode.NONE, base_offset=appended.first_offset,
-        log_append_time_ms=appended.log_append_time, log_start_offset=appended.log_start_offset,
-        record_errors=[], error_message=None,
-    ), appended.last_offset + 1
+    return {"index": index, "error_code": ErrorCode.NONE, "base_offset": appended.first_offset,
+            "log_append_time_ms": appended.log_append_time, "log_start_offset": appended.log_start_offset,
+            "record_errors": [], "error_message": None}, appended.last_offset + 1
 
 
 def _one_batch(records, version: int) -> tuple[memoryview | None, tuple[ErrorCode, str] | None]:
@@ -224,22 +231,20 @@ def _remember_sequences(producers, batches, first_offset: int) -> None:
         offset += header.last_offset_delta + 1
 
 
-def _success(index: int, base_offset: int, partition_log):
-    return PartitionResponse(index=index, error_code=ErrorCode.NONE, base_offset=base_offset,
-                             log_append_time_ms=-1, log_start_offset=partition_log.log_start_offset,
-                             record_errors=[], error_message=None)
+def _success(index: int, base_offset: int, partition_log) -> dict:
+    return {"index": index, "error_code": ErrorCode.NONE, "base_offset": base_offset, "log_append_time_ms": -1,
+            "log_start_offset": partition_log.log_start_offset, "record_errors": [], "error_message": None}
 
 
-def _error(index: int, code: ErrorCode, message: str | None = None, leader: tuple[int, int] | None = None):
-    extra = {}
+def _error(index: int, code: ErrorCode, message: str | None = None, leader: tuple[int, int] | None = None) -> dict:
+    answer = {"index": index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
+              "record_errors": [], "error_message": message}
     if leader is not None:
-        extra["current_leader"] = PartitionResponse.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
-    return PartitionResponse(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                             log_start_offset=-1, record_errors=[], error_message=message, **extra)
+        answer["current_leader"] = PartitionResponse.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    return answer
 
 
 def _reply_all(request, version, code: ErrorCode):
-    topics = [TopicResponse(name=t.name if version < 13 else None, topic_id=getattr(t, "topic_id", None),
-                            partition_responses=[_error(p.index, code) for p in t.partition_data])
-              for t in request.topic_data]
-    return RESPONSE[version](responses=topics, throttle_time_ms=0)
+    topics = [(t.name if version < 13 else None, getattr(t, "topic_id", None),
+               [_error(p.index, code) for p in t.partition_data]) for t in request.topic_data]
+    return response_of(topics, version, [])
