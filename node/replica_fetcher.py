@@ -34,6 +34,7 @@ FETCH_MAX_BYTES = 8 << 20
 PARTITION_MAX_BYTES = 1 << 20
 RETRY_DELAY_S = 0.2
 _SIZE = struct.Struct(">i")
+_REQUEST_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 
 
 class ReplicaFetchers:
@@ -43,6 +44,7 @@ class ReplicaFetchers:
         self.tasks: dict[int, asyncio.Task] = {}
         self.changed: dict[int, asyncio.Event] = {}
         self.throttle = ReplicationThrottle(broker, FOLLOWER)
+        self.client_id = f"replica-{broker.node_id}".encode()  # node.faults tells peers by it
         self.max_wait_ms = broker.config.get_int("replica.fetch.wait.max.ms")
         # A connection whose packets a network cut dropped may wait out TCP's retransmission
         # backoff long after the cut heals; past this, the fetcher reconnects instead.
@@ -139,11 +141,9 @@ class ReplicaFetchers:
             return
         faults = self.broker.faults
         await faults.wait_reachable(leader)  # isolated from the leader: nothing goes out, nothing comes back
-        request = self._request(logs, session, complete)
-        request.with_header(correlation_id=correlation, client_id=f"replica-{self.broker.node_id}")
-        payload = bytes(request.encode(version=FETCH_VERSION, header=True))
+        request = framed_request(self._request(logs, session, complete), correlation, self.client_id)
         async with asyncio.timeout(self.socket_timeout_s):  # (TimeoutError is an OSError: _follow reconnects)
-            writer.write(_SIZE.pack(len(payload)) + payload)
+            writer.write(request)
             await writer.drain()
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             body = memoryview(await reader.readexactly(size))
@@ -288,6 +288,14 @@ class FollowerSession:
         else:
             self.epoch = next_epoch(self.epoch)
         return True
+
+
+def framed_request(request, correlation_id: int, client_id: bytes) -> bytes:
+    """Size, request header (v2) and body, as kafka.protocol's encode(header=True, framed=True) writes
+    them; the header's four fields are packed here, where kafka.protocol would build a data class."""
+    body = request.encode(version=FETCH_VERSION)
+    header = _REQUEST_HEADER.pack(FetchRequest.API_KEY, FETCH_VERSION, correlation_id, len(client_id)) + client_id
+    return _SIZE.pack(len(header) + 1 + len(body)) + header + b"\x00" + body  # (no tagged fields)
 
 
 def _by_topic(partitions: dict[tuple[str, int], object]) -> dict[str, list[tuple[int, object]]]:

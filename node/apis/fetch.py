@@ -280,7 +280,7 @@ def _response(broker, fetches: list[PartitionFetch], version: int, session_id: i
               for key, partitions in by_topic.items()]
     leaders = [f.leader[0] for f in fetches if f.leader]
     extra = {}
-    endpoints = leader_endpoints(broker, leaders)
+    endpoints = leader_endpoints(broker, leaders) if leaders else []
     if endpoints:
         extra["node_endpoints"] = [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]
     response = RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id,

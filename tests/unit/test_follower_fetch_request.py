@@ -1,10 +1,13 @@
-"""A follower's Fetch request is built with tuples for its topics and partitions (node.wire_tuples):
-on the wire it must be, byte for byte, the request kafka.protocol's data classes encode."""
+"""A follower's Fetch request is built with tuples for its topics and partitions (node.wire_tuples)
+and framed with a header packed by hand: on the wire it must be, byte for byte, the request
+kafka.protocol's data classes encode with its header, framed."""
 from __future__ import annotations
 
 from kafka.protocol.consumer import FetchRequest
 
-from node.replica_fetcher import FETCH_VERSION, PARTITION_MAX_BYTES, FollowerSession, follower_fetch_request
+from node.replica_fetcher import (
+    FETCH_VERSION, PARTITION_MAX_BYTES, FollowerSession, follower_fetch_request, framed_request,
+)
 
 
 def encoded_with_data_classes(session: FollowerSession, to_send: dict, forgotten: list) -> bytes:
@@ -23,7 +26,7 @@ def encoded_with_data_classes(session: FollowerSession, to_send: dict, forgotten
         forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=topic, partitions=parts) for topic, parts in gone.items()],
         rack_id="")
     request.with_header(correlation_id=41, client_id="replica-2")
-    return bytes(request.encode(version=FETCH_VERSION, header=True))
+    return bytes(request.encode(version=FETCH_VERSION, header=True, framed=True))
 
 
 def test_a_followers_fetch_request_encodes_as_with_data_classes():
@@ -31,12 +34,10 @@ def test_a_followers_fetch_request_encodes_as_with_data_classes():
     session.session_id, session.epoch = 1_234_567, 9
     to_send = {("orders", 0): (1_000, 3, 3, 0), ("orders", 7): (0, 3, -1, 0), ("payments", 2): (2 ** 40, 12, 11, 5)}
     forgotten = [("orders", 4), ("audit", 0)]
-    request = follower_fetch_request(2, 500, session, to_send, forgotten)
-    request.with_header(correlation_id=41, client_id="replica-2")
-    wire = bytes(request.encode(version=FETCH_VERSION, header=True))
+    wire = framed_request(follower_fetch_request(2, 500, session, to_send, forgotten), 41, b"replica-2")
     assert wire == encoded_with_data_classes(session, to_send, forgotten)
 
-    decoded = FetchRequest.decode(wire[wire.index(b"replica-2") + len("replica-2") + 1:], version=FETCH_VERSION)
+    decoded = FetchRequest.decode(wire, version=FETCH_VERSION, header=True, framed=True)
     assert [(t.topic, [(p.partition, p.fetch_offset, p.last_fetched_epoch) for p in t.partitions])
             for t in decoded.topics] == [("orders", [(0, 1_000, 3), (7, 0, -1)]), ("payments", [(2, 2 ** 40, 11)])]
     assert [(t.topic, t.partitions) for t in decoded.forgotten_topics_data] == [("orders", [4]), ("audit", [0])]
@@ -45,6 +46,5 @@ def test_a_followers_fetch_request_encodes_as_with_data_classes():
 def test_an_empty_incremental_request_encodes_as_with_data_classes():
     session = FollowerSession()
     session.session_id, session.epoch = 77, 2
-    request = follower_fetch_request(2, 500, session, {}, [])
-    request.with_header(correlation_id=41, client_id="replica-2")
-    assert bytes(request.encode(version=FETCH_VERSION, header=True)) == encoded_with_data_classes(session, {}, [])
+    wire = framed_request(follower_fetch_request(2, 500, session, {}, []), 41, b"replica-2")
+    assert wire == encoded_with_data_classes(session, {}, [])
