@@ -94,17 +94,41 @@ def _consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: 
     return elapsed
 
 
+@dataclass
+class ReadTimes:
+    """How long an assigned consumer took to read: in all, and to its first message."""
+
+    messages: int
+    seconds: float  # from the first call to the last message
+    first_message_seconds: float
+
+    def steady_rate(self) -> float:
+        """Messages per second after the first message: what the cluster serves, without the client's
+        own start (connections, metadata, offsets: about 0.5 s for librdkafka against any cluster)."""
+        rest = self.seconds - self.first_message_seconds
+        return (self.messages - 1) / rest if rest > 0 else self.messages / self.seconds
+
+
 def time_reading(consumer, messages: int, batch_size: int) -> float:
     """Seconds an assigned confluent-kafka consumer takes to read `messages` messages."""
+    return read_times(consumer, messages, batch_size).seconds
+
+
+def read_times(consumer, messages: int, batch_size: int) -> ReadTimes:
     started = time.perf_counter()
     seen = 0
+    first_message_seconds = None
     while seen < messages:
-        # consume() waits for num_messages or the timeout: never ask for more than is left.
-        batch = consumer.consume(num_messages=min(batch_size, messages - seen), timeout=5)
+        # consume() waits for num_messages or the timeout: never ask for more than is left, and
+        # ask for the first message alone, to know when the stream began.
+        wanted = 1 if first_message_seconds is None else min(batch_size, messages - seen)
+        batch = consumer.consume(num_messages=wanted, timeout=5)
         if not batch:
             raise RuntimeError(f"read {seen} of {messages} messages before the stream went quiet")
         seen += len(batch)
-    return time.perf_counter() - started
+        if first_message_seconds is None:
+            first_message_seconds = time.perf_counter() - started
+    return ReadTimes(messages, time.perf_counter() - started, first_message_seconds)
 
 
 def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: bytes, acks: str,
