@@ -95,8 +95,11 @@ def confluent_consumer_steady_rate(bootstrap: str, topic: str, partitions: int, 
 
     best = 0.0
     for _ in range(reads):
+        # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s) once queued.min.messages
+        # (100,000) wait in its queue: a pause of the client's, taken at random against either cluster.
         consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench",
-                                             "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+                                             "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                                             "queued.min.messages": 10 * messages})
         consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
                          for p in range(partitions)])
         best = max(best, read_times(consumer, messages, 10_000).steady_rate())
