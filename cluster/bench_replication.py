@@ -16,6 +16,9 @@ idle 9,000-replica node): a follower's parked Fetch is woken on the leader's app
 the produce is answered from the follower's next Fetch, so one acks=all write costs two replica
 round trips; idle nodes spent their time encoding and decoding full Fetch requests naming every
 followed partition every replica.fetch.wait.max.ms, which fetch sessions (KIP-227) remove.
+Later, each step of the leader's part of an acks=all write timed in place over 3,000 writes: the
+three socket writes, starting each request, the Produce path, building and encoding each Fetch
+answer, none of them an eighth of the whole (README, Performance).
 """
 from __future__ import annotations
 
