@@ -6,9 +6,10 @@ parse closes that connection only: a bad client never takes the node down.
 
 Connections are asyncio protocols rather than streams: frames are cut from what the socket
 delivers as it arrives, and a response goes to the socket from the task that produced it.
-A replica round trip of an acks=all write passes through here four times on the leader, and
-streams cost a reader wake-up per frame and a writer task per response, about a tenth of the
-leader's CPU per write (measured with `python -m cluster.bench_replication --only latency`).
+An acks=all write with RF=3 brings its leader three requests (the Produce and each follower's
+next Fetch) and three answers to write (the Produce's, and each follower's parked Fetch), and
+streams cost a reader wake-up per frame and a writer task per connection in between, about a
+tenth of the leader's CPU per write (`python -m cluster.bench_replication --only latency`).
 """
 from __future__ import annotations
 
