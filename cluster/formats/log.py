@@ -299,7 +299,7 @@ class PartitionLog:
         self.high_watermark = self.log_end_offset
         # The latest small write, (first offset, next offset, bytes), while it ends the log: followers
         # and tailing consumers read what was just written, and get it without a read of the file.
-        self._tail: tuple[int, int, bytes | bytearray | memoryview] | None = None
+        self._tail: tuple[int, int, bytes] | None = None
         # A single copy is committed once written; a replicated partition's leader sets the
         # high watermark from its in-sync followers instead.
         self.auto_high_watermark = True
@@ -458,7 +458,8 @@ class PartitionLog:
         segment.append_index_bytes(".index", bytes(index_bytes))
         segment.append_index_bytes(".timeindex", bytes(time_bytes))
         if len(data) <= TAIL_BYTES:
-            self._tail = (batches[0][1].base_offset, self.log_end_offset, data)
+            # A copy: a follower's data is a view of a whole Fetch answer, which it would keep alive.
+            self._tail = (batches[0][1].base_offset, self.log_end_offset, bytes(data))
 
     def _maybe_roll(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
         segment = self.active

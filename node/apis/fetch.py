@@ -144,7 +144,7 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
                 fetch.high_watermark = check.log.high_watermark
                 fetch.log_start_offset = check.log.log_start_offset
                 continue
-            if not fetch.follower_offset_taken:  # (a read again after a wait reads data, nothing new of the follower)
+            if not fetch.follower_offset_taken:  # (read again after a wait: new data, nothing new of the follower)
                 broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
                                                        fetch.request.fetch_offset)
                 fetch.follower_offset_taken = True
@@ -303,7 +303,9 @@ def _partition_data(fetch: PartitionFetch, records, version: int, as_tuple: bool
     if as_tuple:
         return struct_tuple(PartitionData, version, values)
     if fetch.diverging is not None:
-        values["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=fetch.diverging[0], end_offset=fetch.diverging[1])
+        epoch, end_offset = fetch.diverging
+        values["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=epoch, end_offset=end_offset)
     if fetch.leader is not None:
-        values["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=fetch.leader[0], leader_epoch=fetch.leader[1])
+        leader_id, leader_epoch = fetch.leader
+        values["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
     return PartitionData(**values)

@@ -90,7 +90,8 @@ def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(v
         assert (partitions[1].current_leader.leader_id, partitions[1].current_leader.leader_epoch) == (3, 9)
         assert (partitions[2].diverging_epoch.epoch, partitions[2].diverging_epoch.end_offset) == (4, 120)
     if tagged and version >= 16:
-        assert [(e.node_id, e.host, e.port, e.rack) for e in decoded.node_endpoints] == [(3, "10.0.0.3", 9092, "rack-c")]
+        endpoints = [(e.node_id, e.host, e.port, e.rack) for e in decoded.node_endpoints]
+        assert endpoints == [(3, "10.0.0.3", 9092, "rack-c")]
 
 
 def test_a_read_keeps_its_bytes_when_the_segment_rolls_and_is_deleted_before_the_send(tmp_path):

@@ -23,7 +23,8 @@ def encoded_with_data_classes(session: FollowerSession, to_send: dict, forgotten
         cluster_id=None, replica_id=2, max_wait_ms=500, min_bytes=1, max_bytes=8 << 20, isolation_level=0,
         session_id=session.session_id, session_epoch=session.epoch,
         topics=[FetchRequest.FetchTopic(topic=topic, partitions=parts) for topic, parts in topics.items()],
-        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=topic, partitions=parts) for topic, parts in gone.items()],
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=topic, partitions=parts)
+                               for topic, parts in gone.items()],
         rack_id="")
     request.with_header(correlation_id=41, client_id="replica-2")
     return bytes(request.encode(version=FETCH_VERSION, header=True, framed=True))
