@@ -54,6 +54,7 @@ class Broker:
                                                 config.get_int("min.incremental.fetch.session.eviction.ms"),
                                                 keep_reading=self.replicas.follower_outside_isr)
         self.listener: Listener | None = None
+        self.metadata_answers = None  # node.apis.metadata's encoded answers, made on the first request
         self.started_ms = int(time.time() * 1000)
 
     # --- lifecycle ---

@@ -11,7 +11,6 @@ only the topic array is joined from entries encoded one at a time.
 from __future__ import annotations
 
 import logging
-import weakref
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.schemas.fields.codecs import EncodeBufferPool, Int32, UnsignedVarInt32
@@ -51,13 +50,11 @@ class EncodedResponse:
         return self.body
 
 
-_ANSWERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def answers_of(broker) -> "MetadataAnswers":
-    answers = _ANSWERS.get(broker)
+    """The node's kept answers (made with its first Metadata request, and kept by its broker)."""
+    answers = broker.metadata_answers
     if answers is None:
-        answers = _ANSWERS[broker] = MetadataAnswers(broker)
+        answers = broker.metadata_answers = MetadataAnswers(broker)
     return answers
 
 
