@@ -457,9 +457,9 @@ class PartitionLog:
             time_bytes += time_entry
         segment.append_index_bytes(".index", bytes(index_bytes))
         segment.append_index_bytes(".timeindex", bytes(time_bytes))
-        if len(data) <= TAIL_BYTES:
-            # A copy: a follower's data is a view of a whole Fetch answer, which it would keep alive.
-            self._tail = (batches[0][1].base_offset, self.log_end_offset, bytes(data))
+        # A copy: a follower's data is a view of a whole Fetch answer, which it would keep alive. A
+        # larger write drops the tail: after a truncation it could end where the old tail ended.
+        self._tail = (batches[0][1].base_offset, self.log_end_offset, bytes(data)) if len(data) <= TAIL_BYTES else None
 
     def _maybe_roll(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
         segment = self.active

@@ -412,6 +412,9 @@ def test_a_read_after_just_written_data_is_cut_back_and_rewritten_gets_the_new_b
     log.truncate_to(4)
     log.append(batch([b"new"]), leader_epoch=1)
     assert [r.value for r in iter_records(log.read(4, 1 << 20).records)] == [b"new"]
+    log.truncate_to(4)
+    log.append(batch([b"large" * 4_000]), leader_epoch=2)  # larger than what is kept in memory
+    assert [r.value for r in iter_records(log.read(4, 1 << 20).records)] == [b"large" * 4_000]
     log.truncate_fully_and_start_at(5)
     with pytest.raises(OffsetOutOfRangeError):
         log.read(4, 1 << 20)
