@@ -79,12 +79,13 @@ async def handle(broker, header, request):
         # A throttled follower gets its data once the bucket allows, not only at max_wait_ms.
         wait = min(remaining, broker.leader_throttle.wait_s()) if any(f.held_back for f in fetches) else remaining
         if not await _wait_for_data(broker, fetches, wait, context) and wait >= remaining:
-            if context.session is None:  # (what was read may have changed unseen)
-                _read_all(broker, fetches, request.max_bytes, follower)
-            else:  # (a follower's session is not woken for high watermark moves: it hears of them now)
-                late = _woken(broker, context, version)
-                _read_all(broker, late, request.max_bytes, follower)
-                fetches += late
+            # Time is up: read again what may have changed unseen, and a session's partitions told of
+            # news meanwhile (a follower's is not woken for high watermark moves: it hears of them now).
+            # The request's own partitions too: news may have come after the wait ran out and before
+            # this request ran again, and taking it from the session leaves it to this read alone.
+            if context.session is not None:
+                fetches += _woken(broker, context, version)
+            _read_all(broker, fetches, request.max_bytes, follower)
             break
         if context.session is not None:
             fetches += _woken(broker, context, version)
