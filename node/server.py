@@ -18,7 +18,6 @@ import logging
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import Coroutine
 
 from cluster.formats.records import read_uvarint
 from cluster.runtime.shutdown import cancel_and_wait
@@ -105,8 +104,8 @@ class KafkaServer:
         tasks = [task for connection in list(self.connections) for task in connection.abort()]
         await cancel_and_wait(tasks)
 
-    def start_request(self, frame: memoryview, peer) -> Coroutine | list:
-        """The coroutine answering a request, or the answer itself when there is nothing to handle."""
+    def read_request(self, frame: memoryview, peer) -> tuple | list:
+        """(handler, header, request) to answer, or the answer itself when there is nothing to handle."""
         api_key, api_version, correlation_id = peek_api(frame)
         handler = HANDLERS.get(api_key)
         if handler is None:
@@ -121,9 +120,9 @@ class KafkaServer:
             request = handler.request.decode(frame[body_start:], version=api_version)
         except Exception as exc:
             raise MalformedRequest(f"cannot decode {handler.request.name} v{api_version}: {exc}") from exc
-        return self._handle(handler, header, request)
+        return handler, header, request
 
-    async def _handle(self, handler: ApiHandler, header: RequestHeader, request) -> list | None:
+    async def answer(self, handler: ApiHandler, header: RequestHeader, request) -> list | None:
         faults = self.broker.faults
         party = party_of(header.client_id)
         await faults.wait_reachable(party)
@@ -258,18 +257,19 @@ class Connection(asyncio.Protocol):
         return size
 
     def _start(self, frame: memoryview) -> None:
-        started = self.server.start_request(frame, self.peer)
+        read = self.server.read_request(frame, self.peer)
         entry = InFlight()
         self.in_flight.append(entry)
-        if isinstance(started, list):
-            entry.answer, entry.answered = started, True
+        if isinstance(read, list):
+            entry.answer, entry.answered = read, True
             self._write_answered()
         else:
-            entry.task = asyncio.get_running_loop().create_task(self._answer(entry, started))
+            entry.task = asyncio.get_running_loop().create_task(self._answer(entry, read))
 
-    async def _answer(self, entry: InFlight, handling) -> None:
+    async def _answer(self, entry: InFlight, read: tuple) -> None:
         try:
-            entry.answer = await handling
+            # (the handler's coroutine is made here: a task cancelled before it runs leaves none unawaited)
+            entry.answer = await self.server.answer(*read)
         except Exception:
             # As Kafka does on an unexpected error: the client sees the connection close.
             log.exception("request handler failed; closing the connection")

@@ -13,11 +13,12 @@ from tests.integration.test_cli import data_dir  # noqa: F401 (fixture: kills wh
 
 
 def complaints(data_dir: Path) -> dict[str, list[str]]:
-    """Log file -> its WARNING, ERROR and traceback lines."""
+    """Log file -> its WARNING, ERROR and traceback lines, and Python's warnings (a coroutine never
+    awaited, say: "sys:1: RuntimeWarning: ...")."""
     found = {}
     for log in sorted((data_dir / "logs").glob("*.log")):
         lines = [line for line in log.read_text().splitlines()
-                 if " WARNING " in line or " ERROR " in line or line.startswith("Traceback")]
+                 if " WARNING " in line or " ERROR " in line or line.startswith("Traceback") or "Warning: " in line]
         if lines:
             found[log.name] = lines
     return found
