@@ -4,7 +4,8 @@ Prints, side by side with librdkafka's mock cluster (in-process, replication sim
 in the same run:
 
 - single-message acks=all latency: a confluent-kafka producer (linger.ms=0) sends one message,
-  flushes, and repeats; p50/p99/max over the round trips, for RF=3 and RF=1;
+  flushes, and repeats; p50/p99/max over the round trips, for RF=3 and RF=1, and each node's CPU
+  per write (user + kernel, from /proc; the busiest node is the partition's leader);
 - idle cost: a 9-node cluster holding 1,000 topics x 3 partitions x RF 3 (9,000 replicas) and no
   client traffic at all: each node's share of a core and its RSS.
 
@@ -87,12 +88,17 @@ def _round_trips(producer_config: dict, topic: str, rounds: int) -> list[float]:
 
 def acks_all_latency(bootstrap: str, rf: int, rounds: int = LATENCY_ROUNDS) -> Percentiles:
     """Single-message acks=all produce latency to a new one-partition topic of rf replicas."""
+    return Percentiles.of(_round_trips({"bootstrap.servers": bootstrap}, latency_topic(bootstrap, rf), rounds))
+
+
+def latency_topic(bootstrap: str, rf: int) -> str:
+    """A new one-partition topic of rf replicas to measure on."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"latency-rf{rf}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, rf)])[topic].result(60)
-    return Percentiles.of(_round_trips({"bootstrap.servers": bootstrap}, topic, rounds))
+    return topic
 
 
 def mock_acks_all_latency(rounds: int = LATENCY_ROUNDS) -> Percentiles:
@@ -159,8 +165,17 @@ def _print_idle(figures: list[NodeIdle], seconds: float) -> None:
 def run_latency(rounds: int) -> None:
     with Cluster(nodes=3) as cluster:
         for rf in (3, 1):
-            ours = acks_all_latency(cluster.bootstrap_servers, rf, rounds)
+            topic = latency_topic(cluster.bootstrap_servers, rf)
+            pids = [node.pid for node in cluster.nodes.values()]
+            before = [_cpu_seconds(pid) for pid in pids]
+            ours = Percentiles.of(_round_trips({"bootstrap.servers": cluster.bootstrap_servers}, topic, rounds))
+            writes = rounds + WARM_UP_ROUNDS
+            cpu_ms = sorted(((_cpu_seconds(pid) - then) / writes * 1000 for pid, then in zip(pids, before)),
+                            reverse=True)
             _print_latency(rf, ours, mock_acks_all_latency(rounds))
+            # The busiest node is the partition's leader.
+            print("  nodes' CPU per write, user + kernel, busiest first: "
+                  + ", ".join(f"{ms:.3f}" for ms in cpu_ms) + " ms")
 
 
 def run_idle(seconds: float, topics: int) -> None:

@@ -315,6 +315,18 @@ def test_bench_at_scale_prints_creation_idle_cost_and_metadata(tmp_path):
         assert float(rows[f"Metadata v12, all 60 partitions, {spread}"][1]) > 0
 
 
+def test_replication_bench_prints_latency_and_each_nodes_cpu_per_write():
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_replication", "--only", "latency", "--rounds", "20"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rf in (3, 1):
+        section = result.stdout.split(f"RF={rf} (20 writes)")[1]
+        for spread in ("p50", "p99", "max"):
+            assert f"{spread}: kraftwerk" in section
+        cpu = section.split("nodes' CPU per write, user + kernel, busiest first: ")[1].split(" ms")[0].split(", ")
+        assert len(cpu) == 3 and float(cpu[0]) > 0 and sorted(map(float, cpu), reverse=True) == list(map(float, cpu))
+
+
 def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
     result = subprocess.run([*KRAFTWERK, "bench", "--against-mock", "--messages", "2000", "--large-values", "3",
                              "--latency-rounds", "20"],
