@@ -23,6 +23,16 @@ def _fields(data_class, version: int) -> tuple[tuple[str, object], ...]:
     return tuple((field.name, field.default) for field in data_class._struct.untagged_fields(version))
 
 
+def struct_array(data_class, version: int, elements: list[dict]) -> list:
+    """The struct array `[data_class(**values) for values in elements]` as kafka.protocol encodes it at
+    `version`: tuples, unless an element sets a field the tuple cannot carry (a tagged one), and
+    then data classes for all of them."""
+    untagged = {name for name, _ in _fields(data_class, version)}
+    if all(values.keys() <= untagged for values in elements):
+        return [struct_tuple(data_class, version, values) for values in elements]
+    return [data_class(**values) for values in elements]
+
+
 def struct_tuple(data_class, version: int, values: dict) -> tuple:
     """The struct `data_class(**values)` as the tuple kafka.protocol encodes at `version`; fields
     not given take their defaults, and fields the version lacks are left out."""

@@ -33,7 +33,7 @@ from cluster.runtime.timed_wait import result_within
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 from node.spliced_response import SplicedResponse, marker
-from node.wire_tuples import struct_tuple
+from node.wire_tuples import struct_array, struct_tuple
 
 REQUEST = FetchRequest
 RESPONSE = FetchResponse
@@ -262,22 +262,18 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, 
 
 
 def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int) -> SplicedResponse:
-    # Partitions go in as tuples (node.wire_tuples) unless one carries a tagged field.
-    as_tuples = not any(fetch.diverging is not None or fetch.leader is not None for fetch in fetches)
     by_topic: dict = {}
     record_sets: list = []
     for fetch in fetches:
         key = fetch.topic_id if version >= 13 else fetch.topic
-        partitions = by_topic.get(key)
-        if partitions is None:
-            partitions = by_topic[key] = []
         records = fetch.records
         if records:
             record_sets.append(records)
             records = marker(len(record_sets) - 1)
-        partitions.append(_partition_data(fetch, records, version, as_tuples))
+        by_topic.setdefault(key, []).append(_partition_data(fetch, records))
     name_or_id = "topic_id" if version >= 13 else "topic"
-    topics = [struct_tuple(TopicResponse, version, {name_or_id: key, "partitions": partitions})
+    topics = [struct_tuple(TopicResponse, version, {name_or_id: key,
+                                                    "partitions": struct_array(PartitionData, version, partitions)})
               for key, partitions in by_topic.items()]
     leaders = [f.leader[0] for f in fetches if f.leader]
     extra = {}
@@ -289,7 +285,8 @@ def _response(broker, fetches: list[PartitionFetch], version: int, session_id: i
     return SplicedResponse(response, record_sets, compact=RESPONSE.flexible_version_q(version))
 
 
-def _partition_data(fetch: PartitionFetch, records, version: int, as_tuple: bool):
+def _partition_data(fetch: PartitionFetch, records) -> dict:
+    """A partition's answer as PartitionData's fields (node.wire_tuples.struct_array builds it)."""
     values = {
         "partition_index": fetch.request.partition,
         "error_code": fetch.error,
@@ -301,12 +298,10 @@ def _partition_data(fetch: PartitionFetch, records, version: int, as_tuple: bool
         # librdkafka reads a null record set as an invalid MessageSet size: always bytes.
         "records": records,
     }
-    if as_tuple:
-        return struct_tuple(PartitionData, version, values)
     if fetch.diverging is not None:
         epoch, end_offset = fetch.diverging
         values["diverging_epoch"] = PartitionData.EpochEndOffset(epoch=epoch, end_offset=end_offset)
     if fetch.leader is not None:
         leader_id, leader_epoch = fetch.leader
         values["current_leader"] = PartitionData.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
-    return PartitionData(**values)
+    return values

@@ -25,7 +25,7 @@ from cluster.formats.records import (
 from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader, leader_endpoints
 from node.producer_state import SequenceError
-from node.wire_tuples import struct_tuple
+from node.wire_tuples import struct_array, struct_tuple
 
 REQUEST = ProduceRequest
 RESPONSE = ProduceResponse
@@ -61,13 +61,10 @@ async def handle(broker, header, request):
 
 
 def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list) -> RESPONSE:
-    """The Produce answer: per topic (name, id, each partition's answer as PartitionResponse's fields).
-    Partitions go in as tuples (node.wire_tuples) unless one names its leader (a tagged field)."""
-    as_tuples = not any("current_leader" in answer for _, _, answers in topics for answer in answers)
-    partition = ((lambda answer: struct_tuple(PartitionResponse, version, answer)) if as_tuples
-                 else (lambda answer: PartitionResponse(**answer)))
-    responses = [struct_tuple(TopicResponse, version, {"name": name, "topic_id": topic_id,
-                                                        "partition_responses": [partition(a) for a in answers]})
+    """The Produce answer: per topic (name, id, each partition's answer as PartitionResponse's fields)."""
+    responses = [struct_tuple(TopicResponse, version, {
+                     "name": name, "topic_id": topic_id,
+                     "partition_responses": struct_array(PartitionResponse, version, answers)})
                  for name, topic_id, answers in topics]
     extra = {}
     if endpoints:
