@@ -287,9 +287,10 @@ class GroupCoordinator:
         if pending_timer:
             pending_timer.cancel()
         member = group.members.get(member_id)
-        if member is not None and group.state == STABLE and member.protocols == protocols \
-                and member_id != group.leader:
-            # Nothing changed for a follower: answer with the current generation, no rebalance.
+        if member is not None and member.protocols == protocols \
+                and (group.state == COMPLETING or (group.state == STABLE and member_id != group.leader)):
+            # Nothing changed (the member may have missed its JoinGroup answer): the current
+            # generation, no rebalance. Only the leader's rejoin of a stable group starts one, as in Kafka.
             self._arm_session(group, member)
             return self._join_result(group, member)
         if member is None:

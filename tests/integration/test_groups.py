@@ -7,6 +7,7 @@ import json
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,13 +17,14 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 
 from cluster.launcher import Cluster
 from node.offsets_topic import partition_for_group
 from tests.integration.observe import committed
-from tests.integration.wire import exchange_once
+from tests.integration.wire import exchange, exchange_once
 
 PARTITIONS = 6
 MESSAGES = 600
@@ -333,6 +335,38 @@ def test_static_member_restarting_gets_its_partitions_back_without_a_rebalance(c
     assert revoked == [] and len(leader.assignment()) == 3
     for consumer in (leader, restarted):
         consumer.close()
+
+
+def coordinator_address(cluster, group: str) -> tuple[str, int]:
+    node = cluster.nodes[min(cluster.nodes)]
+    found = exchange_once((cluster.host, node.port), FindCoordinatorRequest[3](key=group, key_type=0),
+                          FindCoordinatorResponse, 3)
+    assert found.error_code == 0
+    return found.host, found.port
+
+
+def test_a_member_joining_again_before_its_sync_keeps_the_generation(cluster):
+    # A member that sends JoinGroup again, unchanged, while the group waits for SyncGroup (it may have
+    # missed the answer) gets the current generation back, as from Kafka: no new rebalance.
+    group = f"rejoin-{uuid.uuid4().hex[:8]}"
+
+    def join(member_id: str) -> JoinGroupResponse:
+        request = JoinGroupRequest[3](group_id=group, session_timeout_ms=SESSION_TIMEOUT_MS,
+                                      rebalance_timeout_ms=SESSION_TIMEOUT_MS, member_id=member_id,
+                                      protocol_type="consumer", protocols=[("range", b"subscription")])
+        return exchange(sock, request, JoinGroupResponse, 3)
+
+    with socket.create_connection(coordinator_address(cluster, group), timeout=10) as sock:
+        first = join("")
+        assert (first.error_code, first.generation_id, first.leader) == (0, 1, first.member_id)
+        again = join(first.member_id)
+        assert (again.error_code, again.generation_id, again.leader, again.member_id) == \
+            (0, 1, first.member_id, first.member_id)
+        assert [(m.member_id, bytes(m.metadata)) for m in again.members] == [(first.member_id, b"subscription")]
+        synced = exchange(sock, SyncGroupRequest[3](group_id=group, generation_id=1, member_id=first.member_id,
+                                                    assignments=[(first.member_id, b"assignment")]),
+                          SyncGroupResponse, 3)
+        assert (synced.error_code, bytes(synced.assignment)) == (0, b"assignment")
 
 
 def test_a_metadata_request_naming_the_offsets_topic_creates_it_as_a_group_would():
