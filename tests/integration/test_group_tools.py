@@ -23,6 +23,7 @@ PARTITIONS = 4
 HALF = 100  # messages written before the group command, and as many after it
 WAIT_S = 60
 SHORT_SESSION_MS = 6000  # group.min.session.timeout.ms
+KAFKA_PYTHON_POLL_MS = 5000
 ALL_PARTITIONS = frozenset(range(PARTITIONS))
 
 
@@ -94,7 +95,13 @@ class Member:
         return True
 
     def stop(self) -> None:
-        self._stop.set()
+        self.ask_to_stop()
+        self.wait_stopped()
+
+    def ask_to_stop(self) -> None:
+        self._stop.set()  # seen once its poll returns
+
+    def wait_stopped(self) -> None:
         self._thread.join(WAIT_S)
         assert not self._thread.is_alive(), f"{self.name} did not stop"
 
@@ -142,9 +149,14 @@ class KafkaPythonMember(Member, ConsumerRebalanceListener):
         return coordinator._metadata_snapshot.get(self.topic) == ALL_PARTITIONS and not coordinator.need_rejoin()
 
     def poll(self) -> None:
-        # kafka-python 3.0.12 loses a join whose SyncGroup answer comes after poll's timeout (its listener is
-        # never called): a timeout well above a join's duration keeps that out of the way.
-        batches = self.consumer.poll(timeout_ms=1000)
+        # kafka-python 3.0.12 throws a join away when its SyncGroup answer comes just after poll()'s timeout
+        # ran out, and joins once more: as leader, that starts one more rebalance of its own. So a join is
+        # finished here without poll's timeout, and poll's timeout is long, so a join it starts itself (told
+        # of a rebalance by a heartbeat) rarely outlives it.
+        coordinator = self.consumer._coordinator
+        if coordinator.need_rejoin():
+            coordinator.ensure_active_group(timeout_ms=WAIT_S * 1000)
+        batches = self.consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
         self.received([r.value.decode() for records in batches.values() for r in records])
 
     def close(self) -> None:
@@ -249,7 +261,9 @@ def find_coordinator(cluster, group: str) -> int:
 
 def stop_all(members: list[Member]) -> None:
     for member in members:
-        member.stop()
+        member.ask_to_stop()
+    for member in members:
+        member.wait_stopped()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
