@@ -3,9 +3,12 @@
 on_revoke/on_assign run with exact partitions, and every message is still read exactly once."""
 from __future__ import annotations
 
+import logging
 import subprocess
+import sys
 import threading
 import time
+import traceback
 import uuid
 
 import pytest
@@ -25,6 +28,26 @@ WAIT_S = 60
 SHORT_SESSION_MS = 6000  # group.min.session.timeout.ms
 KAFKA_PYTHON_POLL_MS = 5000
 ALL_PARTITIONS = frozenset(range(PARTITIONS))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def client_group_logs():
+    """kafka-python's group coordinator logs at DEBUG here, so that a failing test's captured log tells
+    each member's joins, syncs and heartbeats."""
+    logger = logging.getLogger("kafka.coordinator")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    yield
+    logger.setLevel(level)
+
+
+def member_thread_stacks() -> str:
+    """Where every member's thread, and each kafka-python member's IO thread, is right now."""
+    frames = sys._current_frames()
+    return "".join(f"\n--- thread {t.name}\n" + "".join(traceback.format_stack(frames[t.ident]))
+                   for t in threading.enumerate()
+                   if t.name.startswith(("kafka-python-", "kafka-io-kafka-python-", "confluent-kafka-"))
+                   and t.ident in frames)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +105,8 @@ class Member:
         with self.changed:
             while not predicate():
                 if not self.changed.wait(deadline - time.monotonic()):
-                    raise AssertionError(f"{self.name}: {what} did not happen within {WAIT_S}s: {self.events}")
+                    raise AssertionError(f"{self.name}: {what} did not happen within {WAIT_S}s: {self.events}"
+                                         f"{member_thread_stacks()}")
 
     def assignment(self) -> frozenset[int]:
         assigned = frozenset()
