@@ -19,16 +19,21 @@ from functools import cache
 
 
 @cache
+def _tagged_names(data_class) -> frozenset[str]:
+    return frozenset(name for name, field in data_class._struct.fields.items() if field.tag is not None)
+
+
+@cache
 def _fields(data_class, version: int) -> tuple[tuple[str, object], ...]:
     return tuple((field.name, field.default) for field in data_class._struct.untagged_fields(version))
 
 
 def struct_array(data_class, version: int, elements: list[dict]) -> list:
     """The struct array `[data_class(**values) for values in elements]` as kafka.protocol encodes it at
-    `version`: tuples, unless an element sets a field the tuple cannot carry (a tagged one), and
-    then data classes for all of them."""
-    untagged = {name for name, _ in _fields(data_class, version)}
-    if all(values.keys() <= untagged for values in elements):
+    `version`: tuples, unless an element sets a tagged field, which a tuple cannot carry, and then
+    data classes for all of them. Fields the version lacks are left out either way."""
+    tagged = _tagged_names(data_class)
+    if not any(values.keys() & tagged for values in elements):
         return [struct_tuple(data_class, version, values) for values in elements]
     return [data_class(**values) for values in elements]
 
