@@ -16,6 +16,7 @@ from cluster.runtime.shutdown import cancel_and_wait
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
+from node.socket_writes import write_pieces
 from node.spliced_response import SplicedResponse
 
 log = logging.getLogger(__name__)
@@ -216,8 +217,7 @@ class KafkaServer:
                     pending = responses.get_nowait() if not responses.empty() else _QUEUE_EMPTY
                     if pending is _QUEUE_EMPTY or pending is None or not pending.done():
                         break
-                writer.writelines(buffers)
-                await writer.drain()
+                await write_pieces(writer, buffers)
                 if pending is _QUEUE_EMPTY:
                     pending = await responses.get()
         except asyncio.CancelledError:

@@ -25,6 +25,7 @@ import shutil
 import struct
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -121,9 +122,36 @@ class AppendInfo:
     log_start_offset: int
 
 
+class FileRegion:
+    """Bytes of a segment file left on disk, to be sent with sendfile(2) rather than read.
+
+    It holds its own descriptor (a dup), so the bytes stay readable when the segment is
+    closed or deleted before the send, as a read's bytes would; the descriptor closes with
+    the region. A truncation before the send leaves fewer bytes than `count`: the sender
+    must notice (Kafka closes the connection then, and so do we).
+    """
+
+    __slots__ = ("fd", "offset", "count", "_closer", "__weakref__")
+
+    def __init__(self, fd: int, offset: int, count: int):
+        self.fd = os.dup(fd)
+        self.offset = offset
+        self.count = count
+        self._closer = weakref.finalize(self, os.close, self.fd)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.count, self.offset)
+
+    def close(self) -> None:
+        self._closer()
+
+
 @dataclass
 class ReadResult:
-    records: bytes | memoryview
+    records: bytes | memoryview | FileRegion
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -482,7 +510,11 @@ class PartitionLog:
 
     # --- reads ---
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             region_from: int | None = None) -> ReadResult:
+        """Whole batches from the one holding offset, below the high watermark (or max_offset),
+        at least one batch and otherwise within max_bytes. With region_from, a read of at least
+        that many bytes comes back as a FileRegion of one segment, left on disk for sendfile."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]")
@@ -496,7 +528,11 @@ class PartitionLog:
         total = 0
         if offset < limit:
             for segment in self.segments[self._segment_index_for(offset):]:
-                data, stopped = self._read_segment(segment, offset, limit, max_bytes - total, need_one=not chunks)
+                data, stopped = self._read_segment(segment, offset, limit, max_bytes - total, need_one=not chunks,
+                                                   region_from=None if chunks else region_from)
+                if isinstance(data, FileRegion):
+                    # One segment's bytes, as Kafka reads: the next segment is the next fetch's.
+                    return ReadResult(data, self.high_watermark, self.log_start_offset, self.log_end_offset)
                 if data:
                     chunks.append(data)
                     total += len(data)
@@ -510,24 +546,32 @@ class PartitionLog:
         bases = [segment.base_offset for segment in self.segments]
         return max(bisect.bisect_right(bases, offset) - 1, 0)
 
-    def _read_segment(self, segment: Segment, offset: int, limit: int, budget: int,
-                      need_one: bool) -> tuple[bytes, bool]:
+    def _read_segment(self, segment: Segment, offset: int, limit: int, budget: int, need_one: bool,
+                      region_from: int | None) -> tuple[bytes | FileRegion, bool]:
         """Whole batches of one segment from the one holding offset, within budget and below
         limit; also whether the read must stop here (a later segment would leave a gap)."""
-        walker = SegmentWalker(segment, max(budget, 0) + READ_AHEAD_BYTES)
+        may_leave_on_disk = region_from is not None and budget >= region_from
+        # Read ahead by the budget only when the bytes read are the answer: a region's walk
+        # reads headers alone (a fresh 64 MB buffer costs more than the send itself).
+        walker = SegmentWalker(segment, READ_AHEAD_BYTES if may_leave_on_disk else max(budget, 0) + READ_AHEAD_BYTES)
         start = end = -1
+        stopped = False
         for position, header in walker.headers(segment.position_for(offset)):
             if header.base_offset >= limit:
-                return _slice(walker, start, end), True
+                stopped = True
+                break
             if header.last_offset < offset:
                 continue
             if start < 0:
                 start = position
             first_of_response = need_one and position == start
             if position + header.size - start > budget and not first_of_response:
-                return _slice(walker, start, end), True
+                stopped = True
+                break
             end = position + header.size
-        return _slice(walker, start, end), False
+        if may_leave_on_disk and end - start >= region_from > 0 and start >= 0:
+            return FileRegion(segment.fd, start, end - start), stopped
+        return _slice(walker, start, end), stopped
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= timestamp, below the

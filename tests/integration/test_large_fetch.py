@@ -1,15 +1,21 @@
 """Fetches of large values: every byte written comes back exactly, under the clients' fetch
 size limits, across segment boundaries and from an offset inside a batch. Record sets go to
-the socket beside the encoded Fetch response (node.spliced_response): these are the reads
-that would show a spliced length prefix or record set out of place."""
+the socket beside the encoded Fetch response (node.spliced_response), and reads this large
+straight from the segment file (node.socket_writes): these are the reads that would show a
+spliced length prefix or record set out of place."""
 from __future__ import annotations
 
 import os
+import socket
+import time
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.record import MemoryRecords
 
-from tests.integration.wire import fetch_values
+from tests.integration.wire import fetch_values, read_response, send_request
 
 PARTITIONS = 3
 VALUES_PER_PARTITION = 6
@@ -83,11 +89,51 @@ def test_confluent_reads_every_large_value(cluster, large_topic):
     assert read == {p: list(enumerate(values)) for p, values in written.items()}
 
 
-def test_one_fetch_past_a_segment_boundary_returns_whole_batches(cluster, large_topic):
+def test_a_large_fetch_ends_with_its_segment_and_the_next_starts_the_following_one(cluster, large_topic):
     topic, written = large_topic
-    values = fetch_values(_leader_of(cluster, topic, 0), topic, 0, offset=2)
-    # From offset 2 (the last value of the first segment) to the end, within the 8 MB limit.
-    assert values == written[0][2:]
+    leader = _leader_of(cluster, topic, 0)
+    # Offset 2 is the last value of the first segment. A read this large is sent from the file
+    # (sendfile), one segment a fetch as Kafka's log reads; the 8 MB limit would hold all four.
+    assert fetch_values(leader, topic, 0, offset=2) == written[0][2:3]
+    assert fetch_values(leader, topic, 0, offset=3) == written[0][3:6]
+
+
+def test_a_slow_reader_gets_large_answers_whole_and_in_order(cluster, large_topic):
+    """Each answer is larger than the socket holds, so the node finds the socket full mid-send,
+    with the end of one answer still queued when the next begins; pipelined answers must come
+    whole and in request order."""
+    topic, written = large_topic
+    with socket.create_connection(_leader_of(cluster, topic, 1), timeout=20) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
+        send_request(sock, _fetch_of(topic, 1, offset=3), 12, correlation_id=1)
+        send_request(sock, _fetch_of(topic, 1, offset=0), 12, correlation_id=2)
+        send_request(sock, ApiVersionsRequest[3](client_software_name="tests", client_software_version="1"), 3,
+                     correlation_id=3)
+        time.sleep(0.5)  # the node writes into a full socket meanwhile
+        answers = [read_response(sock, FetchResponse, 12), read_response(sock, FetchResponse, 12)]
+        versions_id, versions = read_response(sock, ApiVersionsResponse, 3)
+    assert [(correlation_id, _values_of(answer)) for correlation_id, answer in answers] == [
+        (1, written[1][3:6]), (2, written[1][0:3])]
+    assert (versions_id, versions.error_code) == (3, 0)
+
+
+def _fetch_of(topic: str, partition: int, offset: int):
+    return FetchRequest[12](
+        cluster_id=None, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=8 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=8 << 20)])])
+
+
+def _values_of(answer) -> list[bytes]:
+    data = answer.responses[0].partitions[0]
+    assert data.error_code == 0
+    records = MemoryRecords(bytes(data.records))
+    values = []
+    while records.has_next():
+        values.extend(record.value for record in records.next_batch())
+    return values
 
 
 def test_a_fetch_from_inside_a_batch_starts_at_that_offset(cluster):

@@ -1,0 +1,99 @@
+"""Writing a response's pieces to its connection: buffers through the transport, FileRegions
+from the page cache to the socket with sendfile(2), never through this process's memory.
+
+A large Fetch answer read into memory cost the node a fresh buffer per answer (a 64 MB one is
+16,000 page faults) and a copy each way; sent from the file it costs one copy, in the kernel.
+
+The transport must hold nothing when a region's turn comes, or its bytes would overtake what
+was written before them: the writer waits until the transport has handed everything to the
+kernel. When the socket is full, one small chunk of the region goes through the transport
+instead, which waits for room as it always does; then sendfile takes over again. The event
+loop never waits on the socket itself (uvloop does not let a transport's socket be watched
+by anyone else).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from cluster.formats.log import FileRegion
+
+log = logging.getLogger(__name__)
+
+# What goes through the transport when the socket is full: enough to be told when it has room.
+SPILL_BYTES = 64 << 10
+
+
+async def write_pieces(writer: asyncio.StreamWriter, pieces: list) -> None:
+    """Write pieces in order and wait until the transport takes more; closes every region."""
+    buffered: list = []
+    try:
+        for piece in pieces:
+            if not isinstance(piece, FileRegion):
+                buffered.append(piece)
+                continue
+            if buffered:
+                writer.writelines(buffered)
+                buffered = []
+            await _send_region(writer, piece)
+            piece.close()
+    finally:
+        for piece in pieces:
+            if isinstance(piece, FileRegion):
+                piece.close()
+    if buffered:
+        writer.writelines(buffered)
+    await writer.drain()
+
+
+async def _send_region(writer: asyncio.StreamWriter, region: FileRegion) -> None:
+    offset, remaining = region.offset, region.count
+    while remaining:
+        await _emptied(writer)
+        socket_fd = _socket_fd(writer)
+        try:
+            sent = os.sendfile(socket_fd, region.fd, offset, remaining)
+        except BlockingIOError:
+            sent = _spill(writer, region, offset, remaining)
+        if sent == 0:
+            _truncated(writer, region, offset)
+        offset += sent
+        remaining -= sent
+
+
+def _spill(writer: asyncio.StreamWriter, region: FileRegion, offset: int, remaining: int) -> int:
+    chunk = os.pread(region.fd, min(SPILL_BYTES, remaining), offset)
+    if chunk:
+        writer.write(chunk)
+    return len(chunk)
+
+
+async def _emptied(writer: asyncio.StreamWriter) -> None:
+    """Wait until the transport has handed every byte written to the kernel."""
+    transport = writer.transport
+    if transport.get_write_buffer_size() == 0:
+        return
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0, low=0)  # drain now waits for an empty buffer
+    try:
+        await writer.drain()
+    finally:
+        if not transport.is_closing():
+            transport.set_write_buffer_limits(high=high, low=low)
+
+
+def _socket_fd(writer: asyncio.StreamWriter) -> int:
+    # Checked before each send: a closed transport's descriptor number may belong to another file.
+    if writer.transport.is_closing():
+        raise ConnectionResetError("the connection closed while a fetch answer was being sent")
+    return writer.get_extra_info("socket").fileno()
+
+
+def _truncated(writer: asyncio.StreamWriter, region: FileRegion, offset: int) -> None:
+    """The segment was cut short after the read: the answer's sizes are already on the wire, so
+    the connection goes, as Kafka closes it when FileRecords shrank under a send."""
+    log.warning("a segment was truncated while %d of its bytes were being sent (from position %d); "
+                "closing the connection", region.count, region.offset)
+    writer.transport.abort()
+    raise ConnectionAbortedError(f"segment truncated at position {offset} during a send")
