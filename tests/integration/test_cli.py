@@ -341,6 +341,7 @@ def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
     for figure in (f"acks=all latency {spread}, RF={rf}" for spread in ("p50", "p99") for rf in (3, 1)):
         unit, ours, mock, ratio = rows[figure]
         assert unit == "ms (lower is better)" and float(ours.replace(",", "")) > 0 and float(mock) > 0, rows[figure]
-    for figure in ("1 MB values fetch", "1 MB values fetch, after the first value"):
+    for figure in ("1 MB values fetch", "1 MB values fetch, after the first value",
+                   "1 MB values fetch, default fetch sizes", "1 MB values fetch, default sizes, after the first"):
         unit, ours, mock, _ = rows[figure]
         assert unit == "MB/s" and int(ours.replace(",", "")) > 0 and mock.startswith("n/a"), rows[figure]
