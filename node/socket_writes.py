@@ -36,8 +36,12 @@ async def write_pieces(writer: asyncio.StreamWriter, pieces: list) -> None:
             if buffered:
                 writer.writelines(buffered)
                 buffered = []
-            await _send_region(writer, piece)
-            piece.close()
+            try:
+                await _send_region(writer, piece)
+            except ConnectionError:
+                raise
+            except OSError as exc:
+                _abandon(writer, f"sending a segment's bytes failed: {exc}")
     finally:
         for piece in pieces:
             if isinstance(piece, FileRegion):
@@ -91,9 +95,14 @@ def _socket_fd(writer: asyncio.StreamWriter) -> int:
 
 
 def _truncated(writer: asyncio.StreamWriter, region: FileRegion, offset: int) -> None:
-    """The segment was cut short after the read: the answer's sizes are already on the wire, so
-    the connection goes, as Kafka closes it when FileRecords shrank under a send."""
-    log.warning("a segment was truncated while %d of its bytes were being sent (from position %d); "
-                "closing the connection", region.count, region.offset)
+    """The segment was cut short after the read, as Kafka closes the connection when FileRecords
+    shrank under a send."""
+    _abandon(writer, f"the segment was truncated at position {offset} while {region.count} bytes "
+                     f"from position {region.offset} were being sent")
+
+
+def _abandon(writer: asyncio.StreamWriter, why: str) -> None:
+    """The answer's sizes are on the wire already and its bytes cannot follow: the connection goes."""
+    log.warning("%s; closing the connection", why)
     writer.transport.abort()
-    raise ConnectionAbortedError(f"segment truncated at position {offset} during a send")
+    raise ConnectionAbortedError(why)

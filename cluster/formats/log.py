@@ -147,6 +147,7 @@ class FileRegion:
 
     def close(self) -> None:
         self._closer()
+        self.fd = -1  # (the number may soon name another file)
 
 
 @dataclass
@@ -570,7 +571,10 @@ class PartitionLog:
                 break
             end = position + header.size
         if may_leave_on_disk and end - start >= region_from > 0 and start >= 0:
-            return FileRegion(segment.fd, start, end - start), stopped
+            try:
+                return FileRegion(segment.fd, start, end - start), stopped
+            except OSError:  # (out of descriptors: the bytes are read instead)
+                pass
         return _slice(walker, start, end), stopped
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

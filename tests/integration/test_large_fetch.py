@@ -99,9 +99,9 @@ def test_a_large_fetch_ends_with_its_segment_and_the_next_starts_the_following_o
 
 
 def test_a_slow_reader_gets_large_answers_whole_and_in_order(cluster, large_topic):
-    """Each answer is larger than the socket holds, so the node finds the socket full mid-send,
-    with the end of one answer still queued when the next begins; pipelined answers must come
-    whole and in request order."""
+    """Together the answers (6 MB) are more than the socket's buffers hold (4 MB at most here,
+    with the reader's shrunk), so the node finds the socket full mid-send; pipelined answers must
+    come whole and in request order. The spill path itself is checked in test_file_regions.py."""
     topic, written = large_topic
     with socket.create_connection(_leader_of(cluster, topic, 1), timeout=20) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)

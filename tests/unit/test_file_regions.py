@@ -94,14 +94,19 @@ def received_by_a_slow_reader(pieces: list, expected_bytes: int) -> bytes:
     return bytes(received)
 
 
-def test_regions_reach_the_socket_in_order_with_the_buffers_around_them(tmp_path):
+def test_regions_reach_the_socket_in_order_with_the_buffers_around_them(tmp_path, monkeypatch):
     log = large_log(tmp_path / "t-0", 6, segment_bytes=3 * VALUE_BYTES + 500)
     first = log.read(0, 8 << 20, region_from=256 << 10).records
     second = log.read(3, 8 << 20, region_from=256 << 10).records
     expected = b"head" + first.read() + b"middle" + second.read() + b"tail"
     assert len(first) > 4 * SPILL_BYTES  # many times what one spill carries
+    sendfile = os.sendfile
+    by_sendfile = []
+    monkeypatch.setattr(os, "sendfile", lambda *args: by_sendfile.append(sendfile(*args)) or by_sendfile[-1])
     got = received_by_a_slow_reader([b"head", first, memoryview(b"middle"), second, b"tail"], len(expected))
     assert got == expected
+    # Most of the bytes went by sendfile; the reader's pace made the node spill some.
+    assert len(first) + len(second) > sum(by_sendfile) > (len(first) + len(second)) // 2
 
 
 def test_a_region_truncated_before_its_send_closes_the_connection(tmp_path):
@@ -111,3 +116,17 @@ def test_a_region_truncated_before_its_send_closes_the_connection(tmp_path):
     log.truncate_to(1)  # cuts the file under the region: it now holds one value
     with pytest.raises(ConnectionAbortedError):
         received_by_a_slow_reader([b"head", region], whole + 4)
+
+
+def test_a_region_that_cannot_be_sent_closes_the_connection_and_its_descriptor():
+    readable, writable = os.pipe()  # sendfile cannot read from a pipe: EINVAL
+    try:
+        region = FileRegion(readable, 0, 1 << 20)
+        fd = region.fd
+        with pytest.raises(ConnectionAbortedError, match="sending a segment's bytes failed"):
+            received_by_a_slow_reader([b"head", region], 4 + (1 << 20))
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    finally:
+        os.close(readable)
+        os.close(writable)
