@@ -39,6 +39,7 @@ async def write_pieces(writer: asyncio.StreamWriter, pieces: list) -> None:
             try:
                 await _send_region(writer, piece)
             except ConnectionError:
+                writer.transport.abort()  # (the transport has not seen it: the send was ours)
                 raise
             except OSError as exc:
                 _abandon(writer, f"sending a segment's bytes failed: {exc}")
