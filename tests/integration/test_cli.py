@@ -327,6 +327,17 @@ def test_replication_bench_prints_latency_and_each_nodes_cpu_per_write():
         assert len(cpu) == 3 and float(cpu[0]) > 0 and sorted(map(float, cpu), reverse=True) == list(map(float, cpu))
 
 
+def test_fetch_send_bench_prints_both_ways_for_each_size():
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_fetch_send", "--sizes-kib", "64", "256",
+                             "--bytes-per-size", "1"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if "KiB of records" in line]
+    assert [(row[0], row[4]) for row in rows] == [("64", "200"), ("256", "200")]
+    for row in rows:
+        figures = [float(row[i]) for i in (6, 8, 10, 12)]
+        assert all(figure > 0 for figure in figures), row
+
+
 def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
     result = subprocess.run([*KRAFTWERK, "bench", "--against-mock", "--messages", "2000", "--large-values", "3",
                              "--latency-rounds", "20"],
