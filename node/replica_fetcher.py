@@ -19,13 +19,12 @@ import struct
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.records import CorruptRecordError, iter_batch_headers, read_uvarint
+from cluster.formats.records import CorruptRecordError, iter_batch_headers, read_uvarint, write_uvarint
 from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.producer_state import PartitionProducers
 from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
-from node.wire_tuples import struct_tuple
 
 log = logging.getLogger(__name__)
 
@@ -225,20 +224,50 @@ class ReplicaFetchers:
 PartitionState = tuple[int, int, int, int]  # fetch offset, leader epoch, last fetched epoch, log start offset
 
 
+# Fetch v12's fixed fields, by the schema's order: replica id, max wait, min bytes, max bytes,
+# isolation level, session id, session epoch; and a partition's: index, current leader epoch,
+# fetch offset, last fetched epoch, log start offset, partition max bytes.
+_REQUEST_FIELDS = struct.Struct(">iiiibii")
+_PARTITION_FIELDS = struct.Struct(">iiqiqi")
+_INT32 = struct.Struct(">i")
+
+
 def follower_fetch_request(replica_id: int, max_wait_ms: int, session: "FollowerSession",
-                           to_send: dict[tuple[str, int], PartitionState], forgotten: list[tuple[str, int]]):
-    """The Fetch request naming `to_send` and forgetting `forgotten`, in the session's id and epoch.
-    Topics and partitions go in as tuples (node.wire_tuples): none has a tagged field in v12."""
-    return FetchRequest[FETCH_VERSION](
-        cluster_id=None, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1,
-        max_bytes=FETCH_MAX_BYTES, isolation_level=0, session_id=session.session_id, session_epoch=session.epoch,
-        topics=[struct_tuple(FetchRequest.FetchTopic, FETCH_VERSION, {
-                    "topic": topic, "partitions": [_fetch_partition(index, state) for index, state in partitions]})
-                for topic, partitions in _by_topic(to_send).items()],
-        forgotten_topics_data=[struct_tuple(FetchRequest.ForgottenTopic, FETCH_VERSION, {
-                                   "topic": topic, "partitions": [index for index, _ in parts]})
-                               for topic, parts in _by_topic(dict.fromkeys(forgotten)).items()],
-        rack_id="")
+                           to_send: dict[tuple[str, int], PartitionState], forgotten: list[tuple[str, int]]) -> bytes:
+    """The body of the Fetch v12 request naming `to_send` and forgetting `forgotten`, in the
+    session's id and epoch: what kafka.protocol encodes, written here with struct. Built and encoded
+    through kafka.protocol's classes it was about a quarter of a follower's CPU per acks=all write.
+
+    v12 is flexible: arrays and strings carry length + 1 as an unsigned varint, and every struct
+    ends with its tagged fields; none is set (ClusterId, the only tagged field, stays null)."""
+    out = bytearray(_REQUEST_FIELDS.pack(replica_id, max_wait_ms, 1, FETCH_MAX_BYTES, 0, session.session_id,
+                                         session.epoch))
+    by_topic = _by_topic(to_send)
+    write_uvarint(len(by_topic) + 1, out)
+    for topic, partitions in by_topic.items():
+        _write_compact_string(topic, out)
+        write_uvarint(len(partitions) + 1, out)
+        for index, (fetch_offset, leader_epoch, last_fetched_epoch, log_start_offset) in partitions:
+            out += _PARTITION_FIELDS.pack(index, leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
+                                          PARTITION_MAX_BYTES)
+            out.append(0)  # the partition's tagged fields
+        out.append(0)  # the topic's
+    gone = _by_topic(dict.fromkeys(forgotten))
+    write_uvarint(len(gone) + 1, out)
+    for topic, parts in gone.items():
+        _write_compact_string(topic, out)
+        write_uvarint(len(parts) + 1, out)
+        for index, _ in parts:
+            out += _INT32.pack(index)
+        out.append(0)
+    out += b"\x01\x00"  # rack id "", then the request's tagged fields
+    return bytes(out)
+
+
+def _write_compact_string(text: str, out: bytearray) -> None:
+    encoded = text.encode()
+    write_uvarint(len(encoded) + 1, out)
+    out += encoded
 
 
 class FollowerSession:
@@ -290,10 +319,9 @@ class FollowerSession:
         return True
 
 
-def framed_request(request, correlation_id: int, client_id: bytes) -> bytes:
+def framed_request(body: bytes, correlation_id: int, client_id: bytes) -> bytes:
     """Size, request header (v2) and body, as kafka.protocol's encode(header=True, framed=True) writes
-    them; the header's four fields are packed here, where kafka.protocol would build a data class."""
-    body = request.encode(version=FETCH_VERSION)
+    them."""
     header = _REQUEST_HEADER.pack(FetchRequest.API_KEY, FETCH_VERSION, correlation_id, len(client_id)) + client_id
     return _SIZE.pack(len(header) + 1 + len(body)) + header + b"\x00" + body  # (no tagged fields)
 
@@ -303,14 +331,6 @@ def _by_topic(partitions: dict[tuple[str, int], object]) -> dict[str, list[tuple
     for (topic, index), state in partitions.items():
         by_topic.setdefault(topic, []).append((index, state))
     return by_topic
-
-
-def _fetch_partition(index: int, state: PartitionState) -> tuple:
-    fetch_offset, leader_epoch, last_fetched_epoch, log_start_offset = state
-    return struct_tuple(FetchRequest.FetchTopic.FetchPartition, FETCH_VERSION, {
-        "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
-        "last_fetched_epoch": last_fetched_epoch, "log_start_offset": log_start_offset,
-        "partition_max_bytes": PARTITION_MAX_BYTES})
 
 
 def _truncation_offset(partition_log, leader_epoch: int, leader_end_offset: int) -> int:

@@ -10,8 +10,8 @@ a third of the leader's encoding time.
 A tuple carries no tagged fields, so a struct with one set (a Fetch partition's diverging epoch
 or current leader, say) is built as a data class, and so is every other element of its array:
 the encoder picks the form of an array by its first element. tests/unit/test_fetch_response.py
-and tests/unit/test_follower_fetch_request.py check that each message built this way encodes
-to the same bytes as with data classes, for every version used.
+and tests/unit/test_produce_response.py check that each message built this way encodes to the
+same bytes as with data classes, for every version used.
 """
 from __future__ import annotations
 

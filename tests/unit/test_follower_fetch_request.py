@@ -1,6 +1,6 @@
-"""A follower's Fetch request is built with tuples for its topics and partitions (node.wire_tuples)
-and framed with a header packed by hand: on the wire it must be, byte for byte, the request
-kafka.protocol's data classes encode with its header, framed."""
+"""A follower's Fetch request is encoded by hand (struct, varints) and framed with a header packed
+by hand: on the wire it must be, byte for byte, the request kafka.protocol's data classes encode
+with its header, framed."""
 from __future__ import annotations
 
 from kafka.protocol.consumer import FetchRequest
@@ -49,3 +49,15 @@ def test_an_empty_incremental_request_encodes_as_with_data_classes():
     session.session_id, session.epoch = 77, 2
     wire = framed_request(follower_fetch_request(2, 500, session, {}, []), 41, b"replica-2")
     assert wire == encoded_with_data_classes(session, {}, [])
+
+
+def test_long_names_and_many_partitions_encode_as_with_data_classes():
+    # Past 126 entries or bytes, lengths take a second varint byte.
+    session = FollowerSession()
+    session.session_id, session.epoch = 2 ** 31 - 1, 2 ** 31 - 1
+    long_name = "t" * 200
+    to_send = {(long_name, index): (index * 1_000, 5, 4 if index % 2 else -1, index) for index in range(300)}
+    to_send[("short", 0)] = (-1, -1, -1, -1)
+    forgotten = [(long_name + "-gone", index) for index in range(150)]
+    wire = framed_request(follower_fetch_request(2, 500, session, to_send, forgotten), 41, b"replica-2")
+    assert wire == encoded_with_data_classes(session, to_send, forgotten)
