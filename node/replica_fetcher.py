@@ -19,7 +19,9 @@ import struct
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.records import CorruptRecordError, iter_batch_headers, read_uvarint, write_uvarint
+from cluster.formats.records import (
+    CorruptRecordError, iter_batch_headers, read_uvarint, write_compact_string, write_uvarint,
+)
 from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
@@ -245,7 +247,7 @@ def follower_fetch_request(replica_id: int, max_wait_ms: int, session: "Follower
     by_topic = _by_topic(to_send)
     write_uvarint(len(by_topic) + 1, out)
     for topic, partitions in by_topic.items():
-        _write_compact_string(topic, out)
+        write_compact_string(topic, out)
         write_uvarint(len(partitions) + 1, out)
         for index, (fetch_offset, leader_epoch, last_fetched_epoch, log_start_offset) in partitions:
             out += _PARTITION_FIELDS.pack(index, leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
@@ -255,19 +257,13 @@ def follower_fetch_request(replica_id: int, max_wait_ms: int, session: "Follower
     gone = _by_topic(dict.fromkeys(forgotten))
     write_uvarint(len(gone) + 1, out)
     for topic, parts in gone.items():
-        _write_compact_string(topic, out)
+        write_compact_string(topic, out)
         write_uvarint(len(parts) + 1, out)
         for index, _ in parts:
             out += _INT32.pack(index)
         out.append(0)
     out += b"\x01\x00"  # rack id "", then the request's tagged fields
     return bytes(out)
-
-
-def _write_compact_string(text: str, out: bytearray) -> None:
-    encoded = text.encode()
-    write_uvarint(len(encoded) + 1, out)
-    out += encoded
 
 
 class FollowerSession:

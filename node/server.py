@@ -16,6 +16,7 @@ from cluster.runtime.shutdown import cancel_and_wait
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
+from node.fetch_answers import EncodedResponse
 from node.socket_writes import write_pieces
 from node.spliced_response import SplicedResponse
 
@@ -175,7 +176,7 @@ class KafkaServer:
         await faults.before_response(party)
         if response is None:
             return None
-        if isinstance(response, SplicedResponse):
+        if isinstance(response, (SplicedResponse, EncodedResponse)):
             body = response.encode_pieces(header.api_version)
         else:
             body = [response.encode(version=header.api_version)]

@@ -201,6 +201,13 @@ def write_uvarint(value: int, out: bytearray) -> None:
     out.append(value)
 
 
+def write_compact_string(text: str, out: bytearray) -> None:
+    """A flexible version's string: its UTF-8 length + 1 as an unsigned varint, then the bytes."""
+    encoded = text.encode()
+    write_uvarint(len(encoded) + 1, out)
+    out += encoded
+
+
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
     if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths, counts and tags
         return buf[pos], pos + 1

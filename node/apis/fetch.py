@@ -12,9 +12,11 @@ Kafka's checks for those versions come with it: a topic with `compression.type=z
 UNSUPPORTED_COMPRESSION_TYPE, one with `message.downconversion.enable=false` is
 UNSUPPORTED_VERSION for consumers.
 
-Record bytes are read from the segment once (one pread, kept as a memoryview) and never pass
-through the response encoder: the answer is a node.spliced_response.SplicedResponse, whose
-record sets the server writes beside the encoded fields.
+Record bytes are read from the segment once (one pread, kept as a memoryview; large reads stay
+on disk for sendfile) and never pass through the response encoder: the answer of a flexible
+version without tagged fields is written with struct (node.fetch_answers), any other is a
+node.spliced_response.SplicedResponse; either way the server writes the record sets beside the
+encoded fields.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
+from node.fetch_answers import EncodedResponse, fetch_answer_pieces, writable
 from node.spliced_response import SplicedResponse, marker
 from node.wire_tuples import struct_array, struct_tuple
 
@@ -269,7 +272,10 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, 
         broker.replicas.drop_waiter(waiter, keys)
 
 
-def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int) -> SplicedResponse:
+def _response(broker, fetches: list[PartitionFetch], version: int,
+              session_id: int) -> SplicedResponse | EncodedResponse:
+    if writable(fetches, version):
+        return fetch_answer_pieces(fetches, version, session_id)
     by_topic: dict = {}
     record_sets: list = []
     for fetch in fetches:

@@ -53,7 +53,9 @@ async def follower_fetch(broker: Broker, follower: int, session_id: int, epoch: 
         session_id=session_id, session_epoch=epoch,
         topics=[FetchRequest.FetchTopic(topic="orders", partitions=partitions)] if partitions else [],
         forgotten_topics_data=[], rack_id="")
-    response = (await fetch.handle(broker, SimpleNamespace(api_version=VERSION), request)).response
+    answer = await fetch.handle(broker, SimpleNamespace(api_version=VERSION), request)
+    wire = b"".join(bytes(piece) for piece in answer.encode_pieces(VERSION))
+    response = fetch.RESPONSE.decode(wire, version=VERSION)
     assert response.error_code == 0
     return response.session_id
 

