@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 
 from cluster.formats.records import write_compact_string, write_uvarint
+from node.spliced_response import EncodedResponse
 
 FIRST_FLEXIBLE_VERSION = 12
 FIRST_TOPIC_ID_VERSION = 13
@@ -23,18 +24,6 @@ _ANSWER_FIELDS = struct.Struct(">ihi")
 _PARTITION_FIELDS = struct.Struct(">ihqqq")
 # Aborted transactions null (0), preferred read replica -1.
 _NO_ABORTED_NO_PREFERRED = b"\x00" + struct.pack(">i", -1)
-
-
-class EncodedResponse:
-    """A response already written as the buffers of its body (see KafkaServer._frame_response)."""
-
-    __slots__ = ("pieces",)
-
-    def __init__(self, pieces: list):
-        self.pieces = pieces
-
-    def encode_pieces(self, version: int) -> list:
-        return self.pieces
 
 
 def writable(fetches: list, version: int) -> bool:

@@ -16,9 +16,8 @@ from cluster.runtime.shutdown import cancel_and_wait
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
-from node.fetch_answers import EncodedResponse
 from node.socket_writes import write_pieces
-from node.spliced_response import SplicedResponse
+from node.spliced_response import EncodedResponse, SplicedResponse
 
 log = logging.getLogger(__name__)
 

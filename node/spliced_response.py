@@ -64,3 +64,16 @@ def _length_prefix(length: int, compact: bool) -> bytes:
     out = bytearray()
     write_uvarint(length + 1, out)
     return bytes(out)
+
+
+class EncodedResponse:
+    """A response already encoded, as the buffers of its body (a kept Metadata answer, a Fetch
+    answer written by node.fetch_answers): the listener writes them as a SplicedResponse's pieces."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list):
+        self.pieces = pieces
+
+    def encode_pieces(self, version: int) -> list:
+        return self.pieces

@@ -34,8 +34,8 @@ from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
-from node.fetch_answers import EncodedResponse, fetch_answer_pieces, writable
-from node.spliced_response import SplicedResponse, marker
+from node.fetch_answers import fetch_answer_pieces, writable
+from node.spliced_response import EncodedResponse, SplicedResponse, marker
 from node.wire_tuples import struct_array, struct_tuple
 
 REQUEST = FetchRequest

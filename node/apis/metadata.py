@@ -18,6 +18,7 @@ from kafka.protocol.schemas.fields.codecs import EncodeBufferPool, Int32, Unsign
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
 from node import offsets_topic
+from node.spliced_response import EncodedResponse
 
 REQUEST = MetadataRequest
 RESPONSE = MetadataResponse
@@ -35,19 +36,7 @@ async def handle(broker, header, request):
     if names is not None and _may_auto_create(broker, request, version):
         await _auto_create(broker, [n for n in names if broker.topic(n) is None and topic_name_error(n) is None])
     names = None if names is None else tuple(names)
-    return EncodedResponse(answers_of(broker).body(version, names, tuple(unknown_ids)))
-
-
-class EncodedResponse:
-    """A response already encoded: the listener takes its bytes as it would a response object's."""
-
-    __slots__ = ("body",)
-
-    def __init__(self, body: bytes):
-        self.body = body
-
-    def encode(self, version: int) -> bytes:
-        return self.body
+    return EncodedResponse([answers_of(broker).body(version, names, tuple(unknown_ids))])
 
 
 def answers_of(broker) -> "MetadataAnswers":

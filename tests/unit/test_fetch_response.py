@@ -14,8 +14,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch
 from node.apis import fetch
-from node.fetch_answers import EncodedResponse
-from node.spliced_response import SplicedResponse
+from node.spliced_response import EncodedResponse, SplicedResponse
 
 SESSION_ID = 7_340_033  # any session id: the spliced and the inline answer must carry it alike
 TOPIC_IDS = {"orders": uuid.UUID(int=1), "payments": uuid.UUID(int=2)}
