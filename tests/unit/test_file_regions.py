@@ -85,6 +85,7 @@ def received_by_a_slow_reader(pieces: list, expected_bytes: int) -> bytes:
             await write_pieces(writer, pieces)
         finally:
             writer.close()
+            await writer.wait_closed()  # what the transport still holds goes out before the loop ends
 
     try:
         run(send())
