@@ -23,6 +23,7 @@ from cluster.formats.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
 from cluster.formats.errors import ErrorCode
+from node import produce_answers
 from node.leadership import check_leader, leader_endpoints
 from node.producer_state import SequenceError
 from node.wire_tuples import struct_array, struct_tuple
@@ -60,8 +61,11 @@ async def handle(broker, header, request):
     return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
 
 
-def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list) -> RESPONSE:
-    """The Produce answer: per topic (name, id, each partition's answer as PartitionResponse's fields)."""
+def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list):
+    """The Produce answer: per topic (name, id, each partition's answer as PartitionResponse's fields).
+    Written with struct (node.produce_answers) unless it carries a tagged field or record errors."""
+    if produce_answers.writable(topics, version, endpoints):
+        return produce_answers.produce_answer(topics, version)
     responses = [struct_tuple(TopicResponse, version, {
                      "name": name, "topic_id": topic_id,
                      "partition_responses": struct_array(PartitionResponse, version, answers)})

@@ -1,5 +1,6 @@
-"""Produce answers are built with tuples for their topics and partitions (node.wire_tuples): on the
-wire they must be, byte for byte, what kafka.protocol's data classes encode, for every version."""
+"""Produce answers are written with struct (node.produce_answers) or, when they carry a tagged field
+or come in versions 0-2, built with tuples for their topics and partitions (node.wire_tuples): on
+the wire they must be, byte for byte, what kafka.protocol's data classes encode, for every version."""
 from __future__ import annotations
 
 import uuid
@@ -9,6 +10,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from cluster.formats.errors import ErrorCode
 from node.apis import produce
+from node.spliced_response import EncodedResponse
 
 TOPIC_ID = uuid.UUID(int=5)
 Topic = ProduceResponse.TopicProduceResponse
@@ -37,7 +39,10 @@ def test_a_produce_answer_encodes_as_with_data_classes(version, with_leader):
     name = "orders" if version < 13 else None
     topics = [(name, TOPIC_ID, answers(with_leader)), ("audit" if version < 13 else None, uuid.UUID(int=6), [])]
     endpoints = [(3, "10.0.0.3", 9092, None)] if with_leader else []
-    wire = bytes(produce.response_of(topics, version, endpoints).encode(version=version))
+    answer = produce.response_of(topics, version, endpoints)
+    written_by_hand = version >= 3 and not with_leader
+    assert isinstance(answer, EncodedResponse) == written_by_hand
+    wire = b"".join(answer.encode_pieces(version)) if written_by_hand else bytes(answer.encode(version=version))
     assert wire == encoded_with_data_classes(topics, version, endpoints)
 
     decoded = ProduceResponse.decode(wire, version=version)
@@ -46,3 +51,16 @@ def test_a_produce_answer_encodes_as_with_data_classes(version, with_leader):
         (0, ErrorCode.NONE, 1_234), (2, ErrorCode.MESSAGE_TOO_LARGE, -1), (5, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)]
     if with_leader and version >= 10:
         assert (partitions[2].current_leader.leader_id, partitions[2].current_leader.leader_epoch) == (3, 8)
+
+
+@pytest.mark.parametrize("version", range(3, produce.VERSIONS[1] + 1))
+def test_a_written_answer_carries_names_messages_and_many_partitions_as_kafka_protocol_does(version):
+    """Multi-byte counts and lengths, a non-ASCII name, and an error message on some partitions."""
+    name = "zähler-" + "x" * 200 if version < 13 else None
+    written = [{"index": i, "error_code": ErrorCode.NONE, "base_offset": 10 * i, "log_append_time_ms": -1,
+                "log_start_offset": i, "record_errors": [], "error_message": None} for i in range(150)]
+    refused = [produce._error(150 + i, ErrorCode.CORRUPT_MESSAGE, f"batch {i}: bad CRC") for i in range(3)]
+    topics = [(name, TOPIC_ID, written + refused)]
+    answer = produce.response_of(topics, version, [])
+    assert isinstance(answer, EncodedResponse)
+    assert b"".join(answer.encode_pieces(version)) == encoded_with_data_classes(topics, version, [])
