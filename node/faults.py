@@ -9,6 +9,7 @@ controller, replica fetches from a peer) waits the same way. Parties are "contro
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections import deque
@@ -27,6 +28,7 @@ CLIENTS = "clients"
 _PEER_CLIENT_ID = re.compile(r"replica-(\d+)$")
 
 
+@functools.lru_cache(maxsize=1024)  # asked on every request; a node sees few client ids
 def party_of(client_id: str | None) -> str | int:
     """Who sent a request on the Kafka listener: a peer node's id, or "clients"."""
     match = _PEER_CLIENT_ID.match(client_id or "")
