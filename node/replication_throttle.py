@@ -43,16 +43,20 @@ class ReplicationThrottle:
         self.broker = broker
         self.rate_config = f"{side}.replication.throttled.rate"
         self.replicas_config = f"{side}.replication.throttled.replicas"
+        # Asked on every replica fetch: the static config is fixed once the process runs.
+        self.static_rate = broker.config.get_int(self.rate_config)
+        self.dynamic_resources = ((CONFIG_RESOURCE_BROKER, str(broker.node_id)), (CONFIG_RESOURCE_BROKER, ""))
         self.allowance = 0.0
         self.updated = time.monotonic()
 
     def rate(self) -> int:
         """This node's dynamic config, else the cluster-wide dynamic default, else the static one."""
-        for resource in (str(self.broker.node_id), ""):
-            value = self.broker.image.configs.get((CONFIG_RESOURCE_BROKER, resource), {}).get(self.rate_config)
+        configs = self.broker.image.configs
+        for resource in self.dynamic_resources:
+            value = configs.get(resource, {}).get(self.rate_config)
             if value is not None:
                 return int(value)
-        return self.broker.config.get_int(self.rate_config)
+        return self.static_rate
 
     def applies(self, key: tuple[str, int], replica: int) -> bool:
         """Whether replica's copy of partition key is throttled here: listed, and not in the ISR."""
