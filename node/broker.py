@@ -114,6 +114,11 @@ class Broker:
         configs.update(self.image.topic_configs(topic))
         return configs
 
+    def topic_config(self, topic: str, name: str) -> str:
+        """One effective topic config: the topic's own, else the broker's default."""
+        value = self.image.topic_configs(topic).get(name)
+        return self.config.topic_default(name) if value is None else value
+
     # --- controller round trips for admin requests ---
 
     async def call_controller(self, op: str, *, apply_timeout_s: float = APPLY_TIMEOUT_S, **args) -> dict:

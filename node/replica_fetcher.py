@@ -20,7 +20,7 @@ from kafka.protocol.consumer import FetchRequest
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.records import (
-    CorruptRecordError, iter_batch_headers, read_uvarint, write_compact_string, write_uvarint,
+    BatchHeader, CorruptRecordError, read_uvarint, validate_batches, write_compact_string, write_uvarint,
 )
 from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
@@ -178,11 +178,11 @@ class ReplicaFetchers:
         to_send, forgotten = session.next_request(wanted, complete)
         return follower_fetch_request(self.broker.node_id, self.max_wait_ms, session, to_send, forgotten)
 
-    def _track_producers(self, key: tuple[str, int], records) -> None:
+    def _track_producers(self, key: tuple[str, int], batches: list[tuple[int, BatchHeader]]) -> None:
         """Idempotent producers' sequences, batch by batch, so that this replica can take over
         as leader and still recognise a retried batch."""
         producers = self.broker.replicas.producers_of(key)
-        for _, header in iter_batch_headers(records):
+        for _, header in batches:
             if header.producer_id >= 0 and not header.is_control:
                 producers.record(header, header.base_offset)
 
@@ -215,8 +215,9 @@ class ReplicaFetchers:
             self.broker.replicas.producers[key] = PartitionProducers.from_log(partition_log)
             return True
         if records:
-            partition_log.append_as_follower(records)
-            self._track_producers(key, records)
+            batches = validate_batches(records)
+            partition_log.append_as_follower(records, batches)
+            self._track_producers(key, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
         return True
 

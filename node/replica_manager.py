@@ -460,7 +460,8 @@ class ReplicaManager:
     def effective_min_isr(self, key: tuple[str, int], configs: dict[str, str] | None = None) -> int:
         """min.insync.replicas, but never more than there are replicas (Kafka's effectiveMinIsr).
         `configs`: the topic's configs when the caller has them already."""
-        configured = int((configs or self.broker.topic_configs(key[0]))["min.insync.replicas"])
+        configured = int(configs["min.insync.replicas"] if configs else
+                         self.broker.topic_config(key[0], "min.insync.replicas"))
         info = self.broker.partition(*key)
         return min(configured, len(info.replicas)) if info is not None else configured
 

@@ -270,11 +270,18 @@ class BrokerConfig:
         """A topic's configs where it sets none (a new dict each call: callers overlay their own).
         Built once: the broker settings they come from are fixed once the process has started,
         and every produce request reads them."""
+        return dict(self._built_topic_defaults())
+
+    def topic_default(self, name: str) -> str:
+        """One topic config's default, without copying them all (asked on every acks=all write)."""
+        return self._built_topic_defaults()[name]
+
+    def _built_topic_defaults(self) -> dict[str, str]:
         if self._topic_defaults is None:
             self._topic_defaults = dict(TOPIC_CONFIG_FIXED_DEFAULTS)
             for topic_name, broker_name in TOPIC_CONFIG_DEFAULTS_FROM_BROKER.items():
                 self._topic_defaults[topic_name] = self.get(broker_name)
-        return dict(self._topic_defaults)
+        return self._topic_defaults
 
 
 def parse_listener(spec: str) -> tuple[str, str, int]:

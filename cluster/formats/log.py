@@ -457,9 +457,10 @@ class PartitionLog:
             self.high_watermark = self.log_end_offset
         return AppendInfo(first, offset - 1, append_time, self.log_start_offset)
 
-    def append_as_follower(self, data) -> int:
-        """Append batches that already carry their offsets (metadata log copies, replication)."""
-        found = validate_batches(data)
+    def append_as_follower(self, data, batches: list[tuple[int, BatchHeader]] | None = None) -> int:
+        """Append batches that already carry their offsets (metadata log copies, replication).
+        `batches`: validate_batches(data), when the caller has it already."""
+        found = validate_batches(data) if batches is None else batches
         next_offset = self.log_end_offset
         for _, header in found:
             if header.base_offset < next_offset:
