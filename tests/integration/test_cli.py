@@ -9,6 +9,7 @@ import sys
 
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -325,6 +326,32 @@ def test_replication_bench_prints_latency_and_each_nodes_cpu_per_write():
             assert f"{spread}: kraftwerk" in section
         cpu = section.split("nodes' CPU per write, user + kernel, busiest first: ")[1].split(" ms")[0].split(", ")
         assert len(cpu) == 3 and float(cpu[0]) > 0 and sorted(map(float, cpu), reverse=True) == list(map(float, cpu))
+
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not (REPOSITORY / ".git").exists(), reason="needs a git checkout")
+def test_ab_bench_alternates_a_worktree_of_the_base_with_this_tree_and_removes_it():
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPOSITORY), *args], capture_output=True, text=True, check=True).stdout
+
+    before = git("worktree", "list")
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_ab", "HEAD", "--pairs", "2", "--rounds", "40"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    head = git("rev-parse", "--short", "HEAD").strip()
+    runs = [line for line in result.stdout.splitlines() if line.startswith("pair ")]
+    assert [line.split(":")[0] for line in runs] == [
+        f"pair 1/2 base {head}", "pair 1/2 this tree", f"pair 2/2 base {head}", "pair 2/2 this tree"]
+    for line in runs:
+        p50 = float(line.split("p50 ")[1].split(" ms")[0])
+        p99 = float(line.split("p99 ")[1].split(" ms")[0])
+        assert 0 < p50 <= p99, line
+    for figure in ("p50", "p99", "leader's CPU per write", "both followers' CPU per write", "client's CPU per write"):
+        row = next(line for line in result.stdout.splitlines() if f" {figure} " in line and "│" in line)
+        assert row.rstrip(" │").endswith("of 2"), row
+    assert git("worktree", "list") == before
 
 
 def test_fetch_send_bench_prints_both_ways_for_each_size():
