@@ -3,9 +3,9 @@ current leader (a tagged field), none carries record errors, and no leader's end
 node/apis/produce.py builds every other answer with kafka.protocol.
 
 An acks=all producer gets one answer per write. Built as kafka.protocol structs and encoded, a
-one-partition answer took 21-22 us; written here, about 3 us (timeit). tests/unit/
-test_produce_response.py checks, for every version, that these bytes are what kafka.protocol
-encodes.
+one-partition answer took 21-22 us; written here, 5.7 us with the check that it can be (timeit).
+tests/unit/test_produce_response.py checks, for every version, that these bytes are what
+kafka.protocol encodes.
 """
 from __future__ import annotations
 
