@@ -142,12 +142,14 @@ class ReplicaFetchers:
             await self._wait_for_change(leader, self.throttle.wait_s() if throttled else 5)
             return
         faults = self.broker.faults
-        await faults.wait_reachable(leader)  # isolated from the leader: nothing goes out, nothing comes back
+        if faults.isolated:  # from the leader: nothing goes out, nothing comes back
+            await faults.wait_reachable(leader)
         request = framed_request(self._request(logs, session, complete), correlation, self.client_id)
         body = await exchange(reader, writer, request, self.socket_timeout_s)
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
         response = read_fetch_answer(body[start:])
-        await faults.wait_reachable(leader)
+        if faults.isolated:
+            await faults.wait_reachable(leader)
         if not session.answered(response):
             log.info("fetch session with node %d ended: error %d; starting a new one", leader, response.error_code)
             return

@@ -114,12 +114,13 @@ class KafkaServer:
         task = asyncio.current_task()
         self.connections.add(task)
         peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if peer else ""
         responses: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         writer_task = asyncio.create_task(self._write_responses(responses, writer))
         try:
             while True:
                 frame = await self._read_frame(reader)
-                pending = self._start_request(frame, peer)
+                pending = self._start_request(frame, client_host)
                 await responses.put(pending)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -146,7 +147,7 @@ class KafkaServer:
             raise MalformedRequest(f"request size {size} outside 0..{self.max_request_bytes}")
         return memoryview(await reader.readexactly(size))
 
-    def _start_request(self, frame: memoryview, peer) -> asyncio.Task:
+    def _start_request(self, frame: memoryview, client_host: str) -> asyncio.Task:
         api_key, api_version, correlation_id = peek_api(frame)
         handler = HANDLERS.get(api_key)
         if handler is None:
@@ -156,23 +157,26 @@ class KafkaServer:
                 return asyncio.create_task(self._unsupported_api_versions(correlation_id))
             raise MalformedRequest(f"unsupported version {api_version} of api {api_key}")
         header, body_start = parse_header(frame, handler.request_is_flexible(api_version))
-        header.client_host = f"/{peer[0]}" if peer else ""
+        header.client_host = client_host
         try:
             request = handler.request.decode(frame[body_start:], version=api_version)
         except Exception as exc:
             raise MalformedRequest(f"cannot decode {handler.request.name} v{api_version}: {exc}") from exc
-        return asyncio.create_task(self._handle(handler, header, request, peer))
+        return asyncio.create_task(self._handle(handler, header, request))
 
-    async def _handle(self, handler: ApiHandler, header: RequestHeader, request, peer) -> list | None:
+    async def _handle(self, handler: ApiHandler, header: RequestHeader, request) -> list | None:
         faults = self.broker.faults
         party = party_of(header.client_id)
-        await faults.wait_reachable(party)
+        # (checked before awaiting: nearly every request meets no fault, and each await costs)
+        if faults.isolated:
+            await faults.wait_reachable(party)
         injected = faults.take_injected_error(handler.api_key)
         if injected is not None:
             response = error_response(handler.response, request, header.api_version, injected)
         else:
             response = await handler.handle(self.broker, header, request)
-        await faults.before_response(party)
+        if faults.isolated or faults.delay_ms:
+            await faults.before_response(party)
         if response is None:
             return None
         if isinstance(response, (SplicedResponse, EncodedResponse)):
