@@ -98,6 +98,10 @@ class Faults:
             del self._injected[api_key]
         return code
 
+    def holds_response(self, party: str | int) -> bool:
+        """Whether before_response would hold an answer to party (callers skip the await if not)."""
+        return bool(self.delay_ms) or party in self.isolated
+
     async def before_response(self, party: str | int) -> None:
         if self.delay_ms:
             await asyncio.sleep(self.delay_ms / 1000)  # the injected latency itself, not a poll

@@ -13,10 +13,10 @@ from __future__ import annotations
 import struct
 
 from cluster.formats.records import write_compact_string, write_uvarint
+from node.fetch_sessions import FIRST_TOPIC_ID_VERSION
 from node.spliced_response import EncodedResponse
 
 FIRST_FLEXIBLE_VERSION = 12
-FIRST_TOPIC_ID_VERSION = 13
 
 # By the schema's order: throttle time, error code, session id.
 _ANSWER_FIELDS = struct.Struct(">ihi")

@@ -35,7 +35,7 @@ FETCH_VERSION = 12  # topic names; ReplicaId in the body
 FETCH_MAX_BYTES = 8 << 20
 PARTITION_MAX_BYTES = 1 << 20
 RETRY_DELAY_S = 0.2
-_SIZE = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # frame sizes, partition indexes
 _REQUEST_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 
 
@@ -142,13 +142,13 @@ class ReplicaFetchers:
             await self._wait_for_change(leader, self.throttle.wait_s() if throttled else 5)
             return
         faults = self.broker.faults
-        if faults.isolated:  # from the leader: nothing goes out, nothing comes back
+        if not faults.reachable(leader):  # isolated: nothing goes out, nothing comes back
             await faults.wait_reachable(leader)
         request = framed_request(self._request(logs, session, complete), correlation, self.client_id)
         body = await exchange(reader, writer, request, self.socket_timeout_s)
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
         response = read_fetch_answer(body[start:])
-        if faults.isolated:
+        if not faults.reachable(leader):
             await faults.wait_reachable(leader)
         if not session.answered(response):
             log.info("fetch session with node %d ended: error %d; starting a new one", leader, response.error_code)
@@ -233,7 +233,7 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
     try:
         writer.write(request)
         await writer.drain()
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        (size,) = _INT32.unpack(await reader.readexactly(4))
         return memoryview(await reader.readexactly(size))
     finally:
         give_up.cancel()
@@ -252,7 +252,6 @@ PartitionState = tuple[int, int, int, int]  # fetch offset, leader epoch, last f
 # fetch offset, last fetched epoch, log start offset, partition max bytes.
 _REQUEST_FIELDS = struct.Struct(">iiiibii")
 _PARTITION_FIELDS = struct.Struct(">iiqiqi")
-_INT32 = struct.Struct(">i")
 
 
 def follower_fetch_request(replica_id: int, max_wait_ms: int, session: "FollowerSession",
@@ -340,7 +339,7 @@ def framed_request(body: bytes, correlation_id: int, client_id: bytes) -> bytes:
     """Size, request header (v2) and body, as kafka.protocol's encode(header=True, framed=True) writes
     them."""
     header = _REQUEST_HEADER.pack(FetchRequest.API_KEY, FETCH_VERSION, correlation_id, len(client_id)) + client_id
-    return _SIZE.pack(len(header) + 1 + len(body)) + header + b"\x00" + body  # (no tagged fields)
+    return _INT32.pack(len(header) + 1 + len(body)) + header + b"\x00" + body  # (no tagged fields)
 
 
 def _by_topic(partitions: dict[tuple[str, int], object]) -> dict[str, list[tuple[int, object]]]:

@@ -167,15 +167,15 @@ class KafkaServer:
     async def _handle(self, handler: ApiHandler, header: RequestHeader, request) -> list | None:
         faults = self.broker.faults
         party = party_of(header.client_id)
-        # (checked before awaiting: nearly every request meets no fault, and each await costs)
-        if faults.isolated:
+        # (asked before awaiting: nearly every request meets no fault, and each await costs)
+        if not faults.reachable(party):
             await faults.wait_reachable(party)
         injected = faults.take_injected_error(handler.api_key)
         if injected is not None:
             response = error_response(handler.response, request, header.api_version, injected)
         else:
             response = await handler.handle(self.broker, header, request)
-        if faults.isolated or faults.delay_ms:
+        if faults.holds_response(party):
             await faults.before_response(party)
         if response is None:
             return None
