@@ -24,6 +24,7 @@ from cluster.formats.records import (
 )
 from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
+from cluster.runtime import timeline
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.follower_fetch_answers import FetchedPartition, read_fetch_answer
 from node.producer_state import PartitionProducers
@@ -146,6 +147,8 @@ class ReplicaFetchers:
             await faults.wait_reachable(leader)
         request = framed_request(self._request(logs, session, complete), correlation, self.client_id)
         body = await exchange(reader, writer, request, self.socket_timeout_s)
+        if timeline.ENABLED:
+            timeline.mark("follower got answer")
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
         response = read_fetch_answer(body[start:])
         if not faults.reachable(leader):
@@ -165,6 +168,8 @@ class ReplicaFetchers:
                     appended.add(key)
                     if key in throttled:
                         self.throttle.record(len(data[-1] or b""))
+        if timeline.ENABLED:
+            timeline.mark("follower appended")
         if failed:
             # The leader answers errors at once; back off instead of spinning until metadata changes.
             await asyncio.sleep(RETRY_DELAY_S)
@@ -231,6 +236,8 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
     reconnects. One uvloop timer (1.3 us set and cancelled) where asyncio.timeout took 7 us a request."""
     give_up = asyncio.get_running_loop().call_later(timeout_s, _give_up_on, writer.transport, timeout_s)
     try:
+        if timeline.ENABLED:
+            timeline.mark("follower sent fetch")
         writer.write(request)
         await writer.drain()
         (size,) = _INT32.unpack(await reader.readexactly(4))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from cluster.formats.records import read_uvarint
 from cluster.runtime.shutdown import cancel_and_wait
+from cluster.runtime import timeline
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
@@ -145,7 +146,10 @@ class KafkaServer:
         (size,) = _SIZE.unpack(await reader.readexactly(4))
         if size < 0 or size > self.max_request_bytes:
             raise MalformedRequest(f"request size {size} outside 0..{self.max_request_bytes}")
-        return memoryview(await reader.readexactly(size))
+        frame = memoryview(await reader.readexactly(size))
+        if timeline.ENABLED:
+            timeline.mark("request read")
+        return frame
 
     def _start_request(self, frame: memoryview, client_host: str) -> asyncio.Task:
         api_key, api_version, correlation_id = peek_api(frame)
@@ -221,7 +225,11 @@ class KafkaServer:
                     pending = responses.get_nowait() if not responses.empty() else _QUEUE_EMPTY
                     if pending is _QUEUE_EMPTY or pending is None or not pending.done():
                         break
+                if timeline.ENABLED:
+                    timeline.mark("answer writing")
                 await write_pieces(writer, buffers)
+                if timeline.ENABLED:
+                    timeline.mark("answer written")
                 if pending is _QUEUE_EMPTY:
                     pending = await responses.get()
         except asyncio.CancelledError:

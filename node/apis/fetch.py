@@ -32,6 +32,7 @@ from cluster.formats.log import OffsetOutOfRangeError
 from cluster.formats.records import CorruptRecordError
 from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within
+from cluster.runtime import timeline
 from node.fetch_stats import record_client_fetches
 from node.leadership import check_leader, leader_endpoints
 from node.fetch_answers import fetch_answer_pieces, writable
@@ -71,6 +72,8 @@ class PartitionFetch:
 
 
 async def handle(broker, header, request):
+    if timeline.ENABLED:
+        timeline.mark("fetch started")
     version = header.api_version
     follower = _follower_id(request, version)
     context = broker.fetch_sessions.context(request, version, follower)
@@ -87,6 +90,8 @@ async def handle(broker, header, request):
             break
         # A throttled follower gets its data once the bucket allows, not only at max_wait_ms.
         wait = min(remaining, broker.leader_throttle.wait_s()) if any(f.held_back for f in fetches) else remaining
+        if timeline.ENABLED:
+            timeline.mark("fetch parked")
         if not await _wait_for_data(broker, fetches, wait, context) and wait >= remaining:
             # Time is up: read again what may have changed unseen, and a session's partitions told of
             # news meanwhile (a follower's is not woken for high watermark moves: it hears of them now).
@@ -102,6 +107,8 @@ async def handle(broker, header, request):
         await _down_convert(broker, fetches, version, follower)
     record_client_fetches(fetches, follower)
     session_id, answered = broker.fetch_sessions.answer(context, fetches)
+    if timeline.ENABLED:
+        timeline.mark("fetch answered")
     return _response(broker, answered, version, session_id)
 
 

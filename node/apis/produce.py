@@ -23,6 +23,7 @@ from cluster.formats.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
 from cluster.formats.errors import ErrorCode
+from cluster.runtime import timeline
 from node import produce_answers
 from node.leadership import check_leader, leader_endpoints
 from node.producer_state import SequenceError
@@ -57,7 +58,11 @@ async def handle(broker, header, request):
         topics.append((topic_data.name if header.api_version < 13 else None, topic_id, partitions))
     if request.acks == 0:
         return None
+    if timeline.ENABLED:
+        timeline.mark("produce appended")
     await _wait_for_in_sync_replicas(broker, awaiting, request.timeout_ms)
+    if timeline.ENABLED:
+        timeline.mark("produce committed")
     return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
 
 

@@ -383,3 +383,22 @@ def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
                    "1 MB values fetch, default fetch sizes", "1 MB values fetch, default sizes, after the first"):
         unit, ours, mock, _ = rows[figure]
         assert unit == "MB/s" and int(ours.replace(",", "")) > 0 and mock.startswith("n/a"), rows[figure]
+
+
+def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_followers(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_timeline", "--rounds", "60"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("60 writes: p50 ")
+    rows = [[cell.strip() for cell in line.strip("│ ").split("│")] for line in result.stdout.splitlines()
+            if line.startswith("│")]
+    steps = [(step, where) for step, where, _, _ in rows]
+    since_send = [int(row[2]) for row in rows]
+    assert steps[0] == ("produce called", "client") and steps[-1] == ("delivery reported", "client")
+    assert since_send == sorted(since_send)
+    in_order = [("produce appended", "leader"), ("follower got answer", "followers"),
+                ("follower sent fetch", "followers"), ("fetch started", "leader"), ("produce committed", "leader")]
+    assert [steps.index(step) for step in in_order] == sorted(steps.index(step) for step in in_order)
+    assert ("follower appended (2nd)", "followers") in steps  # both followers, each write
+    assert list(tmp_path.iterdir()) == []  # the nodes' timeline files went with the run

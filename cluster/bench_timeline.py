@@ -1,0 +1,126 @@
+"""Where an acks=all write's time goes, step by step: `python -m cluster.bench_timeline`.
+
+Starts a 3-node cluster with cluster.runtime.timeline switched on, makes `--rounds`
+single-message acks=all writes of 100 bytes to a one-partition RF=3 topic with a confluent-kafka
+producer (linger.ms=0), and lines up the steps that the client, the leader and both followers
+marked during each write on the one clock they share. It prints, per step, the median time since
+the client's produce call and since the step before: what the leader does before the data leaves
+for the followers, the hop to each follower and its append, the hop back, the leader's handling of
+both follower fetches, and the hop of the answer to the client.
+
+Medians are taken per step over the writes, so they do not add up to the median write exactly.
+Followers' steps are counted in the order they happened in each write, whichever follower it was.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+WARM_UP_ROUNDS = 300
+CLIENT_SENDS, CLIENT_DELIVERED = "produce called", "delivery reported"
+LEADER_STEP, FOLLOWER_STEP = "produce appended", "follower got answer"
+# A step is shown when it happened in at least this share of the writes.
+MOSTLY = 0.9
+
+Marks = list[tuple[int, str]]
+
+
+def timed_writes(directory: str, rounds: int) -> list[tuple[int, int]]:
+    """(start, end) in perf_counter_ns of each write, with the nodes marking their steps in directory."""
+    os.environ["KRAFTWERK_TIMELINE"] = directory  # read by the nodes at start-up, not by this process
+    from confluent_kafka import Producer
+
+    from cluster.bench_replication import VALUE, latency_topic
+    from cluster.launcher import Cluster
+
+    with Cluster(nodes=3) as cluster:
+        topic = latency_topic(cluster.bootstrap_servers, 3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0, "acks": "all",
+                             "enable.idempotence": False})
+        writes = []
+        for index in range(WARM_UP_ROUNDS + rounds):
+            started = time.perf_counter_ns()
+            producer.produce(topic, value=VALUE, partition=0)
+            if producer.flush(30):
+                raise RuntimeError("a write was not acknowledged within 30 s")
+            if index >= WARM_UP_ROUNDS:
+                writes.append((started, time.perf_counter_ns()))
+    return writes
+
+
+def read_marks(directory: str) -> tuple[Marks, Marks]:
+    """(the leader's marks, both followers' marks merged), each sorted by time."""
+    leader: Marks = []
+    followers: Marks = []
+    for path in Path(directory).glob("*.timeline"):
+        marks = [(int(at), step) for at, step in (line.rstrip("\n").split(" ", 1) for line in path.open())]
+        steps = {step for _, step in marks}
+        if LEADER_STEP in steps:
+            leader = marks
+        elif FOLLOWER_STEP in steps:
+            followers += marks
+    return sorted(leader), sorted(followers)
+
+
+def step_offsets(writes: list[tuple[int, int]], leader: Marks, followers: Marks) -> dict[tuple, list[float]]:
+    """(where, step, nth time in the write) -> microseconds since the produce call, per write."""
+    offsets: dict[tuple, list[float]] = defaultdict(list)
+    for start, end in writes:
+        offsets[("client", CLIENT_SENDS, 1)].append(0.0)
+        for where, marks in (("leader", leader), ("followers", followers)):
+            seen: Counter = Counter()
+            for at, step in _between(marks, start, end):
+                seen[step] += 1
+                offsets[(where, step, seen[step])].append((at - start) / 1000)
+        offsets[("client", CLIENT_DELIVERED, 1)].append((end - start) / 1000)
+    return offsets
+
+
+def _between(marks: Marks, start: int, end: int) -> Marks:
+    return marks[bisect_left(marks, (start, "")):bisect_right(marks, (end, "\uffff"))]
+
+
+def timeline_table(offsets: dict[tuple, list[float]], writes: int) -> Table:
+    rows = sorted(((statistics.median(times), key) for key, times in offsets.items() if len(times) >= MOSTLY * writes))
+    table = Table(title=f"one acks=all write, RF=3: median of {writes} writes")
+    for column in ("step", "where", "us since produce called", "us since the step before"):
+        table.add_column(column, justify="left" if column in ("step", "where") else "right")
+    before = 0.0
+    for median, (where, step, nth) in rows:
+        name = step if nth == 1 else f"{step} ({_ordinal(nth)})"
+        table.add_row(name, where, f"{median:.0f}", f"{median - before:.0f}")
+        before = median
+    return table
+
+
+def _ordinal(nth: int) -> str:
+    return {2: "2nd", 3: "3rd"}.get(nth, f"{nth}th")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3000, help="acks=all writes to time")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kraftwerk-timeline-") as directory:
+        writes = timed_writes(directory, args.rounds)
+        leader, followers = read_marks(directory)
+    if not leader or not followers:
+        raise SystemExit("the nodes wrote no timeline: did they stop gracefully?")
+    durations = sorted((end - start) / 1000 for start, end in writes)
+    console = Console()
+    console.print(f"{len(writes)} writes: p50 {statistics.median(durations):.0f} us, "
+                  f"p99 {durations[int(len(durations) * 0.99) - 1]:.0f} us")
+    console.print(timeline_table(step_offsets(writes, leader, followers), len(writes)))
+
+
+if __name__ == "__main__":
+    main()
