@@ -394,9 +394,7 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
     rows = [[cell.strip() for cell in line.strip("│ ").split("│")] for line in result.stdout.splitlines()
             if line.startswith("│")]
     steps = [(step, where) for step, where, _, _ in rows]
-    since_send = [int(row[2]) for row in rows]
     assert steps[0] == ("produce called", "client") and steps[-1] == ("delivery reported", "client")
-    assert since_send == sorted(since_send)
     in_order = [("produce appended", "leader"), ("follower got answer", "followers"),
                 ("follower sent fetch", "followers"), ("fetch started", "leader"), ("produce committed", "leader")]
     assert [steps.index(step) for step in in_order] == sorted(steps.index(step) for step in in_order)
