@@ -8,6 +8,12 @@ the client's produce call and since the step before: what the leader does before
 for the followers, the hop to each follower and its append, the hop back, the leader's handling of
 both follower fetches, and the hop of the answer to the client.
 
+Then the write's critical path in seven parts, each a median over the writes: four hops between
+processes, each from where the sender starts writing (the Produce to the leader, the leader's
+answer to the second follower, that follower's Fetch back, the answer to the client), and the work
+between them (the leader's before the data leaves, that follower's, the leader's after its Fetch
+arrives).
+
 Medians are taken per step over the writes, so they do not add up to the median write exactly.
 Followers' steps are counted in the order they happened in each write, whichever follower it was.
 """
@@ -89,6 +95,45 @@ def _between(marks: Marks, start: int, end: int) -> Marks:
     return marks[bisect_left(marks, (start, "")):bisect_right(marks, (end, "\uffff"))]
 
 
+# (part, step it starts at, step it ends at): (where, step, nth time in the write) as in step_offsets.
+# A hop starts where the sender starts writing: a woken receiver may run before the write returns.
+CRITICAL_PATH = (
+    ("hop: the Produce to the leader", ("client", CLIENT_SENDS, 1), ("leader", "request read", 1)),
+    ("leader, until it writes the second follower's answer", ("leader", "request read", 1),
+     ("leader", "answer writing", 2)),
+    ("hop: the second follower starting on its answer", ("leader", "answer writing", 2),
+     ("followers", FOLLOWER_STEP, 2)),
+    ("that follower, until it sends its next Fetch", ("followers", FOLLOWER_STEP, 2),
+     ("followers", "follower sent fetch", 2)),
+    ("hop: that Fetch read by the leader", ("followers", "follower sent fetch", 2), ("leader", "request read", 3)),
+    ("leader, until it writes the Produce answer", ("leader", "request read", 3), ("leader", "answer writing", 3)),
+    ("hop: the answer to the client", ("leader", "answer writing", 3), ("client", CLIENT_DELIVERED, 1)),
+)
+
+
+def critical_path(writes: list[tuple[int, int]], leader: Marks, followers: Marks) -> list[tuple[str, float]]:
+    """(part, median microseconds) of CRITICAL_PATH, over the writes that have both of its steps."""
+    parts: dict[str, list[float]] = defaultdict(list)
+    for write in writes:
+        at = {key: times[0] for key, times in step_offsets([write], leader, followers).items()}
+        for name, start, end in CRITICAL_PATH:
+            if start in at and end in at:
+                parts[name].append(at[end] - at[start])
+    return [(name, statistics.median(parts[name])) for name, _, _ in CRITICAL_PATH if parts[name]]
+
+
+def critical_path_table(parts: list[tuple[str, float]]) -> Table:
+    table = Table(title="its critical path: hops between processes and the work between them")
+    table.add_column("part")
+    table.add_column("median us", justify="right")
+    for name, median in parts:
+        table.add_row(name, f"{median:.0f}")
+    hops = sum(median for name, median in parts if name.startswith("hop"))
+    table.add_row("hops, together", f"{hops:.0f}")
+    table.add_row("work, together", f"{sum(median for _, median in parts) - hops:.0f}")
+    return table
+
+
 def timeline_table(offsets: dict[tuple, list[float]], writes: int) -> Table:
     rows = sorted(((statistics.median(times), key) for key, times in offsets.items() if len(times) >= MOSTLY * writes))
     table = Table(title=f"one acks=all write, RF=3: median of {writes} writes")
@@ -120,6 +165,7 @@ def main() -> None:
     console.print(f"{len(writes)} writes: p50 {statistics.median(durations):.0f} us, "
                   f"p99 {durations[int(len(durations) * 0.99) - 1]:.0f} us")
     console.print(timeline_table(step_offsets(writes, leader, followers), len(writes)))
+    console.print(critical_path_table(critical_path(writes, leader, followers)))
 
 
 if __name__ == "__main__":

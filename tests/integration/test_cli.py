@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.bench_timeline import CRITICAL_PATH
 from cluster.launcher import pid_alive
 
 # The installed console script, as users run it; the module when kraftwerk is not pip-installed.
@@ -391,7 +392,8 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
                             env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("60 writes: p50 ")
-    rows = [[cell.strip() for cell in line.strip("│ ").split("│")] for line in result.stdout.splitlines()
+    steps_table, path_table = result.stdout.split("its critical path")
+    rows = [[cell.strip() for cell in line.strip("│ ").split("│")] for line in steps_table.splitlines()
             if line.startswith("│")]
     steps = [(step, where) for step, where, _, _ in rows]
     assert steps[0] == ("produce called", "client") and steps[-1] == ("delivery reported", "client")
@@ -399,4 +401,6 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
                 ("follower sent fetch", "followers"), ("fetch started", "leader"), ("produce committed", "leader")]
     assert [steps.index(step) for step in in_order] == sorted(steps.index(step) for step in in_order)
     assert ("follower appended (2nd)", "followers") in steps  # both followers, each write
+    parts = [line.strip("│ ").split("│")[0].strip() for line in path_table.splitlines() if line.startswith("│")]
+    assert parts == [name for name, _, _ in CRITICAL_PATH] + ["hops, together", "work, together"]
     assert list(tmp_path.iterdir()) == []  # the nodes' timeline files went with the run

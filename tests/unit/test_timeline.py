@@ -1,7 +1,7 @@
 """The timeline bench lines up marks by the client's writes (cluster.bench_timeline)."""
 from __future__ import annotations
 
-from cluster.bench_timeline import read_marks, step_offsets
+from cluster.bench_timeline import critical_path, read_marks, step_offsets
 
 
 def write_marks(path, marks):
@@ -23,3 +23,23 @@ def test_each_step_is_timed_from_its_writes_start_and_counted_in_order(tmp_path)
     assert offsets[("followers", "follower got answer", 2)] == [3.5]
     assert offsets[("client", "delivery reported", 1)] == [7.0, 3.0]
     assert ("leader", "request read", 2) not in offsets  # the 900 ns mark came before the first write
+
+
+def test_the_critical_path_runs_from_each_senders_write_to_the_receivers_next_step(tmp_path):
+    write_marks(tmp_path / "1.timeline", [
+        (1_100_000, "request read"), (1_200_000, "answer writing"), (1_230_000, "answer writing"),
+        (1_260_000, "answer written"), (1_700_000, "request read"), (1_800_000, "request read"),
+        (1_900_000, "answer writing"), (1_950_000, "answer written"), (2_000_000, "produce appended")])
+    write_marks(tmp_path / "2.timeline", [(1_240_000, "follower got answer"), (1_400_000, "follower sent fetch")])
+    write_marks(tmp_path / "3.timeline", [(1_250_000, "follower got answer"), (1_500_000, "follower sent fetch")])
+    leader, followers = read_marks(str(tmp_path))
+    parts = dict(critical_path([(1_000_000, 2_100_000)], leader, followers))
+    assert parts == {
+        "hop: the Produce to the leader": 100,
+        "leader, until it writes the second follower's answer": 130,
+        "hop: the second follower starting on its answer": 20,  # before the leader's write returned
+        "that follower, until it sends its next Fetch": 250,
+        "hop: that Fetch read by the leader": 300,
+        "leader, until it writes the Produce answer": 100,
+        "hop: the answer to the client": 200,
+    }
