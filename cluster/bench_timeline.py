@@ -31,6 +31,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from cluster.runtime import timeline
+
 WARM_UP_ROUNDS = 300
 CLIENT_SENDS, CLIENT_DELIVERED = "produce called", "delivery reported"
 LEADER_STEP, FOLLOWER_STEP = "produce appended", "follower got answer"
@@ -38,6 +40,8 @@ LEADER_STEP, FOLLOWER_STEP = "produce appended", "follower got answer"
 MOSTLY = 0.9
 
 Marks = list[tuple[int, str]]
+# One write's steps: (where, step, nth time in the write) -> microseconds since its produce call.
+WriteSteps = dict[tuple, float]
 
 
 def timed_writes(directory: str, rounds: int) -> list[tuple[int, int]]:
@@ -67,7 +71,7 @@ def read_marks(directory: str) -> tuple[Marks, Marks]:
     """(the leader's marks, both followers' marks merged), each sorted by time."""
     leader: Marks = []
     followers: Marks = []
-    for path in Path(directory).glob("*.timeline"):
+    for path in Path(directory).glob(f"*{timeline.SUFFIX}"):
         marks = [(int(at), step) for at, step in (line.rstrip("\n").split(" ", 1) for line in path.open())]
         steps = {step for _, step in marks}
         if LEADER_STEP in steps:
@@ -77,17 +81,27 @@ def read_marks(directory: str) -> tuple[Marks, Marks]:
     return sorted(leader), sorted(followers)
 
 
-def step_offsets(writes: list[tuple[int, int]], leader: Marks, followers: Marks) -> dict[tuple, list[float]]:
-    """(where, step, nth time in the write) -> microseconds since the produce call, per write."""
-    offsets: dict[tuple, list[float]] = defaultdict(list)
+def steps_of_writes(writes: list[tuple[int, int]], leader: Marks, followers: Marks) -> list[WriteSteps]:
+    """Each write's steps, the client's included, timed from its produce call."""
+    steps_of_each = []
     for start, end in writes:
-        offsets[("client", CLIENT_SENDS, 1)].append(0.0)
+        steps = {("client", CLIENT_SENDS, 1): 0.0}
         for where, marks in (("leader", leader), ("followers", followers)):
             seen: Counter = Counter()
             for at, step in _between(marks, start, end):
                 seen[step] += 1
-                offsets[(where, step, seen[step])].append((at - start) / 1000)
-        offsets[("client", CLIENT_DELIVERED, 1)].append((end - start) / 1000)
+                steps[(where, step, seen[step])] = (at - start) / 1000
+        steps[("client", CLIENT_DELIVERED, 1)] = (end - start) / 1000
+        steps_of_each.append(steps)
+    return steps_of_each
+
+
+def step_offsets(steps_of_each: list[WriteSteps]) -> dict[tuple, list[float]]:
+    """(where, step, nth time in the write) -> its microseconds since the produce call, over the writes."""
+    offsets: dict[tuple, list[float]] = defaultdict(list)
+    for steps in steps_of_each:
+        for key, since_send in steps.items():
+            offsets[key].append(since_send)
     return offsets
 
 
@@ -111,11 +125,10 @@ CRITICAL_PATH = (
 )
 
 
-def critical_path(writes: list[tuple[int, int]], leader: Marks, followers: Marks) -> list[tuple[str, float]]:
+def critical_path(steps_of_each: list[WriteSteps]) -> list[tuple[str, float]]:
     """(part, median microseconds) of CRITICAL_PATH, over the writes that have both of its steps."""
     parts: dict[str, list[float]] = defaultdict(list)
-    for write in writes:
-        at = {key: times[0] for key, times in step_offsets([write], leader, followers).items()}
+    for at in steps_of_each:
         for name, start, end in CRITICAL_PATH:
             if start in at and end in at:
                 parts[name].append(at[end] - at[start])
@@ -164,8 +177,9 @@ def main() -> None:
     console = Console()
     console.print(f"{len(writes)} writes: p50 {statistics.median(durations):.0f} us, "
                   f"p99 {durations[int(len(durations) * 0.99) - 1]:.0f} us")
-    console.print(timeline_table(step_offsets(writes, leader, followers), len(writes)))
-    console.print(critical_path_table(critical_path(writes, leader, followers)))
+    steps_of_each = steps_of_writes(writes, leader, followers)
+    console.print(timeline_table(step_offsets(steps_of_each), len(writes)))
+    console.print(critical_path_table(critical_path(steps_of_each)))
 
 
 if __name__ == "__main__":

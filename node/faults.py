@@ -77,9 +77,9 @@ class Faults:
 
     async def wait_reachable(self, party: str | int) -> None:
         """Returns at once normally; while isolated from party, holds the caller until healed."""
-        if party in self.isolated:
+        if not self.reachable(party):
             async with self._changed:
-                await self._changed.wait_for(lambda: party not in self.isolated)
+                await self._changed.wait_for(lambda: self.reachable(party))
 
     # --- latency and errors ---
 
@@ -100,7 +100,7 @@ class Faults:
 
     def holds_response(self, party: str | int) -> bool:
         """Whether before_response would hold an answer to party (callers skip the await if not)."""
-        return bool(self.delay_ms) or party in self.isolated
+        return bool(self.delay_ms) or not self.reachable(party)
 
     async def before_response(self, party: str | int) -> None:
         if self.delay_ms:

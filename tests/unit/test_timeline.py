@@ -1,7 +1,7 @@
 """The timeline bench lines up marks by the client's writes (cluster.bench_timeline)."""
 from __future__ import annotations
 
-from cluster.bench_timeline import critical_path, read_marks, step_offsets
+from cluster.bench_timeline import critical_path, read_marks, step_offsets, steps_of_writes
 
 
 def write_marks(path, marks):
@@ -17,7 +17,7 @@ def test_each_step_is_timed_from_its_writes_start_and_counted_in_order(tmp_path)
     write_marks(tmp_path / "104.timeline", [(4_200, "controller step")])  # neither leader nor follower
     leader, followers = read_marks(str(tmp_path))
     assert [step for _, step in followers] == ["follower got answer", "follower got answer", "follower sent fetch"]
-    offsets = step_offsets([(1_000, 8_000), (10_000, 13_000)], leader, followers)
+    offsets = step_offsets(steps_of_writes([(1_000, 8_000), (10_000, 13_000)], leader, followers))
     assert offsets[("leader", "request read", 1)] == [1.0, 1.0]
     assert offsets[("leader", "produce appended", 1)] == [2.0, 2.5]
     assert offsets[("followers", "follower got answer", 2)] == [3.5]
@@ -33,7 +33,7 @@ def test_the_critical_path_runs_from_each_senders_write_to_the_receivers_next_st
     write_marks(tmp_path / "2.timeline", [(1_240_000, "follower got answer"), (1_400_000, "follower sent fetch")])
     write_marks(tmp_path / "3.timeline", [(1_250_000, "follower got answer"), (1_500_000, "follower sent fetch")])
     leader, followers = read_marks(str(tmp_path))
-    parts = dict(critical_path([(1_000_000, 2_100_000)], leader, followers))
+    parts = dict(critical_path(steps_of_writes([(1_000_000, 2_100_000)], leader, followers)))
     assert parts == {
         "hop: the Produce to the leader": 100,
         "leader, until it writes the second follower's answer": 130,
