@@ -44,7 +44,8 @@ Marks = list[tuple[int, str]]
 WriteSteps = dict[tuple, float]
 
 
-def timed_writes(directory: str, rounds: int) -> list[tuple[int, int]]:
+def timed_writes(directory: str, rounds: int, replication_factor: int = 3,
+                 pin_leader: bool = False) -> list[tuple[int, int]]:
     """(start, end) in perf_counter_ns of each write, with the nodes marking their steps in directory."""
     os.environ["KRAFTWERK_TIMELINE"] = directory  # read by the nodes at start-up, not by this process
     from confluent_kafka import Producer
@@ -53,9 +54,13 @@ def timed_writes(directory: str, rounds: int) -> list[tuple[int, int]]:
     from cluster.launcher import Cluster
 
     with Cluster(nodes=3) as cluster:
-        topic = latency_topic(cluster.bootstrap_servers, 3)
+        topic = latency_topic(cluster.bootstrap_servers, replication_factor)
         producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0, "acks": "all",
                              "enable.idempotence": False})
+        if pin_leader:
+            leader = producer.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+            pin_apart(cluster.nodes[leader].pid,
+                      [os.getpid(), cluster.controller_pid, *(node.pid for node in cluster.nodes.values())])
         writes = []
         for index in range(WARM_UP_ROUNDS + rounds):
             started = time.perf_counter_ns()
@@ -65,6 +70,20 @@ def timed_writes(directory: str, rounds: int) -> list[tuple[int, int]]:
             if index >= WARM_UP_ROUNDS:
                 writes.append((started, time.perf_counter_ns()))
     return writes
+
+
+def pin_apart(alone: int, others: list[int]) -> None:
+    """Every thread of process `alone` on the first CPU this process may use, every thread of the
+    others on the rest: a diagnostic of what the leader's steps cost with a core to itself."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin-leader needs two CPUs at least")
+    for pid in {alone, *others}:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(thread), cpus[:1] if pid == alone else cpus[1:])
+            except ProcessLookupError:
+                pass  # a thread that ended meanwhile
 
 
 def read_marks(directory: str) -> tuple[Marks, Marks]:
@@ -147,9 +166,9 @@ def critical_path_table(parts: list[tuple[str, float]]) -> Table:
     return table
 
 
-def timeline_table(offsets: dict[tuple, list[float]], writes: int) -> Table:
+def timeline_table(offsets: dict[tuple, list[float]], writes: int, replication_factor: int = 3) -> Table:
     rows = sorted(((statistics.median(times), key) for key, times in offsets.items() if len(times) >= MOSTLY * writes))
-    table = Table(title=f"one acks=all write, RF=3: median of {writes} writes")
+    table = Table(title=f"one acks=all write, RF={replication_factor}: median of {writes} writes")
     for column in ("step", "where", "us since produce called", "us since the step before"):
         table.add_column(column, justify="left" if column in ("step", "where") else "right")
     before = 0.0
@@ -167,19 +186,24 @@ def _ordinal(nth: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3000, help="acks=all writes to time")
+    parser.add_argument("--replication-factor", type=int, choices=(1, 3), default=3,
+                        help="the topic's replicas: 1 times the leader's own steps alone")
+    parser.add_argument("--pin-leader", action="store_true",
+                        help="the leader on a CPU of its own, every other process and this one on the others")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kraftwerk-timeline-") as directory:
-        writes = timed_writes(directory, args.rounds)
+        writes = timed_writes(directory, args.rounds, args.replication_factor, args.pin_leader)
         leader, followers = read_marks(directory)
-    if not leader or not followers:
+    if not leader or (args.replication_factor > 1 and not followers):
         raise SystemExit("the nodes wrote no timeline: did they stop gracefully?")
     durations = sorted((end - start) / 1000 for start, end in writes)
     console = Console()
     console.print(f"{len(writes)} writes: p50 {statistics.median(durations):.0f} us, "
                   f"p99 {durations[int(len(durations) * 0.99) - 1]:.0f} us")
     steps_of_each = steps_of_writes(writes, leader, followers)
-    console.print(timeline_table(step_offsets(steps_of_each), len(writes)))
-    console.print(critical_path_table(critical_path(steps_of_each)))
+    console.print(timeline_table(step_offsets(steps_of_each), len(writes), args.replication_factor))
+    if args.replication_factor > 1:
+        console.print(critical_path_table(critical_path(steps_of_each)))
 
 
 if __name__ == "__main__":

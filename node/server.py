@@ -166,6 +166,8 @@ class KafkaServer:
             request = handler.request.decode(frame[body_start:], version=api_version)
         except Exception as exc:
             raise MalformedRequest(f"cannot decode {handler.request.name} v{api_version}: {exc}") from exc
+        if timeline.ENABLED:
+            timeline.mark("request decoded")
         return asyncio.create_task(self._handle(handler, header, request))
 
     async def _handle(self, handler: ApiHandler, header: RequestHeader, request) -> list | None:

@@ -41,6 +41,8 @@ PartitionResponse = TopicResponse.PartitionProduceResponse
 
 
 async def handle(broker, header, request):
+    if timeline.ENABLED:
+        timeline.mark("produce started")
     if request.acks not in (0, 1, -1):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
     leaders_named = []
@@ -161,8 +163,12 @@ def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
         for _, header in batches:
             if header.producer_id >= 0:
                 producers.check(header)
+        if timeline.ENABLED:
+            timeline.mark("produce validated")
         appended = check.log.append(records, leader_epoch=check.info.leader_epoch, now_ms=broker.now_ms(),
                                     batches=batches)
+        if timeline.ENABLED:
+            timeline.mark("log appended")
     except SequenceError as exc:
         log.info("%s-%d: producer %d refused: %s", topic, index, batches[0][1].producer_id, exc)
         return _error(index, exc.code, str(exc)), None

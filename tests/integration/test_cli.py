@@ -413,10 +413,31 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
             if line.startswith("│")]
     steps = [(step, where) for step, where, _, _ in rows]
     assert steps[0] == ("produce called", "client") and steps[-1] == ("delivery reported", "client")
-    in_order = [("produce appended", "leader"), ("follower got answer", "followers"),
+    in_order = [("request read", "leader"), ("request decoded", "leader"), ("produce started", "leader"),
+                ("produce validated", "leader"), ("log appended", "leader"),
+                ("produce appended", "leader"), ("follower got answer", "followers"),
                 ("follower sent fetch", "followers"), ("fetch started", "leader"), ("produce committed", "leader")]
     assert [steps.index(step) for step in in_order] == sorted(steps.index(step) for step in in_order)
     assert ("follower appended (2nd)", "followers") in steps  # both followers, each write
     parts = [line.strip("│ ").split("│")[0].strip() for line in path_table.splitlines() if line.startswith("│")]
     assert parts == [name for name, _, _ in CRITICAL_PATH] + ["hops, together", "work, together"]
     assert list(tmp_path.iterdir()) == []  # the nodes' timeline files went with the run
+
+
+def test_timeline_bench_times_the_leaders_own_steps_with_one_replica(tmp_path):
+    pin = ["--pin-leader"] if len(os.sched_getaffinity(0)) >= 2 else []
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_timeline", "--rounds", "60",
+                             "--replication-factor", "1", *pin],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("60 writes: p50 ")
+    assert "one acks=all write, RF=1: median of 60 writes" in result.stdout
+    assert "its critical path" not in result.stdout  # no follower, no hops to one
+    rows = [[cell.strip() for cell in line.strip("│ ").split("│")] for line in result.stdout.splitlines()
+            if line.startswith("│")]
+    steps = [step for step, where, _, _ in rows if where == "leader"]
+    assert steps == ["request read", "request decoded", "produce started", "produce validated", "log appended",
+                     "produce appended", "produce committed", "answer writing", "answer written"]
+    assert not any(where == "followers" for _, where, _, _ in rows)
+    assert list(tmp_path.iterdir()) == []

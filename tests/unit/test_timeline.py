@@ -1,7 +1,13 @@
 """The timeline bench lines up marks by the client's writes (cluster.bench_timeline)."""
 from __future__ import annotations
 
-from cluster.bench_timeline import critical_path, read_marks, step_offsets, steps_of_writes
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cluster.bench_timeline import critical_path, pin_apart, read_marks, step_offsets, steps_of_writes
 
 
 def write_marks(path, marks):
@@ -43,3 +49,17 @@ def test_the_critical_path_runs_from_each_senders_write_to_the_receivers_next_st
         "leader, until it writes the Produce answer": 100,
         "hop: the answer to the client": 200,
     }
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning apart needs two CPUs")
+def test_pinning_apart_gives_one_process_the_first_cpu_and_the_others_the_rest():
+    cpus = sorted(os.sched_getaffinity(0))
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        pin_apart(children[0].pid, [child.pid for child in children])
+        assert os.sched_getaffinity(children[0].pid) == {cpus[0]}
+        assert os.sched_getaffinity(children[1].pid) == set(cpus[1:])
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
