@@ -14,6 +14,12 @@ answer to the second follower, that follower's Fetch back, the answer to the cli
 between them (the leader's before the data leaves, that follower's, the leader's after its Fetch
 arrives).
 
+With `--replication-factor 1` there are no followers and no critical path: the table is the leader's
+own steps. `--pin-leader` gives every thread of the leader one CPU and every other process (the
+other nodes, the controller, this one and its client) the others, so that the leader's steps cost
+what its own code costs in place. Last, the bench times the leader's log append alone in a tight
+loop in this process: the same code as the "log appended" step, run warm.
+
 Medians are taken per step over the writes, so they do not add up to the median write exactly.
 Followers' steps are counted in the order they happened in each write, whichever follower it was.
 """
@@ -70,6 +76,25 @@ def timed_writes(directory: str, rounds: int, replication_factor: int = 3,
             if index >= WARM_UP_ROUNDS:
                 writes.append((started, time.perf_counter_ns()))
     return writes
+
+
+def warm_append_us(appends: int = 20_000) -> float:
+    """Microseconds per leader append of one 100-byte record to a log of its own, in a tight loop in
+    this process: the code of the "log appended" step, run warm."""
+    from cluster.bench_replication import VALUE
+    from cluster.formats.log import PartitionLog
+    from cluster.formats.records import encode_batch, validate_batches
+
+    batch = encode_batch([(None, VALUE)], timestamp=int(time.time() * 1000))
+    batches = validate_batches(batch)
+    with tempfile.TemporaryDirectory(prefix="kraftwerk-append-") as directory:
+        partition_log = PartitionLog(Path(directory) / "warm-0")
+        started = time.perf_counter_ns()
+        for _ in range(appends):
+            partition_log.append(batch, leader_epoch=0, batches=batches)
+        elapsed = time.perf_counter_ns() - started
+        partition_log.close()
+    return elapsed / appends / 1000
 
 
 def pin_apart(alone: int, others: list[int]) -> None:
@@ -204,6 +229,8 @@ def main() -> None:
     console.print(timeline_table(step_offsets(steps_of_each), len(writes), args.replication_factor))
     if args.replication_factor > 1:
         console.print(critical_path_table(critical_path(steps_of_each)))
+    console.print(f"the log append alone (\"produce validated\" to \"log appended\"), in a tight loop in this "
+                  f"process: {warm_append_us():.1f} us each")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -440,4 +441,6 @@ def test_timeline_bench_times_the_leaders_own_steps_with_one_replica(tmp_path):
     assert steps == ["request read", "request decoded", "produce started", "produce validated", "log appended",
                      "produce appended", "produce committed", "answer writing", "answer written"]
     assert not any(where == "followers" for _, where, _, _ in rows)
+    warm = re.search(r"in a tight loop in this process: ([0-9.]+) us each", result.stdout)
+    assert warm and float(warm.group(1)) > 0, result.stdout
     assert list(tmp_path.iterdir()) == []
