@@ -477,30 +477,38 @@ class PartitionLog:
     def _write(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
         """Write whole batches; `batches`: each one's position in data and its header, as written."""
         self._maybe_roll(data, batches)
-        segment = self.active
+        segment = self.segments[-1]
         start = segment.size
         os.pwrite(segment.fd, data, start)
-        index_bytes, time_bytes = bytearray(), bytearray()
-        for position, header in batches:
-            entry, time_entry = segment.track_batch(start + position, header, self.config.index_interval_bytes)
-            index_bytes += entry
-            time_bytes += time_entry
-        segment.append_index_bytes(".index", bytes(index_bytes))
-        segment.append_index_bytes(".timeindex", bytes(time_bytes))
+        interval = self.config.index_interval_bytes
+        if len(batches) == 1:  # (nearly every write: no buffers to gather entries in)
+            position, header = batches[0]
+            index_entry, time_entry = segment.track_batch(start + position, header, interval)
+        else:
+            entries = [segment.track_batch(start + position, header, interval) for position, header in batches]
+            index_entry = b"".join(entry for entry, _ in entries)
+            time_entry = b"".join(entry for _, entry in entries)
+        segment.append_index_bytes(".index", index_entry)
+        segment.append_index_bytes(".timeindex", time_entry)
         # A copy: a follower's data is a view of a whole Fetch answer, which it would keep alive. A
         # larger write drops the tail: after a truncation it could end where the old tail ended.
-        self._tail = (batches[0][1].base_offset, self.log_end_offset, bytes(data)) if len(data) <= TAIL_BYTES else None
+        self._tail = (batches[0][1].base_offset, segment.next_offset, bytes(data)) if len(data) <= TAIL_BYTES else None
 
     def _maybe_roll(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
-        segment = self.active
+        segment = self.segments[-1]
         if segment.size == 0:
             return
-        incoming_max_timestamp = max(header.max_timestamp for _, header in batches)
-        too_big = segment.size + len(data) > self.config.segment_bytes
-        too_old = segment.ms_waited_for_roll(wall_clock_ms(), incoming_max_timestamp) > self.config.segment_ms
-        offsets_overflow = batches[-1][1].last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
-        if too_big or too_old or offsets_overflow:
+        config = self.config
+        if (segment.size + len(data) > config.segment_bytes
+                or batches[-1][1].last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
+                or self._waited_for_roll(segment, batches) > config.segment_ms):
             self.roll()
+
+    @staticmethod
+    def _waited_for_roll(segment: Segment, batches: list[tuple[int, BatchHeader]]) -> int:
+        incoming_max_timestamp = (batches[0][1].max_timestamp if len(batches) == 1
+                                  else max(header.max_timestamp for _, header in batches))
+        return segment.ms_waited_for_roll(wall_clock_ms(), incoming_max_timestamp)
 
     def roll(self) -> None:
         if self.active.size == 0:
