@@ -444,3 +444,24 @@ def test_timeline_bench_times_the_leaders_own_steps_with_one_replica(tmp_path):
     warm = re.search(r"in a tight loop in this process: ([0-9.]+) us each", result.stdout)
     assert warm and float(warm.group(1)) > 0, result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_instruction_bench_writes_to_replicating_nodes_in_one_process(tmp_path):
+    # acks=all with three replicas in sync: the write is answered only once both followers fetched it.
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_instructions", "--inside", "30"],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind counts the instructions (scripts/dev-setup installs it)")
+def test_instruction_bench_counts_what_one_write_costs():
+    result = subprocess.run([sys.executable, "-m", "cluster.bench_instructions", "--writes", "10", "30"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    counted = re.fullmatch(r"acks=all writes, RF=3, all nodes in one process: ([\d,]+) instructions per write "
+                           r"\(10 and 30 writes: ([\d,]+) and ([\d,]+)\)\n", result.stdout)
+    assert counted, result.stdout
+    per_write, fewer, more = (int(group.replace(",", "")) for group in counted.groups())
+    assert 0 < fewer < more
+    assert abs(per_write - (more - fewer) / 20) <= 1
