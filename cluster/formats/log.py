@@ -114,7 +114,7 @@ class LogConfig:
         return self.message_timestamp_type == "LogAppendTime"
 
 
-@dataclass
+@dataclass(slots=True)
 class AppendInfo:
     first_offset: int
     last_offset: int
@@ -150,7 +150,7 @@ class FileRegion:
         self.fd = -1  # (the number may soon name another file)
 
 
-@dataclass
+@dataclass(slots=True)
 class ReadResult:
     records: bytes | memoryview | FileRegion
     high_watermark: int
@@ -424,7 +424,7 @@ class PartitionLog:
 
     @property
     def log_end_offset(self) -> int:
-        return self.active.next_offset
+        return self.segments[-1].next_offset  # (asked some 35 times per replicated write: no second property)
 
     @property
     def latest_epoch(self) -> int | None:
@@ -525,15 +525,18 @@ class PartitionLog:
         """Whole batches from the one holding offset, below the high watermark (or max_offset),
         at least one batch and otherwise within max_bytes. With region_from, a read of at least
         that many bytes comes back as a FileRegion of one segment, left on disk for sendfile."""
-        if offset < self.log_start_offset or offset > self.log_end_offset:
+        log_end_offset = self.segments[-1].next_offset
+        if offset < self.log_start_offset or offset > log_end_offset:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]")
+                f"offset {offset} is outside [{self.log_start_offset}, {log_end_offset}]")
         limit = self.high_watermark if max_offset is None else max_offset
         tail = self._tail
-        if (tail is not None and tail[0] == offset and tail[1] <= limit and tail[1] == self.log_end_offset
+        if (tail is not None and tail[0] == offset and tail[1] <= limit and tail[1] == log_end_offset
                 and len(tail[2]) <= max_bytes):
             # Just written, and read at once: a follower's or a tailing consumer's next fetch.
-            return ReadResult(memoryview(tail[2]), self.high_watermark, self.log_start_offset, self.log_end_offset)
+            return ReadResult(memoryview(tail[2]), self.high_watermark, self.log_start_offset, log_end_offset)
+        if offset >= limit:  # nothing to read: a follower or consumer at the end, as every parked fetch is
+            return ReadResult(b"", self.high_watermark, self.log_start_offset, log_end_offset)
         chunks: list[bytes] = []
         total = 0
         if offset < limit:
