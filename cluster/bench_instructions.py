@@ -79,9 +79,8 @@ def _set_image(broker, brokers: list, topic_id: uuid.UUID) -> None:
 
 async def stop_nodes(nodes: list) -> None:
     for broker, server in nodes:
-        await broker.fetchers.close()
         await server.close()
-        broker.replicas.close()
+        await broker.close()
 
 
 def produce_request_body() -> bytes:
