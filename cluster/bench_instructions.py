@@ -32,7 +32,6 @@ import uuid
 from pathlib import Path
 
 TOPIC = "instructions"
-VALUE = b"x" * 100
 PRODUCE_VERSION = 9
 LISTENER = "PLAINTEXT"
 HOST = "127.0.0.1"
@@ -83,23 +82,21 @@ async def stop_nodes(nodes: list) -> None:
         await broker.close()
 
 
-def produce_request_body() -> bytes:
-    """A Produce v9 request's body: acks=all, one 100-byte record to partition 0."""
+def produce_request() -> bytes:
+    """A framed Produce v9 request: acks=all, one 100-byte record to partition 0. Sent as is for every
+    write: the node answers whatever correlation id it is given."""
     from kafka.protocol.producer import ProduceRequest
 
+    from cluster.bench_replication import VALUE
     from cluster.formats.records import encode_batch
 
-    request = ProduceRequest[PRODUCE_VERSION]
-    data = request.TopicProduceData
+    request_type = ProduceRequest[PRODUCE_VERSION]
+    data = request_type.TopicProduceData
     batch = encode_batch([(None, VALUE)], timestamp=int(time.time() * 1000))
-    return request(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
-        data(name=TOPIC, partition_data=[data.PartitionProduceData(index=0, records=batch)])]).encode()
-
-
-def framed(body: bytes, correlation_id: int) -> bytes:
-    """Request header v2 (client id "bench", no tagged fields) and body, size first."""
-    header = struct.pack(">hhih", 0, PRODUCE_VERSION, correlation_id, 5) + b"bench\x00"
-    return struct.pack(">i", len(header) + len(body)) + header + body
+    request = request_type(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+        data(name=TOPIC, partition_data=[data.PartitionProduceData(index=0, records=batch)])])
+    request.with_header(correlation_id=1, client_id="bench-instructions")
+    return bytes(request.encode(header=True, framed=True))
 
 
 async def write(writes: int, directory: Path, replication_factor: int) -> bytes:
@@ -107,10 +104,10 @@ async def write(writes: int, directory: Path, replication_factor: int) -> bytes:
     nodes = await start_nodes(directory, replication_factor)
     try:
         reader, writer = await asyncio.open_connection(HOST, nodes[0][0].listener.port)
-        body = produce_request_body()
+        request = produce_request()
         answer = b""
-        for correlation_id in range(writes):
-            writer.write(framed(body, correlation_id))
+        for _ in range(writes):
+            writer.write(request)
             (size,) = struct.unpack(">i", await reader.readexactly(4))
             answer = await reader.readexactly(size)
         writer.close()
