@@ -403,12 +403,6 @@ def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
         assert unit == "MB/s" and int(ours.replace(",", "")) > 0 and mock.startswith("n/a"), rows[figure]
 
 
-def table_rows(text: str) -> list[list[str]]:
-    """The cells of each row of the rich tables in text."""
-    return [[cell.strip() for cell in line.strip("│ ").split("│")] for line in text.splitlines()
-            if line.startswith("│")]
-
-
 def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_followers(tmp_path):
     result = subprocess.run([sys.executable, "-m", "cluster.bench_timeline", "--rounds", "60"],
                             capture_output=True, text=True, timeout=300,
@@ -416,7 +410,7 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("60 writes: p50 ")
     steps_table, path_table = result.stdout.split("its critical path")
-    steps = [(step, where) for step, where, _, _ in table_rows(steps_table)]
+    steps = [(step, where) for step, (where, _, _) in table_rows(steps_table, columns=4).items()]
     assert steps[0] == ("produce called", "client") and steps[-1] == ("delivery reported", "client")
     in_order = [("request read", "leader"), ("request decoded", "leader"), ("produce started", "leader"),
                 ("produce validated", "leader"), ("log appended", "leader"),
@@ -424,7 +418,7 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
                 ("follower sent fetch", "followers"), ("fetch started", "leader"), ("produce committed", "leader")]
     assert [steps.index(step) for step in in_order] == sorted(steps.index(step) for step in in_order)
     assert ("follower appended (2nd)", "followers") in steps  # both followers, each write
-    parts = [row[0] for row in table_rows(path_table)]
+    parts = list(table_rows(path_table, columns=2))
     assert parts == [name for name, _, _ in CRITICAL_PATH] + ["hops, together", "work, together"]
     assert list(tmp_path.iterdir()) == []  # the nodes' timeline files went with the run
 
@@ -439,11 +433,11 @@ def test_timeline_bench_times_the_leaders_own_steps_with_one_replica(tmp_path):
     assert result.stdout.startswith("60 writes: p50 ")
     assert "one acks=all write, RF=1: median of 60 writes" in result.stdout
     assert "its critical path" not in result.stdout  # no follower, no hops to one
-    rows = table_rows(result.stdout)
-    steps = [step for step, where, _, _ in rows if where == "leader"]
+    rows = table_rows(result.stdout, columns=4)
+    steps = [step for step, (where, _, _) in rows.items() if where == "leader"]
     assert steps == ["request read", "request decoded", "produce started", "produce validated", "log appended",
                      "produce appended", "produce committed", "answer writing", "answer written"]
-    assert not any(where == "followers" for _, where, _, _ in rows)
+    assert not any(where == "followers" for where, _, _ in rows.values())
     warm = re.search(r"in a tight loop in this process: ([0-9.]+) us each", result.stdout)
     assert warm and float(warm.group(1)) > 0, result.stdout
     assert list(tmp_path.iterdir()) == []
