@@ -17,7 +17,7 @@ from cluster.runtime import timeline
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
-from node.socket_writes import write_pieces
+from node.client_connection import ClientConnection, MalformedRequest
 from node.spliced_response import EncodedResponse, SplicedResponse
 
 log = logging.getLogger(__name__)
@@ -25,28 +25,6 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
-# Requests per connection that may be in flight before we stop reading from it.
-MAX_IN_FLIGHT = 1024
-
-
-class MalformedRequest(Exception):
-    """The request cannot be parsed; Kafka closes the connection."""
-
-
-class HandlerFailed(Exception):
-    """A request handler raised: the connection is closed, as Kafka does on an unexpected error."""
-
-
-_QUEUE_EMPTY = object()
-
-
-async def _answer_of(pending: asyncio.Task) -> list | None:
-    try:
-        return await pending
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        raise HandlerFailed(str(exc)) from exc
 
 
 @dataclass(slots=True)
@@ -100,56 +78,24 @@ class KafkaServer:
         self.broker = broker
         self.max_request_bytes = max_request_bytes
         self.server: asyncio.AbstractServer | None = None
-        self.connections: set[asyncio.Task] = set()
+        self.connections: set[ClientConnection] = set()
 
     async def start(self, host: str, port: int) -> int:
-        self.server = await asyncio.start_server(self._serve_connection, host, port, limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(self._new_connection, host, port)
         return self.server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
         if self.server:
             self.server.close()
-        await cancel_and_wait(list(self.connections))
+        tasks = []
+        for connection in list(self.connections):
+            tasks += connection.cancel()
+            connection.transport.close()
+        await cancel_and_wait(tasks)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self.connections.add(task)
-        peer = writer.get_extra_info("peername")
-        client_host = f"/{peer[0]}" if peer else ""
-        responses: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-        writer_task = asyncio.create_task(self._write_responses(responses, writer))
-        try:
-            while True:
-                frame = await self._read_frame(reader)
-                pending = self._start_request(frame, client_host)
-                await responses.put(pending)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except MalformedRequest as exc:
-            log.info("closing connection from %s: %s", peer, exc)
-        except asyncio.CancelledError:
-            # The node is stopping: answers not yet written go with the connection.
-            writer_task.cancel()
-            self._drain_queue(responses)
-            # Not re-raised: asyncio 3.11 logs a connection handler that ends cancelled as an error.
-        finally:
-            if not writer_task.done():
-                await responses.put(None)
-            try:
-                await writer_task
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            writer.close()
-            self.connections.discard(task)
-
-    async def _read_frame(self, reader: asyncio.StreamReader) -> memoryview:
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
-        if size < 0 or size > self.max_request_bytes:
-            raise MalformedRequest(f"request size {size} outside 0..{self.max_request_bytes}")
-        frame = memoryview(await reader.readexactly(size))
-        if timeline.ENABLED:
-            timeline.mark("request read")
-        return frame
+    def _new_connection(self) -> ClientConnection:
+        return ClientConnection(self._start_request, self.max_request_bytes, self.connections)
 
     def _start_request(self, frame: memoryview, client_host: str) -> asyncio.Task:
         api_key, api_version, correlation_id = peek_api(frame)
@@ -201,48 +147,3 @@ class KafkaServer:
         header = _CORRELATION.pack(correlation_id) + (b"\x00" if flexible else b"")
         size = len(header) + sum(len(piece) for piece in body)
         return [_SIZE.pack(size) + header, *body]
-
-    async def _write_responses(self, responses: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
-        """Write each response in request order; a failed handler closes the connection."""
-        try:
-            await self._write_in_order(responses, writer)
-        except HandlerFailed:
-            log.exception("request handler failed; closing the connection")
-            writer.close()
-            self._drain_queue(responses)
-
-    @staticmethod
-    async def _write_in_order(responses: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
-        """Responses already answered when one is written go out with it, in one vectored
-        write: a pipelining client (acks=all producers, replica fetchers) often has several
-        answered in the same turn of the loop."""
-        pending = await responses.get()
-        try:
-            while pending is not None:
-                buffers: list = []
-                while True:
-                    data = await _answer_of(pending)
-                    if data is not None:
-                        buffers.extend(data)
-                    pending = responses.get_nowait() if not responses.empty() else _QUEUE_EMPTY
-                    if pending is _QUEUE_EMPTY or pending is None or not pending.done():
-                        break
-                if timeline.ENABLED:
-                    timeline.mark("answer writing")
-                await write_pieces(writer, buffers)
-                if timeline.ENABLED:
-                    timeline.mark("answer written")
-                if pending is _QUEUE_EMPTY:
-                    pending = await responses.get()
-        except asyncio.CancelledError:
-            # The request taken from the queue but not written yet goes with the connection.
-            if isinstance(pending, asyncio.Task):
-                pending.cancel()
-            raise
-
-    @staticmethod
-    def _drain_queue(responses: asyncio.Queue) -> None:
-        while not responses.empty():
-            pending = responses.get_nowait()
-            if pending is not None:
-                pending.cancel()

@@ -1,0 +1,234 @@
+"""One client connection: requests cut from what the socket delivers, answers written in order.
+
+The event loop hands each chunk the socket delivers to `data_received`, which cuts the complete
+frames out of it and starts each request at once (node.server dispatches it to a task). A client
+may pipeline; answers go out strictly in request order, as Kafka's do: when a request's task ends,
+its answer and every finished answer behind it are written straight to the transport. No reader
+or writer task has to wake for a request, and no queue sits between them. Answers that carry file
+regions (sendfile, node.socket_writes) need awaits, so they go out from a task of their own, and
+answers that finish meanwhile wait for it.
+
+A client that does not read its answers, or has too many requests in flight, stops being read
+until it catches up, as Kafka mutes such a channel. A frame we cannot accept closes the
+connection once the answers owed before it are written; so does the client's end of the stream.
+A handler that raises closes it at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from typing import Callable
+
+from cluster.formats.log import FileRegion
+from cluster.runtime import timeline
+from node.socket_writes import write_pieces
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+# Requests per connection that may be in flight before we stop reading from it. (Every complete
+# frame of a chunk already delivered is started, so a connection may go a chunk's worth over.)
+MAX_IN_FLIGHT = 1024
+
+
+class MalformedRequest(Exception):
+    """The request cannot be parsed; Kafka closes the connection."""
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, start_request: Callable[[memoryview, str], asyncio.Task], max_request_bytes: int,
+                 connections: set):
+        self.start_request = start_request
+        self.max_request_bytes = max_request_bytes
+        self.connections = connections
+        self.transport: asyncio.Transport | None = None
+        self.client_host = ""
+        self.partial = bytearray()  # the start of a frame not yet complete
+        self.needed = 4  # bytes `partial` must hold before the next frame can be cut
+        self.pending: deque[asyncio.Task] = deque()  # request tasks, in request order
+        self.region_writer: asyncio.Task | None = None
+        self.reading_paused = False
+        self.writing_paused = False
+        self.drain_waiters: list[asyncio.Future] = []
+        self.ending = False  # read no more; close once the answers owed are written
+        self.lost = False
+
+    # The transport's side.
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if peer else ""
+        self.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.ending:
+            return
+        if self.partial:
+            self.partial += data
+            if len(self.partial) < self.needed:
+                return
+            data = bytes(self.partial)  # (frames are views of it: a bytearray could not grow again)
+            self.partial.clear()
+        try:
+            self._start_frames(memoryview(data))
+        except MalformedRequest as exc:
+            log.info("closing connection from %s: %s", self.transport.get_extra_info("peername"), exc)
+            self._end()
+        if self._must_wait() and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._end()
+        return True  # (keep the transport open for the answers still owed)
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._wake_drain_waiters(None)
+        self._maybe_resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Requests still running finish as usual (a group join must not stop halfway); their
+        # answers are dropped.
+        self.lost = self.ending = True
+        self.connections.discard(self)
+        self._wake_drain_waiters(ConnectionResetError("the connection was lost"))
+
+    # Requests in.
+
+    def _start_frames(self, view: memoryview) -> None:
+        pos, end = 0, len(view)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(view, pos)
+            if size < 0 or size > self.max_request_bytes:
+                raise MalformedRequest(f"request size {size} outside 0..{self.max_request_bytes}")
+            if end - pos - 4 < size:
+                self.needed = 4 + size
+                break
+            frame = view[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            if timeline.ENABLED:
+                timeline.mark("request read")
+            request = self.start_request(frame, self.client_host)
+            self.pending.append(request)
+            request.add_done_callback(self._answered)
+        else:
+            self.needed = 4
+        if pos < end:
+            self.partial += view[pos:]
+
+    def _must_wait(self) -> bool:
+        return len(self.pending) >= MAX_IN_FLIGHT or self.writing_paused
+
+    def _maybe_resume_reading(self) -> None:
+        if self.reading_paused and not self._must_wait() and not self.ending:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    def _end(self) -> None:
+        """Read no more; the connection closes when every answer owed is written."""
+        self.ending = True
+        self.partial.clear()
+        if not self.pending and self.region_writer is None:
+            self.transport.close()
+
+    # Answers out.
+
+    def _answered(self, _request: asyncio.Task) -> None:
+        if self.region_writer is None:
+            self._write_finished()
+
+    def _write_finished(self) -> None:
+        buffers: list = []
+        pending = self.pending
+        while pending and pending[0].done():
+            answer = self._answer_of(pending.popleft())
+            if answer is None or self.lost:
+                continue
+            if any(type(piece) is FileRegion for piece in answer):
+                self.region_writer = asyncio.create_task(self._write_regions(buffers + answer))
+                return
+            buffers += answer
+        if buffers and not self.lost:
+            if timeline.ENABLED:
+                timeline.mark("answer writing")
+            self.transport.writelines(buffers)
+            if timeline.ENABLED:
+                timeline.mark("answer written")
+        if self.ending and not pending:
+            self.transport.close()
+        else:
+            self._maybe_resume_reading()
+
+    def _answer_of(self, request: asyncio.Task) -> list | None:
+        if request.cancelled():
+            return None
+        failure = request.exception()
+        if failure is None:
+            return request.result()
+        if not self.lost:
+            # As Kafka does on an unexpected error: the connection is closed.
+            log.error("request handler failed; closing the connection", exc_info=failure)
+            self.cancel()
+            self.transport.close()
+        return None
+
+    async def _write_regions(self, pieces: list) -> None:
+        try:
+            if timeline.ENABLED:
+                timeline.mark("answer writing")
+            await write_pieces(self, pieces)
+        except ConnectionError:
+            self.cancel()
+        except Exception:
+            log.exception("writing an answer failed; closing the connection")
+            self.cancel()
+            self.transport.close()
+        finally:
+            self.region_writer = None
+        self._write_finished()
+
+    def cancel(self) -> list[asyncio.Task]:
+        """Stop every request still running (the node is stopping); returns their tasks to wait for."""
+        self.lost = self.ending = True
+        tasks = list(self.pending)
+        if self.region_writer is not None:
+            tasks.append(self.region_writer)
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    # What node.socket_writes.write_pieces asks of a writer (as of an asyncio.StreamWriter).
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def writelines(self, buffers: list) -> None:
+        self.transport.writelines(buffers)
+
+    def get_extra_info(self, name: str):
+        return self.transport.get_extra_info(name)
+
+    async def drain(self) -> None:
+        if self.lost:
+            raise ConnectionResetError("the connection was lost")
+        if self.writing_paused:
+            waiter = asyncio.get_running_loop().create_future()
+            self.drain_waiters.append(waiter)
+            await waiter
+
+    def _wake_drain_waiters(self, exc: Exception | None) -> None:
+        waiters, self.drain_waiters = self.drain_waiters, []
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
