@@ -27,6 +27,7 @@ from cluster.runtime.time_slices import TimeSlice, gently
 from cluster.runtime import timeline
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.follower_fetch_answers import FetchedPartition, read_fetch_answer
+from node.leader_connection import LeaderConnection
 from node.producer_state import PartitionProducers
 from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
 
@@ -95,7 +96,7 @@ class ReplicaFetchers:
                 await self._wait_for_change(leader)
                 continue
             try:
-                reader, writer = await asyncio.open_connection(endpoint[0], endpoint[1])
+                connection = await LeaderConnection.open(endpoint[0], endpoint[1])
             except OSError:
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
@@ -104,12 +105,12 @@ class ReplicaFetchers:
                 correlation = 0
                 while leader in self.followed:
                     correlation += 1
-                    await self._fetch_once(leader, reader, writer, correlation, session)
+                    await self._fetch_once(leader, connection, correlation, session)
             except (OSError, asyncio.IncompleteReadError, ValueError, CorruptRecordError) as exc:
                 log.info("replication from node %d interrupted: %s", leader, exc)
                 await asyncio.sleep(RETRY_DELAY_S)
             finally:
-                writer.close()
+                connection.close()
 
     async def _wait_for_change(self, leader: int, timeout_s: float = 5) -> None:
         event = self.changed.setdefault(leader, asyncio.Event())
@@ -136,7 +137,8 @@ class ReplicaFetchers:
             logs = {key: partition_log for key, partition_log in logs.items() if key not in throttled}
         return logs, throttled, complete
 
-    async def _fetch_once(self, leader: int, reader, writer, correlation: int, session: "FollowerSession") -> None:
+    async def _fetch_once(self, leader: int, connection: LeaderConnection, correlation: int,
+                          session: "FollowerSession") -> None:
         logs, throttled, complete = self._logs_to_fetch(leader, session)
         if complete and not logs:
             self.look_at_all.add(leader)
@@ -146,7 +148,7 @@ class ReplicaFetchers:
         if not faults.reachable(leader):  # isolated: nothing goes out, nothing comes back
             await faults.wait_reachable(leader)
         request = framed_request(self._request(logs, session, complete), correlation, self.client_id)
-        body = await exchange(reader, writer, request, self.socket_timeout_s)
+        body = await connection.exchange(request, self.socket_timeout_s)
         if timeline.ENABLED:
             timeline.mark("follower got answer")
         _, start = read_uvarint(body, 4)  # correlation id, then an empty tagged-field section
@@ -227,28 +229,6 @@ class ReplicaFetchers:
             self._track_producers(key, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
         return True
-
-
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes,
-                   timeout_s: float) -> memoryview:
-    """Send a framed request and read the framed answer (without its size). With no answer within
-    timeout_s the connection is aborted, and the read fails (IncompleteReadError): the caller
-    reconnects. One uvloop timer (1.3 us set and cancelled) where asyncio.timeout took 7 us a request."""
-    give_up = asyncio.get_running_loop().call_later(timeout_s, _give_up_on, writer.transport, timeout_s)
-    try:
-        if timeline.ENABLED:
-            timeline.mark("follower sent fetch")
-        writer.write(request)
-        await writer.drain()
-        (size,) = _INT32.unpack(await reader.readexactly(4))
-        return memoryview(await reader.readexactly(size))
-    finally:
-        give_up.cancel()
-
-
-def _give_up_on(transport: asyncio.Transport, timeout_s: float) -> None:
-    log.info("no answer from %s within %.1f s: reconnecting", transport.get_extra_info("peername"), timeout_s)
-    transport.abort()
 
 
 PartitionState = tuple[int, int, int, int]  # fetch offset, leader epoch, last fetched epoch, log start offset
