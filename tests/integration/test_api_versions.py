@@ -279,3 +279,27 @@ def test_every_advertised_version_round_trips(node):
     with socket.create_connection((host, port), timeout=10) as sock:
         fetched = exchange(sock, builders[9][0](8), group_api.OffsetFetchResponse, 8)
     assert fetched.groups[0].topics[0].partitions[0].committed_offset == versions[8][1]
+
+
+def test_the_finalized_features_epoch_follows_the_metadata_log(node):
+    """The answer is kept encoded; a v3 one must still name the metadata offset of the moment."""
+    host, port, _ = node
+
+    def features_now():
+        with socket.create_connection((host, port), timeout=10) as sock:
+            answer = exchange(sock, ApiVersionsRequest[3](client_software_name="tests", client_software_version="1"),
+                              ApiVersionsResponse, 3)
+        assert answer.error_code == 0
+        assert [(f.name, f.min_version_level, f.max_version_level) for f in answer.finalized_features] == [
+            ("metadata.version", 19, 19)]
+        return answer.finalized_features_epoch, {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+
+    epoch_before, keys_before = features_now()
+    with socket.create_connection((host, port), timeout=10) as sock:
+        created = exchange(sock, admin_api.CreateTopicsRequest[4](topics=[admin_api.CreateTopicsRequest.CreatableTopic(
+            name="versions-epoch", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+            timeout_ms=10000, validate_only=False), admin_api.CreateTopicsResponse, 4)
+    assert created.topics[0].error_code == 0
+    epoch_after, keys_after = features_now()
+    assert epoch_before >= 0 and epoch_after > epoch_before
+    assert keys_after == keys_before == advertised(host, port)
