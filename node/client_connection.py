@@ -137,6 +137,9 @@ class ClientConnection(asyncio.Protocol):
         self.partial.clear()
         if not self.pending and self.region_writer is None:
             self.transport.close()
+        elif not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
 
     # Answers out.
 
