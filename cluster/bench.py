@@ -87,22 +87,25 @@ def _produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: in
 def _consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: int, messages: int) -> float:
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench",
                                          "enable.auto.commit": False, "fetch.max.bytes": 52428800})
-    started = time.perf_counter()
-    assign_from_beginning(consumer, topic, range(partitions))
-    elapsed = read_times(consumer, messages, 10_000, started).seconds
+    elapsed = read_from_beginning(consumer, topic, range(partitions), messages, 10_000).seconds
     consumer.close()
     return elapsed
 
 
-def assign_from_beginning(consumer, topic: str, partitions) -> None:
-    """Assign a confluent-kafka consumer the topic's partitions from their first offsets, once it knows
-    the topic's leaders. Assigned before it has the topic's metadata, librdkafka finds no leader and
-    queries the offsets only when a 500 ms timer fires: against the mock as against kraftwerk, that
-    timer was most of the time a read of 150,000 small values took from the consumer's start."""
+def read_from_beginning(consumer, topic: str, partitions, messages: int, batch_size: int) -> ReadTimes:
+    """A confluent-kafka consumer's read of `messages` messages from the first offsets of the topic's
+    partitions, timed from before it asks for the topic's metadata.
+
+    It is assigned the partitions once it knows their leaders: assigned before it has the topic's
+    metadata, librdkafka finds no leader and queries the offsets only when a 500 ms timer fires.
+    Against the mock as against kraftwerk, that timer was most of the time a read of 150,000 small
+    values took from the consumer's start."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+    started = time.perf_counter()
     consumer.list_topics(topic, timeout=10)
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING) for partition in partitions])
+    return read_times(consumer, messages, batch_size, started)
 
 
 @dataclass

@@ -10,16 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.table import Table
 
-from cluster.bench import (
-    _consume_confluent, _produce_confluent, _produce_kafka_python, assign_from_beginning, read_times,
-)
+from cluster.bench import _consume_confluent, _produce_confluent, _produce_kafka_python, read_from_beginning
 from cluster.bench_replication import LATENCY_ROUNDS, Percentiles, acks_all_latency, mock_acks_all_latency
 from cluster.launcher import Cluster
 
@@ -103,9 +100,7 @@ def confluent_consumer_steady_rate(bootstrap: str, topic: str, partitions: int, 
         consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench",
                                              "enable.auto.commit": False, "fetch.max.bytes": 52428800,
                                              "queued.min.messages": 10 * messages})
-        started = time.perf_counter()
-        assign_from_beginning(consumer, topic, range(partitions))
-        best = max(best, read_times(consumer, messages, 10_000, started).steady_rate())
+        best = max(best, read_from_beginning(consumer, topic, range(partitions), messages, 10_000).steady_rate())
         consumer.close()
     return best
 
@@ -175,9 +170,7 @@ def large_fetch_megabytes_per_second(bootstrap: str, topic: str, count: int, rea
         consumer = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench-large", "enable.auto.commit": False,
             "queued.max.messages.kbytes": 1 << 20, **(LARGE_FETCH_SIZES if fetch_sizes is None else fetch_sizes)})
-        started = time.perf_counter()
-        assign_from_beginning(consumer, topic, [0])
-        times = read_times(consumer, count, 100, started)
+        times = read_from_beginning(consumer, topic, [0], count, 100)
         best, best_steady = min(best, times.seconds), max(best_steady, times.steady_rate())
         consumer.close()
     return count * value_size / best / 1e6, best_steady * value_size / 1e6
