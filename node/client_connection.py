@@ -8,8 +8,9 @@ or writer task has to wake for a request, and no queue sits between them. Answer
 regions (sendfile, node.socket_writes) need awaits, so they go out from a task of their own, and
 answers that finish meanwhile wait for it.
 
-A client that does not read its answers, or has too many requests in flight, stops being read
-until it catches up, as Kafka mutes such a channel. A frame we cannot accept closes the
+A client that does not read its answers, or has too many requests in flight, has no more of its
+requests started, and is not read, until it catches up, as Kafka mutes such a channel: whole frames
+already delivered wait uncut until then, so at most MAX_IN_FLIGHT answers are owed at once. A frame we cannot accept closes the
 connection once the answers owed before it are written; so does the client's end of the stream.
 A handler that raises closes it at once.
 """
@@ -28,8 +29,7 @@ from node.socket_writes import write_pieces
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-# Requests per connection that may be in flight before we stop reading from it. (Every complete
-# frame of a chunk already delivered is started, so a connection may go a chunk's worth over.)
+# Requests per connection that may be in flight before we stop starting and reading its requests.
 MAX_IN_FLIGHT = 1024
 
 
@@ -70,16 +70,8 @@ class ClientConnection(asyncio.Protocol):
             self.partial += data
             if len(self.partial) < self.needed:
                 return
-            data = bytes(self.partial)  # (frames are views of it: a bytearray could not grow again)
-            self.partial.clear()
-        try:
-            self._start_frames(memoryview(data))
-        except MalformedRequest as exc:
-            log.info("closing connection from %s: %s", self.transport.get_extra_info("peername"), exc)
-            self._end()
-        if self._must_wait() and not self.reading_paused:
-            self.reading_paused = True
-            self.transport.pause_reading()
+            data = self._take_partial()
+        self._cut_frames(memoryview(data))
 
     def eof_received(self) -> bool:
         self._end()
@@ -102,9 +94,26 @@ class ClientConnection(asyncio.Protocol):
 
     # Requests in.
 
+    def _cut_frames(self, view: memoryview) -> None:
+        try:
+            self._start_frames(view)
+        except MalformedRequest as exc:
+            log.info("closing connection from %s: %s", self.transport.get_extra_info("peername"), exc)
+            self._end()
+        if self._must_wait() and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def _take_partial(self) -> bytes:
+        data = bytes(self.partial)  # (frames are views of it: a bytearray could not grow again)
+        self.partial.clear()
+        return data
+
     def _start_frames(self, view: memoryview) -> None:
+        """Start each whole frame's request while the connection may take more; the rest waits in
+        `partial` (and is started as answers go out, in _maybe_resume_reading)."""
         pos, end = 0, len(view)
-        while end - pos >= 4:
+        while end - pos >= 4 and not self._must_wait():
             (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > self.max_request_bytes:
                 raise MalformedRequest(f"request size {size} outside 0..{self.max_request_bytes}")
@@ -127,9 +136,14 @@ class ClientConnection(asyncio.Protocol):
         return len(self.pending) >= MAX_IN_FLIGHT or self.writing_paused
 
     def _maybe_resume_reading(self) -> None:
-        if self.reading_paused and not self._must_wait() and not self.ending:
-            self.reading_paused = False
-            self.transport.resume_reading()
+        if not self.reading_paused or self._must_wait() or self.ending:
+            return
+        if len(self.partial) >= self.needed:  # whole frames that came while the connection had to wait
+            self._cut_frames(memoryview(self._take_partial()))
+            if self._must_wait() or self.ending:
+                return
+        self.reading_paused = False
+        self.transport.resume_reading()
 
     def _end(self) -> None:
         """Read no more; the connection closes when every answer owed is written."""
