@@ -82,10 +82,14 @@ class LeaderConnection(asyncio.Protocol):
             self.transport.abort()
             return
         end = 4 + size
-        if len(self.partial) >= end:
-            whole = bytes(self.partial[:end])
+        if len(self.partial) == end:  # (the usual case: one request at a time, so nothing comes after)
+            whole, self.partial = self.partial, bytearray()
+        elif len(self.partial) > end:
+            whole = self.partial[:end]
             del self.partial[:end]
-            self.answer.set_result(memoryview(whole)[4:])
+        else:
+            return
+        self.answer.set_result(memoryview(whole)[4:])
 
     def _give_up(self, timeout_s: float) -> None:
         log.info("no answer from %s within %.1f s: reconnecting", self.transport.get_extra_info("peername"),
