@@ -45,7 +45,7 @@ class ClientConnection(asyncio.Protocol):
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.client_host = ""
-        self.partial = bytearray()  # the start of a frame not yet complete
+        self.partial = bytearray()  # bytes not cut yet: the start of a frame, or whole ones held back
         self.needed = 4  # bytes `partial` must hold before the next frame can be cut
         self.pending: deque[asyncio.Task] = deque()  # request tasks, in request order
         self.region_writer: asyncio.Task | None = None
