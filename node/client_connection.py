@@ -10,9 +10,9 @@ answers that finish meanwhile wait for it.
 
 A client that does not read its answers, or has too many requests in flight, has no more of its
 requests started, and is not read, until it catches up, as Kafka mutes such a channel: whole frames
-already delivered wait uncut until then, so at most MAX_IN_FLIGHT answers are owed at once. A frame we cannot accept closes the
-connection once the answers owed before it are written; so does the client's end of the stream.
-A handler that raises closes it at once.
+already delivered wait uncut until then, so at most MAX_IN_FLIGHT answers are owed at once. A
+frame we cannot accept closes the connection once the answers owed before it are written; so does
+the client's end of the stream. A handler that raises closes it at once.
 """
 from __future__ import annotations
 
