@@ -1,10 +1,6 @@
-"""kraftwerk's shared formats and the user-facing layer; `from cluster import Cluster`."""
+"""kraftwerk.
 
-
-def __getattr__(name):
-    # The launcher loads only when asked for, so that node processes start without it.
-    if name in ("Cluster", "ClusterError"):
-        from cluster import launcher
-
-        return getattr(launcher, name)
-    raise AttributeError(name)
+`cluster.formats` and `cluster.runtime` are the ground floor that node and controller processes
+load; `cluster.launch`, `cluster.tools`, `cluster.cli` and `cluster.bench` are the user floor
+(`from cluster.launch import Cluster`), which no process below imports.
+"""

@@ -26,7 +26,7 @@ def pytest_configure(config):
 @pytest.fixture
 def kraftwerk_cluster(request, tmp_path):
     """A cluster on free ports, started for this test and stopped (every process killed) after it."""
-    from cluster.launcher import cluster_class
+    from cluster.launch.cluster import cluster_class
 
     marker = request.node.get_closest_marker("kraftwerk")
     options = marker.kwargs if marker else {}

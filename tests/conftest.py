@@ -13,7 +13,7 @@ SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 @pytest.fixture
 def cluster(tmp_path):
     """A running 3-node cluster on free ports; every process is killed when the test ends."""
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=3, data_dir=tmp_path / "kraftwerk") as running:
         yield running

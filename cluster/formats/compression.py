@@ -18,7 +18,7 @@ import lz4.frame
 import snappy
 from kafka import codec
 
-from cluster.formats.records import CorruptRecordError, read_uvarint
+from cluster.formats.varints import CorruptRecordError, read_uvarint
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}

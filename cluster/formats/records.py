@@ -12,6 +12,11 @@ from typing import Iterator, NamedTuple
 
 import crc32c
 
+from cluster.formats.compression import compress
+from cluster.formats.varints import (  # noqa: F401 (part of this module's interface)
+    CorruptRecordError, read_uvarint, read_varint, write_compact_string, write_uvarint, write_varint,
+)
+
 HEADER_SIZE = 61
 # baseOffset + batchLength: the part of the header before the length-counted bytes
 LOG_OVERHEAD = 12
@@ -34,10 +39,6 @@ ATTR_CONTROL = 0x20
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
-
-
-class CorruptRecordError(Exception):
-    """A batch failed validation; maps to Kafka's CORRUPT_MESSAGE (2)."""
 
 
 class UnsupportedMagicError(CorruptRecordError):
@@ -192,52 +193,7 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _LEADER_EPOCH.pack_into(buf, pos + 12, epoch)
 
 
-# --- varints and record encoding, for the metadata log writer and tools (not the hot path) ---
-
-def write_varint(value: int, out: bytearray) -> None:
-    zigzag = (value << 1) ^ (value >> 63)
-    write_uvarint(zigzag, out)
-
-
-def write_uvarint(value: int, out: bytearray) -> None:
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def write_compact_string(text: str, out: bytearray) -> None:
-    """A flexible version's string: its UTF-8 length + 1 as an unsigned varint, then the bytes."""
-    encoded = text.encode()
-    write_uvarint(len(encoded) + 1, out)
-    out += encoded
-
-
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
-    if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths, counts and tags
-        return buf[pos], pos + 1
-    shift = 0
-    result = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptRecordError("varint runs past the end of the buffer")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint too long")
-
-
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    if pos < len(buf) and buf[pos] < 0x80:
-        raw = buf[pos]
-        return (raw >> 1) ^ -(raw & 1), pos + 1
-    raw, pos = read_uvarint(buf, pos)
-    return (raw >> 1) ^ -(raw & 1), pos
-
+# --- record encoding, for the metadata log writer and tools (not the hot path) ---
 
 @dataclass(slots=True)
 class Record:
@@ -341,7 +297,6 @@ def encode_records(
     for delta, (timestamp, key, value, headers) in enumerate(records):
         _frame_record(body, timestamp - base_timestamp, delta, key, value, headers)
     if compression:
-        from cluster.formats.compression import compress
         body = compress(compression, bytes(body))
     max_timestamp = max(max(record[0] for record in records), -1)
     return seal_batch(body, len(records), base_offset=base_offset, timestamp=base_timestamp,

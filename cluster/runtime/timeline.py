@@ -1,4 +1,4 @@
-"""When each step of a request ran, in every process: the data of `python -m cluster.bench_timeline`.
+"""When each step of a request ran, in every process: the data of `python -m benchmarks.timeline`.
 
 Off unless KRAFTWERK_TIMELINE names a directory when the process starts. Then every `mark` keeps
 (time, step) in memory, and the process writes them to <directory>/<pid>.timeline as it exits.

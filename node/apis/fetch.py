@@ -46,7 +46,7 @@ LAST_MAGIC_0_VERSION = 1
 LAST_LEGACY_FORMAT_VERSION = 3
 # A partition's read of at least this many bytes stays on disk and goes out with sendfile
 # (node.socket_writes). Smaller ones are read: up to about 128 KiB the extra steps of a region (a
-# descriptor dup, an emptied transport) cost as much as the copy saves (python -m cluster.bench_fetch_send).
+# descriptor dup, an emptied transport) cost as much as the copy saves (python -m benchmarks.fetch_send).
 SENDFILE_FROM_BYTES = 256 << 10
 # Errors whose partition answer carries the current leader (KIP-951), so clients re-route at once.
 _NAMES_THE_LEADER = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)

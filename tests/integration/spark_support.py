@@ -72,7 +72,7 @@ def module_fixtures(app_name: str, node_config: dict | None = None):
 
     @pytest.fixture(scope="module")
     def kraftwerk():
-        from cluster.launcher import Cluster
+        from cluster.launch import Cluster
 
         require_spark()
         with Cluster(nodes=3, node_config=node_config) as running:

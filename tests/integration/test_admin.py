@@ -15,7 +15,7 @@ confluent_admin = pytest.importorskip("confluent_kafka.admin")
 
 @pytest.fixture(scope="module")
 def cluster():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=3) as running:
         yield running

@@ -25,7 +25,7 @@ TOPIC = "versions"
 
 @pytest.fixture(scope="module")
 def node():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=1) as cluster:
         cluster.create_topic(TOPIC, partitions=1)

@@ -28,7 +28,7 @@ UNKNOWN_TOPIC_ID = 100
 
 @pytest.fixture(scope="module")
 def single_node():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=1, node_config={"socket.request.max.bytes": str(1 << 20)}) as cluster:
         yield cluster

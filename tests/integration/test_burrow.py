@@ -175,7 +175,7 @@ def kraftwerk(tmp_path_factory):
     reason = missing_programs()
     if reason:
         pytest.skip(reason)
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     # A data dir of our own outlives stop(), so the logs are read to the end of the shutdown.
     with Cluster(nodes=3, data_dir=tmp_path_factory.mktemp("cluster")) as cluster:

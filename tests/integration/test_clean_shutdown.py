@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.test_cli import KRAFTWERK, kraftwerk
 from tests.integration.test_cli import data_dir  # noqa: F401 (fixture: kills what a failed test left running)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bench_timeline import CRITICAL_PATH
-from cluster.launcher import pid_alive
+from benchmarks.timeline import CRITICAL_PATH
+from cluster.launch import pid_alive
 
 # The installed console script, as users run it; the module when kraftwerk is not pip-installed.
 KRAFTWERK = [shutil.which("kraftwerk")] if shutil.which("kraftwerk") else [sys.executable, "-m", "cluster.cli"]
@@ -335,7 +335,7 @@ def test_bench_at_scale_prints_creation_idle_cost_and_metadata(tmp_path):
 
 
 def test_replication_bench_prints_latency_and_each_nodes_cpu_per_write():
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_replication", "--only", "latency", "--rounds", "20"],
+    result = subprocess.run([sys.executable, "-m", "cluster.bench.replication", "--only", "latency", "--rounds", "20"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     for rf in (3, 1):
@@ -355,7 +355,7 @@ def test_ab_bench_alternates_a_worktree_of_the_base_with_this_tree_and_removes_i
         return subprocess.run(["git", "-C", str(REPOSITORY), *args], capture_output=True, text=True, check=True).stdout
 
     before = git("worktree", "list")
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_ab", "HEAD", "--pairs", "2", "--rounds", "40"],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.ab", "HEAD", "--pairs", "2", "--rounds", "40"],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     head = git("rev-parse", "--short", "HEAD").strip()
@@ -373,7 +373,7 @@ def test_ab_bench_alternates_a_worktree_of_the_base_with_this_tree_and_removes_i
 
 
 def test_fetch_send_bench_prints_both_ways_for_each_size():
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_fetch_send", "--sizes-kib", "64", "256",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.fetch_send", "--sizes-kib", "64", "256",
                              "--bytes-per-size", "1"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line.split() for line in result.stdout.splitlines() if "KiB of records" in line]
@@ -404,7 +404,7 @@ def test_bench_against_the_mock_prints_each_figure_with_its_ratio():
 
 
 def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_followers(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_timeline", "--rounds", "60"],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.timeline", "--rounds", "60"],
                             capture_output=True, text=True, timeout=300,
                             env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stdout + result.stderr
@@ -425,7 +425,7 @@ def test_timeline_bench_lines_up_the_steps_of_a_write_across_client_leader_and_f
 
 def test_timeline_bench_times_the_leaders_own_steps_with_one_replica(tmp_path):
     pin = ["--pin-leader"] if len(os.sched_getaffinity(0)) >= 2 else []
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_timeline", "--rounds", "60",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.timeline", "--rounds", "60",
                              "--replication-factor", "1", *pin],
                             capture_output=True, text=True, timeout=300,
                             env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)})
@@ -445,7 +445,7 @@ def test_timeline_bench_times_the_leaders_own_steps_with_one_replica(tmp_path):
 
 def test_instruction_bench_writes_to_replicating_nodes_in_one_process(tmp_path):
     # acks=all with three replicas in sync: the write is answered only once both followers fetched it.
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_instructions", "--inside", "30"],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.instructions", "--inside", "30"],
                             capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -453,7 +453,7 @@ def test_instruction_bench_writes_to_replicating_nodes_in_one_process(tmp_path):
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind counts the instructions (scripts/dev-setup installs it)")
 def test_instruction_bench_counts_what_one_write_costs():
-    result = subprocess.run([sys.executable, "-m", "cluster.bench_instructions", "--writes", "10", "30"],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.instructions", "--writes", "10", "30"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     counted = re.fullmatch(r"acks=all writes, RF=3, all nodes in one process: ([\d,]+) instructions per write "

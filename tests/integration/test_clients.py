@@ -23,7 +23,7 @@ JS_DIR = Path(__file__).resolve().parents[1] / "clients" / "js"
 
 @pytest.fixture(scope="module")
 def shared_cluster():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=3) as cluster:
         yield cluster

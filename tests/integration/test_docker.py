@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from cluster.launcher import ClusterError
+from cluster.launch import ClusterError
 
-docker_backend = pytest.importorskip("cluster.docker_backend")
+docker_backend = pytest.importorskip("cluster.launch.docker_backend")
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install 'kraftwerk[docker]')")
 
 KRAFTWERK = [sys.executable, "-c", "from cluster.cli import main; main()"]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.launcher import ClusterError
+from cluster.launch import ClusterError
 
-docker_backend = pytest.importorskip("cluster.docker_backend")
+docker_backend = pytest.importorskip("cluster.launch.docker_backend")
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install 'kraftwerk[docker]')")
 
 COMPOSE_FILE = Path(__file__).resolve().parents[2] / "docker" / "compose.yaml"

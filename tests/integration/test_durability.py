@@ -7,7 +7,7 @@ import uuid
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from cluster.formats.log import PartitionLog
 from cluster.formats.records import iter_batch_headers
 

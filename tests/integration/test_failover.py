@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaProducer
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.messages import read_partition
 
 TOPIC = "kill-under-load"

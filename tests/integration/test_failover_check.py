@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cluster.failover_check import FAULTS, FailoverCheck, render
-from cluster.launcher import Cluster
+from cluster.tools.failover_check import FAULTS, FailoverCheck, render
+from cluster.launch import Cluster
 
 CHECK_SECONDS = float(os.environ.get("KRAFTWERK_FAILOVER_CHECK_SECONDS", "60"))
 CHECKOUT = Path(__file__).resolve().parents[2]

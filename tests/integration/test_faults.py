@@ -13,7 +13,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.formats.config import BROKER_DEFAULTS
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from cluster.formats.records import encode_batch
 from tests.integration.messages import read_partition
 from tests.integration.wire import exchange, exchange_once, fetch_values, read_response, send_request

@@ -11,7 +11,7 @@ from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.wire import exchange
 
 FETCH_SESSION_ID_NOT_FOUND = 70

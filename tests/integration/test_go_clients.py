@@ -45,7 +45,7 @@ def go_bin():
 
 @pytest.fixture(scope="module")
 def shared_cluster(go_bin, tmp_path_factory):
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     # A data dir of our own outlives stop(), so the logs are read to the end of the shutdown.
     with Cluster(nodes=3, data_dir=tmp_path_factory.mktemp("cluster")) as cluster:

@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, KafkaException
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from cluster.group_tools import coordinator_placement
-from cluster.launcher import Cluster, ClusterError
+from cluster.tools.group_tools import coordinator_placement
+from cluster.launch import Cluster, ClusterError
 from tests.integration.test_cli import KRAFTWERK, kraftwerk
 from tests.integration.test_groups import committed
 from tests.integration.wire import exchange_once

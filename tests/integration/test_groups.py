@@ -21,7 +21,7 @@ from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse, SyncGro
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from node.offsets_topic import partition_for_group
 from tests.integration.observe import committed
 from tests.integration.wire import exchange, exchange_once

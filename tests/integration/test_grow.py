@@ -14,8 +14,8 @@ from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from cluster.launcher import Cluster
-from cluster.planner import leader_counts, replica_counts
+from cluster.launch import Cluster
+from cluster.tools.planner import leader_counts, replica_counts
 from tests.integration.test_cli import KRAFTWERK
 
 TOPIC = "payments"

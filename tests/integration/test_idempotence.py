@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from cluster.formats.records import encode_batch
 from tests.integration.wire import exchange_once, recv_exactly
 

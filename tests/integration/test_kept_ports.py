@@ -9,7 +9,7 @@ import threading
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from cluster.launcher import Cluster, ClusterError
+from cluster.launch import Cluster, ClusterError
 
 MESSAGES_BETWEEN_FAULTS = 20
 

@@ -26,7 +26,7 @@ SEGMENT_BYTES = 3 * VALUE_BYTES + 500
 
 @pytest.fixture(scope="module")
 def cluster():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=3) as running:
         yield running

@@ -1,7 +1,7 @@
 """A node applying a large metadata batch keeps heartbeating and serving.
 
 A 2,000-partition topic with three replicas puts 2,000 new partitions on each of three nodes in
-one metadata batch (5,000, the size `python -m cluster.large_topic_bench` measures, takes too long
+one metadata batch (5,000, the size `python -m benchmarks.large_topic` measures, takes too long
 on a busy 2-core machine for a test). Creating a partition's files takes a few milliseconds, so a
 node doing it all at once would hold its event loop for many seconds; each node decodes and
 applies the batch in slices and creates the logs in worker threads, so its heartbeats keep
@@ -14,7 +14,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 
 PARTITIONS = 2000
 SESSION_TIMEOUT_MS = 2000

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.wire import exchange
 
 ELECTION_NOT_NEEDED = 84

@@ -16,7 +16,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.wire import exchange
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3

@@ -37,7 +37,7 @@ T0 = 1_790_000_000_000
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=2) as cluster:
         yield cluster

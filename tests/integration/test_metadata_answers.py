@@ -7,7 +7,7 @@ from kafka.admin import NewPartitions, NewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from cluster.formats.log import topic_id_from_kafka_string
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.wire import exchange_once
 
 VERSION = 12

@@ -31,7 +31,7 @@ FALLBACKS = ["0.9.0", "0.10.0"]
 
 @pytest.fixture(scope="module")
 def three_nodes():
-    from cluster.launcher import Cluster
+    from cluster.launch import Cluster
 
     with Cluster(nodes=3) as cluster:
         yield cluster

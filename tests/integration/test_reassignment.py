@@ -17,7 +17,7 @@ from kafka.errors import (
     InvalidReplicationAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError,
 )
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.wire import exchange
 
 # A follower.replication.throttled.rate low enough to hold a move of a few MB for as long as a test needs.

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from kafka import KafkaProducer
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.wire import fetch_values
 
 REQUEST_TIMED_OUT = 7

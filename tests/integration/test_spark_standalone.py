@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.launcher import Cluster
+from cluster.launch import Cluster
 from tests.integration.spark_support import (
     REPO, assert_read_from_leaders, leaders_of, produce, require_spark, spark_environment,
 )

@@ -7,7 +7,7 @@ import os
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from cluster.launcher import Cluster, ClusterError, pid_alive
+from cluster.launch import Cluster, ClusterError, pid_alive
 
 
 def test_every_node_is_its_own_process_in_the_cluster_group_and_restarts(tmp_path):

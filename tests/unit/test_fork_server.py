@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from cluster.fork_server import bytecode_cache, same_code_environment
+from cluster.launch.fork_server import bytecode_cache, same_code_environment
 
 
 def run_python(code: str) -> str:
@@ -18,7 +18,7 @@ def run_python(code: str) -> str:
 def test_kafka_submodules_import_without_the_package_init_which_runs_on_first_use():
     output = run_python("""
         import sys
-        from cluster.fork_server import defer_kafka_package_init
+        from cluster.launch.fork_server import defer_kafka_package_init
         defer_kafka_package_init()
         from kafka import codec
         import kafka.protocol.producer

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.planner import PlannerError, balance_plan, drain_plan, leader_counts, replica_counts
+from cluster.tools.planner import PlannerError, balance_plan, drain_plan, leader_counts, replica_counts
 from controller.placement import assign_replicas, rack_alternated
 
 

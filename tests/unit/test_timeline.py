@@ -1,4 +1,4 @@
-"""The timeline bench lines up marks by the client's writes (cluster.bench_timeline)."""
+"""The timeline bench lines up marks by the client's writes (benchmarks.timeline)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cluster.bench_timeline import critical_path, pin_apart, read_marks, step_offsets, steps_of_writes
+from benchmarks.timeline import critical_path, pin_apart, read_marks, step_offsets, steps_of_writes
 
 
 def write_marks(path, marks):

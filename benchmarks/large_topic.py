@@ -1,4 +1,4 @@
-"""How a node copes with a large topic created at once: `python -m cluster.large_topic_bench`.
+"""How a node copes with a large topic created at once: `python -m benchmarks.large_topic`.
 
 Starts a cluster of --nodes nodes (free ports, temporary data dir), arms each node's event-loop
 stall probe, creates one topic of --partitions partitions with --replication-factor replicas
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from cluster.launcher import Cluster
+from cluster.launch.cluster import Cluster
 
 SAMPLED_PARTITIONS = 8
 READY_TIMEOUT_S = 600
@@ -78,7 +78,7 @@ def run(nodes: int, partitions: int, replication_factor: int, session_timeout_ms
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m cluster.large_topic_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.large_topic", description=__doc__)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=5000)
     parser.add_argument("--replication-factor", type=int, default=3)

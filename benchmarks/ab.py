@@ -1,4 +1,4 @@
-"""A/B of acks=all latency against another commit: `python -m cluster.bench_ab BASE`.
+"""A/B of acks=all latency against another commit: `python -m benchmarks.ab BASE`.
 
 On a shared 2-core host the same code's RF=3 p50 moves by a third from one minute to the next,
 more than most single changes gain, so one run of each side says little. This checks BASE out
@@ -32,7 +32,7 @@ _ONE_RUN = r'''
 import json, os, sys, time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from cluster.launcher import Cluster
+from cluster.launch.cluster import Cluster
 
 rounds, warm_up = int(sys.argv[1]), 300
 ticks = os.sysconf("SC_CLK_TCK")

@@ -1,4 +1,4 @@
-"""How long large admin operations hold the controller's event loop: `python -m controller.stall_bench`.
+"""How long large admin operations hold the controller's event loop: `python -m benchmarks.controller_stall`.
 
 Runs a controller in this process on a temporary metadata log with three live brokers, then
 creates a topic of --partitions partitions, grows another by as many, and deletes both, while
@@ -70,7 +70,7 @@ async def run(partitions: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m controller.stall_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.controller_stall", description=__doc__)
     parser.add_argument("--partitions", type=int, default=5000)
     asyncio.run(run(parser.parse_args().partitions))
 

@@ -1,6 +1,6 @@
 """Benchmark: rows/s written and read through Spark, beside a plain confluent-kafka consumer's read.
 
-    python -m spark_jobs.bench [--records 500000]
+    python -m benchmarks.spark_source [--records 500000]
 
 Starts its own 3-node cluster (free ports, temporary data), writes --records rows with
 100-byte values through the kraftwerk sink into a one-partition topic, reads them back in a
@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     arguments.add_argument("--records", type=int, default=500_000)
     args = arguments.parse_args(argv)
 
-    from cluster.launcher import Cluster
+    from cluster.launch.cluster import Cluster
     from spark_jobs.jobs import session
 
     spark = session("kraftwerk-bench")

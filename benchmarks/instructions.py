@@ -1,4 +1,4 @@
-"""Instructions per acks=all write, counted rather than timed: `python -m cluster.bench_instructions`.
+"""Instructions per acks=all write, counted rather than timed: `python -m benchmarks.instructions`.
 
 On a shared two-core host the same code's latency moves by a third between minutes, so a change
 worth a few percent of a write's CPU never shows in timings. The number of instructions the code
@@ -15,7 +15,7 @@ cluster, the client's raw requests included (a small constant) and start-up left
 
 Python's own costs count the same in every run, so the figure compares commits on one machine and
 Python build; it does not say how long a write takes. Where instructions are spent cold (after a
-process slept) they take longer than warm: see `python -m cluster.bench_timeline`.
+process slept) they take longer than warm: see `python -m benchmarks.timeline`.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def produce_request() -> bytes:
     write: the node answers whatever correlation id it is given."""
     from kafka.protocol.producer import ProduceRequest
 
-    from cluster.bench_replication import VALUE
+    from cluster.bench.replication import VALUE
     from cluster.formats.records import encode_batch
 
     request_type = ProduceRequest[PRODUCE_VERSION]
@@ -142,7 +142,7 @@ def counted_instructions(writes: int, replication_factor: int) -> int:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     result = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
-         "cluster.bench_instructions", "--inside", str(writes), "--replication-factor", str(replication_factor)],
+         "benchmarks.instructions", "--inside", str(writes), "--replication-factor", str(replication_factor)],
         capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"the counted run failed:\n{result.stdout}{result.stderr}")

@@ -21,7 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from cluster.formats.control import ControlError
-from cluster.launcher import Cluster, ClusterError
+from cluster.launch.cluster import Cluster, ClusterError
 
 FAULTS = ("kill", "stop", "pause", "isolate")
 # The Cluster call that injects each fault, and the one that heals it.

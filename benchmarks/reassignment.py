@@ -1,4 +1,4 @@
-"""How long moving a large partition takes, throttled and not: `python -m cluster.reassignment_bench`.
+"""How long moving a large partition takes, throttled and not: `python -m benchmarks.reassignment`.
 
 Starts a 3-node cluster on free ports, writes --size-mb of data to a one-replica partition on
 node 1, then moves it to node 2 under a --rate throttle (Kafka's --throttle: leader and
@@ -13,7 +13,7 @@ import time
 
 from confluent_kafka import Producer
 
-from cluster.launcher import Cluster
+from cluster.launch.cluster import Cluster
 
 TOPIC = "bulk"
 VALUE_SIZE = 10_000

@@ -1,4 +1,4 @@
-"""Metadata and CreateTopics at scale: `python -m cluster.bench_metadata`.
+"""Metadata and CreateTopics at scale: `python -m cluster.bench.metadata`.
 
 Builds a cluster of --nodes nodes (9 by default) with --topics topics of 3 partitions and 3
 replicas (9,000 replicas by default) and prints:
@@ -38,7 +38,7 @@ import struct
 import tempfile
 import time
 
-from cluster.launcher import Cluster
+from cluster.launch.cluster import Cluster
 
 TOPIC_PARTITIONS = 3
 REPLICATION_FACTOR = 3
@@ -164,7 +164,7 @@ def run(nodes: int, topics: int, requests: int, versions: list[int], loop_topics
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench_metadata", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m cluster.bench.metadata", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=9)
     parser.add_argument("--topics", type=int, default=1000)

@@ -5,7 +5,7 @@ stopping the cluster (or a test fixture failing half way) can always kill every 
 them. `cluster.json` in the data dir records what runs where, so that other commands
 and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
 
-The controller and the nodes are forked by a fork server (cluster/fork_server.py) that
+The controller and the nodes are forked by a fork server (cluster/launch/fork_server.py) that
 imports their code once; each says that it serves with one JSON line on its stdout, which
 the launcher waits for: nothing on the start path sleeps or polls.
 
@@ -32,7 +32,7 @@ from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
-from cluster.fork_server import ForkedProcess, ForkServer, ForkServerError
+from cluster.launch.fork_server import ForkedProcess, ForkServer, ForkServerError
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
@@ -129,7 +129,7 @@ class KeptPorts:
 class Cluster:
     """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`."""
 
-    backend = "process"  # cluster/docker_backend.py's DockerCluster: "docker"
+    backend = "process"  # cluster/launch/docker_backend.py's DockerCluster: "docker"
 
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
                  node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
@@ -278,7 +278,7 @@ class Cluster:
             raise ClusterError(f"no cluster in {data_dir} (start one with kraftwerk up)")
         state = json.loads(path.read_text())
         if state.get("backend") == "docker":
-            from cluster.docker_backend import DockerCluster
+            from cluster.launch.docker_backend import DockerCluster
             return DockerCluster.from_state(data_dir, state)
         cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, port=state["base_port"], host=state["host"],
                       node_config=state["node_config"],
@@ -594,7 +594,7 @@ class Cluster:
         """Decommission node_id: move every replica off it (ClusterError, with nothing changed, when a
         topic's replication factor cannot be kept on the other nodes), wait for the moves, stop it,
         unregister it (UnregisterBroker) and delete its data dir."""
-        from cluster.planner import PlannerError, drain_plan
+        from cluster.tools.planner import PlannerError, drain_plan
 
         if node_id not in self.nodes:
             raise ClusterError(f"node {node_id} is not part of the cluster (nodes: {sorted(self.nodes)})")
@@ -646,25 +646,25 @@ class Cluster:
         if response.error_code:
             raise ClusterError(f"UnregisterBroker of node {node_id}: {response.error_message}")
 
-    # --- consumer-group rebalances on demand (cluster/group_tools.py) ---
+    # --- consumer-group rebalances on demand (cluster/tools/group_tools.py) ---
 
     def rebalance_group(self, group_id: str) -> dict:
         """The group's coordinator starts a rebalance, as when a member joins: every member sees
         REBALANCE_IN_PROGRESS on its next heartbeat and rejoins. Returns the group's state, the
         generation it leaves and its member ids."""
-        from cluster import group_tools
+        from cluster.tools import group_tools
         return group_tools.rebalance(self, group_id)
 
     def remove_group_member(self, group_id: str, member: str) -> dict:
         """Remove a member by its group.instance.id (static) or member id, with the LeaveGroup v3+
         Kafka's AdminClient.removeMembersFromConsumerGroup sends."""
-        from cluster import group_tools
+        from cluster.tools import group_tools
         return group_tools.remove_member(self, group_id, member)
 
     def move_group_coordinator(self, group_id: str, to: int | None = None) -> dict:
         """Give the group's `__consumer_offsets` partition another in-sync leader (node `to`, or one
         the controller picks): {"group_id", "partition", "from", "to"}."""
-        from cluster import group_tools
+        from cluster.tools import group_tools
         return group_tools.move_coordinator(self, group_id, to)
 
 
@@ -689,7 +689,7 @@ def _runs_kraftwerk_process(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     modules = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == b"-m"}
-    return bool(modules & {b"controller", b"node", b"cluster.fork_server"})
+    return bool(modules & {b"controller", b"node", b"cluster.launch.fork_server"})
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -702,7 +702,7 @@ def _signal(pid: int, sig: int) -> None:
 def cluster_class(backend: str = "process") -> type[Cluster]:
     """Cluster for processes on this machine; DockerCluster for one container per process."""
     if backend == "docker":
-        from cluster.docker_backend import DockerCluster
+        from cluster.launch.docker_backend import DockerCluster
         return DockerCluster
     if backend != "process":
         raise ClusterError(f"unknown backend {backend!r}: expected process or docker")

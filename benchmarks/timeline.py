@@ -1,4 +1,4 @@
-"""Where an acks=all write's time goes, step by step: `python -m cluster.bench_timeline`.
+"""Where an acks=all write's time goes, step by step: `python -m benchmarks.timeline`.
 
 Starts a 3-node cluster with cluster.runtime.timeline switched on, makes `--rounds`
 single-message acks=all writes of 100 bytes to a one-partition RF=3 topic with a confluent-kafka
@@ -56,8 +56,8 @@ def timed_writes(directory: str, rounds: int, replication_factor: int = 3,
     os.environ["KRAFTWERK_TIMELINE"] = directory  # read by the nodes at start-up, not by this process
     from confluent_kafka import Producer
 
-    from cluster.bench_replication import VALUE, latency_topic
-    from cluster.launcher import Cluster
+    from cluster.bench.replication import VALUE, latency_topic
+    from cluster.launch.cluster import Cluster
 
     with Cluster(nodes=3) as cluster:
         topic = latency_topic(cluster.bootstrap_servers, replication_factor)
@@ -81,7 +81,7 @@ def timed_writes(directory: str, rounds: int, replication_factor: int = 3,
 def warm_append_us(appends: int = 20_000) -> float:
     """Microseconds per leader append of one 100-byte record to a log of its own, in a tight loop in
     this process: the code of the "log appended" step, run warm."""
-    from cluster.bench_replication import VALUE
+    from cluster.bench.replication import VALUE
     from cluster.formats.log import PartitionLog
     from cluster.formats.records import encode_batch, validate_batches
 

@@ -2,7 +2,7 @@
 
 Pure functions over an assignment, {(topic, partition): [replica, ...]} with the preferred
 leader first, as ListPartitionReassignments and kafka-reassign-partitions.sh see it. They
-return only the partitions whose replica list changes, in the same form (cluster.reassignment_plan
+return only the partitions whose replica list changes, in the same form (cluster.tools.reassignment_plan
 reads and writes it as Kafka's JSON).
 
 - Replicas: a replica moves only from a node above its share (ceil of replicas / nodes) to one

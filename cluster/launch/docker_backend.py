@@ -13,7 +13,7 @@ Faults map onto the kernel rather than onto the node's own fault switches:
 - pause / resume: `docker pause` / `unpause` (the cgroup freezer stops every thread);
 - isolate: blackhole routing rules in the node's network namespace drop every packet to and from
   the chosen parties' addresses, ARP included; "clients" drops every packet coming in but the
-  controller's and the peers' that stay connected (cluster/docker_faults.py);
+  controller's and the peers' that stay connected (cluster/launch/docker_faults.py);
 - delay: `tc netem` on the node's interface delays every packet it sends; where the kernel lacks
   netem, the node delays its own responses as in the process backend.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
-from cluster.launcher import READY_TIMEOUT_S, STOP_GRACE_S, Cluster, ClusterError, NodeProcess
+from cluster.launch.cluster import READY_TIMEOUT_S, STOP_GRACE_S, Cluster, ClusterError, NodeProcess
 
 LABEL = "org.kraftwerk.cluster"
 KAFKA_PORT = 9092
@@ -401,8 +401,8 @@ class DockerCluster(Cluster):
     def isolate_node(self, node_id: int, parties: list[str | int] | None = None) -> dict:
         """Drop, in the node's own network namespace, every packet to and from the parties ("controller",
         "clients", peer node ids; default the controller and every peer): a real network partition
-        (cluster/docker_faults.py says how)."""
-        from cluster.docker_faults import isolation_commands
+        (cluster/launch/docker_faults.py says how)."""
+        from cluster.launch.docker_faults import isolation_commands
 
         peers = {peer: node.address for peer, node in self.nodes.items() if peer != node_id}
         parties = list(parties or ["controller", *sorted(peers)])
@@ -414,7 +414,7 @@ class DockerCluster(Cluster):
 
     def heal_node(self, node_id: int) -> dict:
         """End the node's isolation and delay (its blackhole rules and netem go) and its injected errors."""
-        from cluster.docker_faults import heal_commands
+        from cluster.launch.docker_faults import heal_commands
 
         self._as_root(node_id, heal_commands(self._address_of(GATEWAY_HOST)))
         node = self.nodes[node_id]
@@ -426,7 +426,7 @@ class DockerCluster(Cluster):
     def delay_node(self, node_id: int, delay_ms: int) -> dict:
         """tc netem: every packet the node sends waits delay_ms (0 removes the delay). Where the
         kernel has no netem, the node delays its own responses instead, as in the process backend."""
-        from cluster.docker_faults import NETEM_MISSING, delay_commands
+        from cluster.launch.docker_faults import NETEM_MISSING, delay_commands
 
         try:
             self._as_root(node_id, delay_commands(delay_ms))

@@ -5,7 +5,7 @@ One cluster of `nodes` nodes (9 by default) gets `topics` topics of 3 partitions
 every live node has opened the new logs) and until every replica is in sync. Once the creation's
 own work has settled, nothing is sent for `idle_seconds`: each node's share of a core and its
 RSS over that window are the idle cost. Last, Metadata for every topic is timed as raw bytes on one
-connection (cluster.bench_metadata.metadata_latency).
+connection (cluster.bench.metadata.metadata_latency).
 
 Creation time depends on the filesystem's state as much as on kraftwerk: on this project's ext4
 machines, after many files were created and deleted in the same place (a test run, an earlier
@@ -23,9 +23,9 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from cluster.bench_metadata import (REPLICATION_FACTOR, TOPIC_PARTITIONS, bench_cluster, create_topics_time,
+from cluster.bench.metadata import (REPLICATION_FACTOR, TOPIC_PARTITIONS, bench_cluster, create_topics_time,
                                     metadata_latency)
-from cluster.bench_replication import idle_cpu_and_rss, user_and_kernel_cpu
+from cluster.bench.replication import idle_cpu_and_rss, user_and_kernel_cpu
 
 SETTLE_S = 5  # ISR changes and first fetches that follow a creation are not idle cost
 METADATA_VERSION = 12

@@ -16,10 +16,10 @@ from kafka import KafkaAdminClient
 from kafka import errors as kafka_errors
 from kafka.admin import MemberToRemove
 
-from cluster.cli_errors import group_error
+from cluster.cli.errors import group_error
 from cluster.formats.control import ControlError
 from cluster.formats.errors import ErrorCode
-from cluster.launcher import ClusterError
+from cluster.launch.cluster import ClusterError
 
 # What Kafka's AdminClient.removeMembersFromConsumerGroup sends as the LeaveGroup reason (KIP-800).
 REMOVE_REASON = "member was removed by an admin"

@@ -3,7 +3,7 @@
 Importing a node's modules (kafka-python's protocol classes above all) takes a fresh Python
 about a quarter of a second of CPU, which on a small machine made a 9-node start wait seconds
 for nine processes doing the same imports. The launcher instead starts one fork server per
-cluster, `python -m cluster.fork_server`, which imports each program once and forks a process
+cluster, `python -m cluster.launch.fork_server`, which imports each program once and forks a process
 for each one asked for. A forked process runs the program's own `main` exactly as
 `python -m controller` / `python -m node` would, with its own pid, stdout (the pipe the
 launcher reads its ready line from) and stderr (its log file), both handed over with the request.
@@ -74,7 +74,7 @@ class ForkServer:
         try:
             with open(log_path, "ab") as log_file:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "cluster.fork_server", str(theirs.fileno()), *programs],
+                    [sys.executable, "-m", "cluster.launch.fork_server", str(theirs.fileno()), *programs],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
                     pass_fds=[theirs.fileno()], process_group=process_group, env=same_code_environment())
         finally:

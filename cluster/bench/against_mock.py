@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 from rich.console import Console
 from rich.table import Table
 
-from cluster.bench import _consume_confluent, _produce_confluent, _produce_kafka_python, read_from_beginning
-from cluster.bench_replication import LATENCY_ROUNDS, Percentiles, acks_all_latency, mock_acks_all_latency
-from cluster.launcher import Cluster
+from cluster.bench.standard import _consume_confluent, _produce_confluent, _produce_kafka_python, read_from_beginning
+from cluster.bench.replication import LATENCY_ROUNDS, Percentiles, acks_all_latency, mock_acks_all_latency
+from cluster.launch.cluster import Cluster
 
 LARGE_VALUE_BYTES = 1_000_000
 # The mock keeps the last 5 MB of each partition: the consumer reads no more than 4 partitions

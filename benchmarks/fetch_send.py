@@ -1,5 +1,5 @@
 """What one Fetch answer's records cost the sending node, read into memory or sent with sendfile:
-`python -m cluster.bench_fetch_send`.
+`python -m benchmarks.fetch_send`.
 
 For each size, a segment holds 8 batches of one value of that size; the node's own code reads
 one (`PartitionLog.read`, with and without `region_from`) and writes it after a 4-byte head
@@ -85,7 +85,7 @@ def cost_per_answer(size: int, rounds: int, sendfile: bool) -> tuple[float, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench_fetch_send", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fetch_send", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-kib", type=int, nargs="+", default=[32, 64, 128, 192, 256, 512, 1024, 4096])
     parser.add_argument("--bytes-per-size", type=int, default=64 << 20,
                         help="how much each way sends per size (at least 200 answers)")

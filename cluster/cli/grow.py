@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from cluster.cli import attached, console, data_dir_option, main, node
-from cluster.cli_errors import fail
-from cluster.launcher import Cluster, ClusterError
-from cluster.planner import PlannerError, balance_plan, leader_counts, replica_counts
-from cluster.reassignment_plan import plan_document
+from cluster.cli.errors import fail
+from cluster.launch.cluster import Cluster, ClusterError
+from cluster.tools.planner import PlannerError, balance_plan, leader_counts, replica_counts
+from cluster.tools.reassignment_plan import plan_document
 
 MB = 1 << 20
 throttle_option = click.option("--throttle", type=float, default=None, metavar="MB/S",

@@ -1,4 +1,4 @@
-"""Replication figures: `python -m cluster.bench_replication`.
+"""Replication figures: `python -m cluster.bench.replication`.
 
 Prints, side by side with librdkafka's mock cluster (in-process, replication simulated) measured
 in the same run:
@@ -30,8 +30,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from cluster.bench import rss_mb
-from cluster.launcher import Cluster
+from cluster.bench.standard import rss_mb
+from cluster.launch.cluster import Cluster
 
 LATENCY_ROUNDS = 2000
 WARM_UP_ROUNDS = 50

@@ -8,7 +8,7 @@ kafka-python, whose package imports its clients along with the protocol classes)
 on 2 cores waited seconds for their imports; and a node's heartbeat could miss the wake-up
 for metadata it applied while a heartbeat was in flight, adding up to the 0.5 s heartbeat
 interval (the bimodal 0.55/1.05 s of 3-node starts). Now the controller and nodes are forked
-from one process that imported their code once (cluster/fork_server.py), and the CPU all of a
+from one process that imported their code once (cluster/launch/fork_server.py), and the CPU all of a
 cluster's processes spend until it is ready fell from 1.6-2.4 s to 0.6-0.8 s for 3 nodes and
 from 4.8-6.7 s to 1.0-1.25 s for 9 (2 shared cores, busy); a forked node is left with 9 MB of
 private memory instead of 26.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from cluster.launcher import Cluster
+from cluster.launch.cluster import Cluster
 
 
 @dataclass

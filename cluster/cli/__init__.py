@@ -16,9 +16,9 @@ from kafka.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError
 from rich.console import Console
 from rich.table import Table
 
-from cluster.cli_errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
+from cluster.cli.errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
 from cluster.formats.control import ControlError
-from cluster.launcher import Cluster, ClusterError, cluster_class
+from cluster.launch.cluster import Cluster, ClusterError, cluster_class
 from cluster.formats.log import topic_id_to_kafka_string
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
@@ -840,18 +840,18 @@ def bench(nodes, messages, value_size, partitions, down_runs, against_mock, larg
     """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures
     (--against-mock: side by side with librdkafka's mock cluster; --scale: a 9,000-replica cluster)."""
     if against_mock:
-        from cluster.bench_throughput import side_by_side
+        from cluster.bench.against_mock import side_by_side
 
         side_by_side(nodes=nodes, replication_factor=min(3, nodes), messages=messages, large_values=large_values,
                      console=console, latency_rounds=latency_rounds)
         return
     if scale:
-        from cluster.bench_scale import scale_figures
+        from cluster.bench.scale import scale_figures
 
         scale_figures(nodes=scale_nodes, topics=scale_topics, idle_seconds=idle_seconds,
                       metadata_requests=metadata_requests, console=console, parent_dir=scale_dir)
         return
-    from cluster.bench import run_benchmark
+    from cluster.bench.standard import run_benchmark
 
     run_benchmark(nodes=nodes, messages=messages, value_size=value_size, partitions=partitions, console=console,
                   down_runs=down_runs, startup_runs=startup_runs)
@@ -885,7 +885,7 @@ def check_failover(duration, seed, faults, hold, gap, producers, partitions, top
     """Write numbered messages with acks=all while random nodes are killed, stopped, paused and
     isolated one at a time; then check that every acknowledged message is there once and in order.
     Exits 1 if any was lost, duplicated, moved or reordered."""
-    from cluster.failover_check import FailoverCheck, render
+    from cluster.tools.failover_check import FailoverCheck, render
 
     cluster = attached(data_dir)
     try:
@@ -937,7 +937,7 @@ def reassign(plan_file, show_status, cancel, throttle, wait, data_dir, as_json):
 
 
 def _read_plan_file(path: str) -> dict:
-    from cluster.reassignment_plan import PlanError, read_plan
+    from cluster.tools.reassignment_plan import PlanError, read_plan
 
     try:
         return read_plan(Path(path).read_text())
@@ -970,4 +970,4 @@ if __name__ == "__main__":
 
 
 # Registers `node add`, `node remove` and `rebalance` on the groups above.
-from cluster import cli_grow  # noqa: E402,F401
+from cluster.cli import grow  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""Development benches, run from a checkout: `python -m benchmarks.NAME` (see README.md here)."""
