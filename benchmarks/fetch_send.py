@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from cluster.formats.log import LogConfig, PartitionLog
+from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch
 from cluster.runtime.event_loop import run
 from node.socket_writes import write_pieces

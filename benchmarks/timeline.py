@@ -82,7 +82,7 @@ def warm_append_us(appends: int = 20_000) -> float:
     """Microseconds per leader append of one 100-byte record to a log of its own, in a tight loop in
     this process: the code of the "log appended" step, run warm."""
     from cluster.bench.replication import VALUE
-    from cluster.formats.log import PartitionLog
+    from cluster.formats.partition_log import PartitionLog
     from cluster.formats.records import encode_batch, validate_batches
 
     batch = encode_batch([(None, VALUE)], timestamp=int(time.time() * 1000))

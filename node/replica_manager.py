@@ -14,9 +14,11 @@ from typing import AsyncIterator, Callable, Collection, Iterable, Iterator
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataDelta
-from cluster.formats.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, parse_partition_dir_name, topic_id_to_kafka_string
 from cluster.formats.metadata_log import METADATA_PARTITION_DIR
 from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
+from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX, parse_partition_dir_name
+from cluster.formats.partition_log import LogConfig, PartitionLog
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.time_slices import TimeSlice, gently
 from cluster.runtime.timed_wait import result_within
 from node.isr_members import IsrMembers

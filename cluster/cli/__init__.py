@@ -19,7 +19,7 @@ from rich.table import Table
 from cluster.cli.errors import CommandLine, fail, group_error, kafka_exception_text, topic_error
 from cluster.formats.control import ControlError
 from cluster.launch.cluster import Cluster, ClusterError, cluster_class
-from cluster.formats.log import topic_id_to_kafka_string
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 
 DEFAULT_DATA_DIR = "./.kraftwerk"
 console = Console()
