@@ -1,7 +1,7 @@
 """A partition log: a partition directory laid out exactly as Kafka lays it out.
 
 The directory `<topic>-<partition>` holds the log's segments (see `segment`), its
-`leader-epoch-checkpoint` and `partition.metadata` (the topic id). Only
+`leader-epoch-checkpoint` (see `leader_epochs`) and `partition.metadata` (the topic id). Only
 batch headers are ever parsed on the append and read paths.
 
 A brand-new log skips every lookup of files that cannot be there yet: creating thousands of
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cluster.formats import records
 from cluster.formats.files import created_directory, write_atomically
+from cluster.formats.leader_epochs import LeaderEpochCache
 from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX
 from cluster.formats.records import (
     ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, read_header, set_base_offset,
@@ -101,11 +102,11 @@ class PartitionLog:
             self.topic_id = topic_id
             if topic_id is not None:
                 self._write_topic_id(topic_id)
-            self.epochs: list[tuple[int, int]] = []
+            self.leader_epochs = LeaderEpochCache(self.directory, [])
             self.segments = [self._new_segment(0, in_new_directory=True)]
         else:
             self.topic_id = self._load_or_write_topic_id(topic_id)
-            self.epochs = self._load_epochs()
+            self.leader_epochs = LeaderEpochCache.load(self.directory)
             self._load_segments()
         self.log_start_offset = self.segments[0].base_offset
         self.high_watermark = self.log_end_offset
@@ -168,8 +169,13 @@ class PartitionLog:
         return self.segments[-1].next_offset  # (asked dozens of times per replicated write: one property, not two)
 
     @property
+    def epochs(self) -> list[tuple[int, int]]:
+        """(leader epoch, start offset) of each epoch the log holds, ascending."""
+        return self.leader_epochs.entries
+
+    @property
     def latest_epoch(self) -> int | None:
-        return self.epochs[-1][0] if self.epochs else None
+        return self.leader_epochs.latest_epoch
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
@@ -363,7 +369,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             # Nothing to cut, but an epoch this node began as leader without writing anything in
             # it must go, or followers keep naming it (Kafka's UnifiedLog.truncateTo does the same).
-            self._truncate_epochs_from_end(self.log_end_offset)
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
@@ -380,7 +386,7 @@ class PartitionLog:
         os.ftruncate(segment.fd, end)
         segment.rebuild_indexes(self.config.index_interval_bytes, validate=False)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self._truncate_epochs_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and continue as an empty log whose next offset is `offset`."""
@@ -388,7 +394,7 @@ class PartitionLog:
             segment.delete_files()
         self.segments = [self._new_segment(offset)]
         self.log_start_offset = self.high_watermark = offset
-        self._truncate_epochs_from_end(0)
+        self.leader_epochs.truncate_from_end(0)
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         now = wall_clock_ms() if now_ms is None else now_ms
@@ -398,7 +404,7 @@ class PartitionLog:
             deleted += 1
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-            self._truncate_epochs_from_start(self.log_start_offset)
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
         return deleted
 
     def _expired(self, segment: Segment, now: int) -> bool:
@@ -411,54 +417,12 @@ class PartitionLog:
 
     # --- leader epochs ---
 
-    def _load_epochs(self) -> list[tuple[int, int]]:
-        path = self.directory / "leader-epoch-checkpoint"
-        if not path.exists():
-            return []
-        lines = path.read_text().split("\n")
-        count = int(lines[1]) if len(lines) > 1 and lines[1].strip() else 0
-        return [tuple(int(x) for x in line.split()) for line in lines[2:2 + count]]
-
-    def _save_epochs(self) -> None:
-        body = "".join(f"{epoch} {start}\n" for epoch, start in self.epochs)
-        write_atomically(self.directory / "leader-epoch-checkpoint", f"0\n{len(self.epochs)}\n{body}")
-
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
-        if self.epochs and self.epochs[-1][0] >= epoch:
-            return
-        self.epochs = [(e, s) for e, s in self.epochs if s < start_offset]
-        self.epochs.append((epoch, start_offset))
-        self._save_epochs()
+        self.leader_epochs.assign(epoch, start_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """As Kafka's LeaderEpochFileCache.endOffsetFor: the latest epoch ends at the log end;
-        an older one at the start of the next higher epoch, answered with the largest known
-        epoch <= it (or itself when it predates them all); an unknown higher one is (-1, -1)."""
-        if epoch < 0 or not self.epochs:
-            return -1, -1
-        if epoch == self.latest_epoch:
-            return epoch, self.log_end_offset
-        higher = bisect.bisect_right(self.epochs, epoch, key=lambda entry: entry[0])
-        if higher == len(self.epochs):
-            return -1, -1
-        floor_epoch = self.epochs[higher - 1][0] if higher > 0 else epoch
-        return floor_epoch, self.epochs[higher][1]
-
-    def _truncate_epochs_from_end(self, end_offset: int) -> None:
-        kept = [(e, s) for e, s in self.epochs if s < end_offset]
-        if kept != self.epochs:
-            self.epochs = kept
-            self._save_epochs()
-
-    def _truncate_epochs_from_start(self, start_offset: int) -> None:
-        """Entries ending before the new log start go; the one spanning it now starts there."""
-        first_kept = max(bisect.bisect_right(self.epochs, start_offset, key=lambda entry: entry[1]) - 1, 0)
-        kept = self.epochs[first_kept:]
-        if kept and kept[0][1] < start_offset:
-            kept[0] = (kept[0][0], start_offset)
-        if kept != self.epochs:
-            self.epochs = kept
-            self._save_epochs()
+        """(epoch, end offset) as Kafka's OffsetsForLeaderEpoch answers it: see LeaderEpochCache.end_offset_for."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     # --- lifecycle ---
 
