@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.records import encode_batch, iter_batch_headers, iter_records
-from node import offsets_topic
-from node.offsets_topic import CommittedOffset, StoredGroup, StoredMember
+from node.groups import placement, records
+from node.groups.records import CommittedOffset, StoredGroup, StoredMember
 
 log = logging.getLogger(__name__)
 
@@ -114,15 +114,15 @@ class GroupCoordinator:
     # --- placement ---
 
     def partition_count(self) -> int:
-        topic = self.broker.topic(offsets_topic.OFFSETS_TOPIC)
+        topic = self.broker.topic(placement.OFFSETS_TOPIC)
         return len(topic.partitions) if topic else self.broker.config.get_int("offsets.topic.num.partitions")
 
     def partition_of(self, group_id: str) -> int:
-        return offsets_topic.partition_for_group(group_id, self.partition_count())
+        return placement.partition_for_group(group_id, self.partition_count())
 
     def owns(self, group_id: str) -> ErrorCode:
         partition = self.partition_of(group_id)
-        info = self.broker.partition(offsets_topic.OFFSETS_TOPIC, partition)
+        info = self.broker.partition(placement.OFFSETS_TOPIC, partition)
         if info is None or info.leader != self.broker.node_id:
             return ErrorCode.NOT_COORDINATOR
         if partition not in self.loaded_partitions:
@@ -152,10 +152,10 @@ class GroupCoordinator:
                     self._apply_record(partition, record.key, record.value)
         self.loaded_partitions.add(partition)
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
-                 offsets_topic.OFFSETS_TOPIC, partition)
+                 placement.OFFSETS_TOPIC, partition)
 
     def _apply_record(self, partition: int, key: bytes | None, value: bytes | None) -> None:
-        decoded = offsets_topic.decode_key(key) if key else None
+        decoded = records.decode_key(key) if key else None
         if decoded is None:
             return
         group = self.groups.get(decoded[1])
@@ -168,11 +168,11 @@ class GroupCoordinator:
             if value is None:
                 group.offsets.pop(position, None)
             else:
-                group.offsets[position] = offsets_topic.decode_offset_value(value)
+                group.offsets[position] = records.decode_offset_value(value)
         elif value is None:
             self._cancel_timers(self.groups.pop(decoded[1]))
         else:
-            self._restore(group, offsets_topic.decode_group_value(value))
+            self._restore(group, records.decode_group_value(value))
 
     def _restore(self, group: Group, stored: StoredGroup) -> None:
         # A partition's log holds a record per generation: the sessions an earlier one armed must not
@@ -210,7 +210,7 @@ class GroupCoordinator:
 
     def _append(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> int:
         """Append to the group's __consumer_offsets partition; returns the offset after the batch."""
-        key = (offsets_topic.OFFSETS_TOPIC, group.partition)
+        key = (placement.OFFSETS_TOPIC, group.partition)
         partition_log = self.broker.replicas.get_log(*key)
         info = self.broker.partition(*key)
         if partition_log is None or info is None or info.leader != self.broker.node_id:
@@ -221,7 +221,7 @@ class GroupCoordinator:
 
     async def _append_replicated(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append with acks=all, as Kafka writes offsets: answered once every in-sync replica has it."""
-        key = (offsets_topic.OFFSETS_TOPIC, group.partition)
+        key = (placement.OFFSETS_TOPIC, group.partition)
         info = self.broker.partition(*key)
         if info is not None and len(info.isr) < self.broker.replicas.effective_min_isr(key):
             raise GroupError(APPEND_ERRORS_FOR_GROUPS[ErrorCode.NOT_ENOUGH_REPLICAS])
@@ -238,7 +238,7 @@ class GroupCoordinator:
                                               m.rebalance_timeout_ms, m.session_timeout_ms,
                                               m.metadata_for(group.protocol or ""), m.assignment)
                                  for m in group.members.values()])
-        return offsets_topic.group_key(group.group_id), offsets_topic.group_value(stored)
+        return records.group_key(group.group_id), records.group_value(stored)
 
     def _persist_group(self, group: Group) -> None:
         self._append(group, [self._group_record(group)])
@@ -571,10 +571,10 @@ class GroupCoordinator:
     async def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         """Offsets become visible to OffsetFetch only once they are on every in-sync replica."""
         group = self.group(group_id, create=True)
-        records = [(offsets_topic.offset_key(group_id, topic, partition), offsets_topic.offset_value(committed))
-                   for (topic, partition), committed in offsets.items()]
-        if records:
-            await self._append_replicated(group, records)
+        batch = [(records.offset_key(group_id, topic, partition), records.offset_value(committed))
+                 for (topic, partition), committed in offsets.items()]
+        if batch:
+            await self._append_replicated(group, batch)
         group.offsets.update(offsets)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
@@ -583,9 +583,9 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, positions: list[tuple[str, int]]) -> None:
         group = self.groups[group_id]
-        records = [(offsets_topic.offset_key(group_id, t, p), None) for t, p in positions if (t, p) in group.offsets]
-        if records:
-            self._append(group, records)
+        batch = [(records.offset_key(group_id, t, p), None) for t, p in positions if (t, p) in group.offsets]
+        if batch:
+            self._append(group, batch)
         for position in positions:
             group.offsets.pop(position, None)
 
@@ -595,9 +595,9 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        records = [(offsets_topic.offset_key(group_id, t, p), None) for t, p in group.offsets]
-        records.append((offsets_topic.group_key(group_id), None))
-        self._append(group, records)
+        batch = [(records.offset_key(group_id, t, p), None) for t, p in group.offsets]
+        batch.append((records.group_key(group_id), None))
+        self._append(group, batch)
         self._cancel_timers(group)
         group.transition(DEAD)
         del self.groups[group_id]
@@ -645,7 +645,7 @@ class GroupCoordinator:
             if member.protocol_type != "consumer":
                 return None
             try:
-                topics.update(offsets_topic.subscription_topics(member.metadata_for(group.protocol or "")))
+                topics.update(records.subscription_topics(member.metadata_for(group.protocol or "")))
             except (ValueError, struct.error, UnicodeDecodeError):
                 return None
         return topics

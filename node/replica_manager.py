@@ -20,7 +20,7 @@ from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_of
 from cluster.runtime.time_slices import TimeSlice, gently
 from cluster.runtime.timed_wait import result_within
 from node.isr_members import IsrMembers
-from node.offsets_topic import OFFSETS_TOPIC
+from node.groups.placement import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from cluster.formats.errors import ErrorCode
 from node.group_coordinator import GroupError
-from node.offsets_topic import CommittedOffset
+from node.groups.records import CommittedOffset
 
 REQUEST = OffsetCommitRequest
 RESPONSE = OffsetCommitResponse
