@@ -14,7 +14,7 @@ import time
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from cluster.formats.errors import ErrorCode
-from node.group_coordinator import GroupError
+from node.groups.persistence import GroupError
 from node.groups.records import CommittedOffset
 
 REQUEST = OffsetCommitRequest
