@@ -22,7 +22,7 @@ from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.time_slices import TimeSlice, gently
 from cluster.runtime.timed_wait import result_within
 from node.isr_members import IsrMembers
-from node.offsets_topic import OFFSETS_TOPIC
+from node.groups.placement import OFFSETS_TOPIC
 from node.producer_state import PartitionProducers
 
 log = logging.getLogger(__name__)
