@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
-from cluster.formats.log import PartitionLog
+from cluster.formats.partition_log import PartitionLog
 from node.groups.classic import DEAD, EMPTY, STABLE
 from node.groups.coordinator import GroupCoordinator
 from node.groups.records import CommittedOffset
