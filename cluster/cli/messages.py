@@ -17,10 +17,15 @@ from cluster.cli.errors import fail, kafka_exception_text, topic_error
 @click.option("--partition", type=int, default=None, help="partition (default: by key, as the client chooses)")
 @click.option("--header", "headers", multiple=True, metavar="KEY=VALUE", help="header (repeatable)")
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--print-offsets", is_flag=True,
+              help="print TOPIC-PARTITION@OFFSET of each message written, on stderr")
 @data_dir_option
 @bootstrap_option
-def produce(topic_name, values, key, partition, headers, acks, data_dir, bootstrap_server):
-    """Send VALUES (or, without any, each line of standard input) to TOPIC."""
+def produce(topic_name, values, key, partition, headers, acks, print_offsets, data_dir, bootstrap_server):
+    """Send VALUES (or, without any, each line of standard input) to TOPIC.
+
+    Quiet when every message is written, as kcat and kafka-console-producer.sh are; a failure is one line on
+    stderr and exit status 1."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
@@ -38,7 +43,8 @@ def produce(topic_name, values, key, partition, headers, acks, data_dir, bootstr
                 metadata = future.get()
             except KafkaError as exc:
                 fail(f"cannot write to topic '{topic_name}': {kafka_exception_text(exc)}")
-            click.echo(f"{metadata.topic}-{metadata.partition}@{metadata.offset}", err=True)
+            if print_offsets:
+                click.echo(f"{metadata.topic}-{metadata.partition}@{metadata.offset}", err=True)
     finally:
         producer.close()
 
