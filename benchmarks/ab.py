@@ -1,7 +1,7 @@
 """A/B of acks=all latency against another commit: `python -m benchmarks.ab BASE`.
 
-On a shared 2-core host the same code's RF=3 p50 moves by a third from one minute to the next,
-more than most single changes gain, so one run of each side says little. This checks BASE out
+On a shared host the same code's acks=all latency moves from one minute to the next by more
+than most single changes gain, so one run of each side says little. This checks BASE out
 into a temporary git worktree and alternates runs of BASE and of this tree, `--pairs` times:
 each run is a fresh 3-node cluster of that tree's code, `--rounds` single-message acks=all writes
 of 100 bytes (a confluent-kafka producer, linger.ms=0) to a one-partition RF=3 topic, with each

@@ -1,7 +1,7 @@
 """Instructions per acks=all write, counted rather than timed: `python -m benchmarks.instructions`.
 
-On a shared two-core host the same code's latency moves by a third between minutes, so a change
-worth a few percent of a write's CPU never shows in timings. The number of instructions the code
+On a shared host the same code's latency moves from one minute to the next by more than a
+change worth a few percent of a write's CPU, which then never shows in timings. The number of instructions the code
 executes does not move: valgrind's callgrind counts them, the same for the same code and input.
 
 This bench runs the leader and its followers as real node objects (node.broker.Broker, with its

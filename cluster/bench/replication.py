@@ -12,14 +12,10 @@ in the same run:
 The functions take an already-running cluster (`acks_all_latency(bootstrap, rf)`,
 `idle_cpu_and_rss(cluster, seconds)`), so that `kraftwerk bench` can call them on its own.
 
-What profiling showed (py-spy on the leader and a follower during the latency loop, and on an
-idle 9,000-replica node): a follower's parked Fetch is woken on the leader's append at once and
-the produce is answered from the follower's next Fetch, so one acks=all write costs two replica
-round trips; idle nodes spent their time encoding and decoding full Fetch requests naming every
-followed partition every replica.fetch.wait.max.ms, which fetch sessions (KIP-227) remove.
-Later, each step of the leader's part of an acks=all write timed in place over 3,000 writes: the
-three socket writes, starting each request, the Produce path, building and encoding each Fetch
-answer, none of them an eighth of the whole (README, Performance).
+One acks=all write costs two replica round trips: a follower's parked Fetch is woken by the
+leader's append, and the produce is answered from that follower's next Fetch. An idle node's cost
+is its replica fetching, which fetch sessions (KIP-227) keep from naming every followed partition
+in every Fetch.
 """
 from __future__ import annotations
 

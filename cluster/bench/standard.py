@@ -2,16 +2,9 @@
 stopping a cluster takes, and node memory, printed.
 
 Start-up is shown for the benchmark's own cluster and as min/median/max over fresh clusters of
-3 and 9 nodes. Where it went, measured before the fork server (python -X importtime, log
-timestamps): each node process spent about 0.25 s of CPU importing its code (half of it
-kafka-python, whose package imports its clients along with the protocol classes), so 9 nodes
-on 2 cores waited seconds for their imports; and a node's heartbeat could miss the wake-up
-for metadata it applied while a heartbeat was in flight, adding up to the 0.5 s heartbeat
-interval (the bimodal 0.55/1.05 s of 3-node starts). Now the controller and nodes are forked
-from one process that imported their code once (cluster/launch/fork_server.py), and the CPU all of a
-cluster's processes spend until it is ready fell from 1.6-2.4 s to 0.6-0.8 s for 3 nodes and
-from 4.8-6.7 s to 1.0-1.25 s for 9 (2 shared cores, busy); a forked node is left with 9 MB of
-private memory instead of 26.
+3 and 9 nodes: a start is mostly the processes' imports and their first heartbeats, which is why
+the controller and nodes are forked from one process that imported their code once
+(cluster/launch/fork_server.py).
 
 Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
 cluster, not the client; kafka-python otherwise.
@@ -97,9 +90,8 @@ def read_from_beginning(consumer, topic: str, partitions, messages: int, batch_s
     partitions, timed from before it asks for the topic's metadata.
 
     It is assigned the partitions once it knows their leaders: assigned before it has the topic's
-    metadata, librdkafka finds no leader and queries the offsets only when a 500 ms timer fires.
-    Against the mock as against kraftwerk, that timer was most of the time a read of 150,000 small
-    values took from the consumer's start."""
+    metadata, librdkafka finds no leader and queries the offsets only when a 500 ms timer fires,
+    which would then be most of a short read's time, against the mock as against kraftwerk."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     started = time.perf_counter()
