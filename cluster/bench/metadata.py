@@ -28,6 +28,7 @@ import struct
 import tempfile
 import time
 
+from cluster.bench.stats import spread
 from cluster.launch.cluster import Cluster
 
 TOPIC_PARTITIONS = 3
@@ -35,16 +36,6 @@ REPLICATION_FACTOR = 3
 ADMIN_TIMEOUT_MS = 300_000
 READY_TIMEOUT_S = 300  # a loaded machine may take long to open thousands of logs
 _SIZE = struct.Struct(">i")
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50, p90, p99 and max of samples, in the samples' unit."""
-    ordered = sorted(samples)
-
-    def at(fraction: float) -> float:
-        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": ordered[-1]}
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
@@ -86,7 +77,7 @@ def metadata_latency(cluster: Cluster, requests: int = 200, version: int = 12,
             answers.append(_recv_exactly(sock, size))
             samples.append((time.perf_counter() - started) * 1000)
     last = MetadataResponse.decode(answers[-1], version=version, header=True)
-    figures = percentiles(samples)
+    figures = spread(samples)
     figures["topics"] = len(last.topics)
     figures["partitions"] = sum(len(topic.partitions) for topic in last.topics)
     figures["records_meanwhile"] = cluster.status()["metadata_offset"] - first_offset

@@ -20,13 +20,12 @@ in every Fetch.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
 
-from cluster.bench.standard import rss_mb
+from cluster.bench.stats import cpu_seconds, percentile, rss_mb
 from cluster.launch.cluster import Cluster
 
 LATENCY_ROUNDS = 2000
@@ -35,7 +34,6 @@ VALUE = b"v" * 100
 IDLE_TOPICS = 1000
 IDLE_PARTITIONS = 3
 IDLE_NODES = 9
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -48,7 +46,7 @@ class Percentiles:
     @classmethod
     def of(cls, seconds: list[float]) -> "Percentiles":
         ordered = sorted(seconds)
-        return cls(p50_ms=statistics.median(ordered) * 1000, p99_ms=ordered[int(len(ordered) * 0.99) - 1] * 1000,
+        return cls(p50_ms=statistics.median(ordered) * 1000, p99_ms=percentile(ordered, 0.99) * 1000,
                    max_ms=ordered[-1] * 1000, rounds=len(ordered))
 
 
@@ -102,25 +100,14 @@ def mock_acks_all_latency(rounds: int = LATENCY_ROUNDS) -> Percentiles:
     return Percentiles.of(_round_trips({"test.mock.num.brokers": 3}, "latency-mock", rounds))
 
 
-def user_and_kernel_cpu(pid: int) -> tuple[float, float]:
-    """Seconds of CPU the process has used so far, in user space and in the kernel."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS  # utime, stime
-
-
-def _cpu_seconds(pid: int) -> float:
-    return sum(user_and_kernel_cpu(pid))
-
-
 def idle_cpu_and_rss(cluster: Cluster, seconds: float = 20) -> list[NodeIdle]:
     """Each node's CPU (percent of one core) over `seconds` of whatever the cluster does now, and its RSS."""
     pids = {node_id: node.pid for node_id, node in sorted(cluster.nodes.items())}
-    before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items()}
+    before = {node_id: cpu_seconds(pid) for node_id, pid in pids.items()}
     started = time.monotonic()
     time.sleep(seconds)  # the measurement window itself
     elapsed = time.monotonic() - started
-    return [NodeIdle(node_id, (_cpu_seconds(pid) - before[node_id]) / elapsed * 100, rss_mb(pid))
+    return [NodeIdle(node_id, (cpu_seconds(pid) - before[node_id]) / elapsed * 100, rss_mb(pid))
             for node_id, pid in pids.items()]
 
 
@@ -163,10 +150,10 @@ def run_latency(rounds: int) -> None:
         for rf in (3, 1):
             topic = latency_topic(cluster.bootstrap_servers, rf)
             pids = [node.pid for node in cluster.nodes.values()]
-            before = [_cpu_seconds(pid) for pid in pids]
+            before = [cpu_seconds(pid) for pid in pids]
             ours = Percentiles.of(_round_trips({"bootstrap.servers": cluster.bootstrap_servers}, topic, rounds))
             writes = rounds + WARM_UP_ROUNDS
-            cpu_ms = sorted(((_cpu_seconds(pid) - then) / writes * 1000 for pid, then in zip(pids, before)),
+            cpu_ms = sorted(((cpu_seconds(pid) - then) / writes * 1000 for pid, then in zip(pids, before)),
                             reverse=True)
             _print_latency(rf, ours, mock_acks_all_latency(rounds))
             # The busiest node is the partition's leader.

@@ -24,7 +24,8 @@ from rich.table import Table
 
 from cluster.bench.metadata import (REPLICATION_FACTOR, TOPIC_PARTITIONS, bench_cluster, create_topics_time,
                                     metadata_latency)
-from cluster.bench.replication import idle_cpu_and_rss, user_and_kernel_cpu
+from cluster.bench.replication import idle_cpu_and_rss
+from cluster.bench.stats import user_and_kernel_cpu
 
 SETTLE_S = 5  # ISR changes and first fetches that follow a creation are not idle cost
 METADATA_VERSION = 12
