@@ -122,7 +122,7 @@ def summary(runs: dict[str, list[dict]], pairs: int, rounds: int) -> Table:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("base", help="the commit to compare this tree with (any git revision)")
     parser.add_argument("--pairs", type=int, default=6, help="alternating runs of each side")
     parser.add_argument("--rounds", type=int, default=3000, help="acks=all writes per run")

@@ -153,7 +153,7 @@ def counted_instructions(writes: int, replication_factor: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, nargs=2, default=(100, 600), metavar=("FEWER", "MORE"),
                         help="the two numbers of writes counted")
     parser.add_argument("--replication-factor", type=int, default=3, help="the topic's replicas (nodes)")

@@ -210,7 +210,7 @@ def _ordinal(nth: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.timeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3000, help="acks=all writes to time")
     parser.add_argument("--replication-factor", type=int, choices=(1, 3), default=3,
                         help="the topic's replicas: 1 times the leader's own steps alone")

@@ -171,7 +171,7 @@ def run_idle(seconds: float, topics: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cluster.bench.replication", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=LATENCY_ROUNDS, help="acks=all writes per figure")
     parser.add_argument("--idle-seconds", type=float, default=20, help="idle measurement window")
     parser.add_argument("--idle-topics", type=int, default=IDLE_TOPICS, help="topics in the idle cluster")
