@@ -62,3 +62,12 @@ def test_a_request_with_nothing_that_can_be_null_has_no_check():
 
     assert request_checks.struct_check(ApiVersionsRequest._struct, 0) is None
     assert request_checks.struct_check(ApiVersionsRequest._struct, 3) is not None  # the software name
+
+
+def test_every_served_request_decodes_as_api_message_decodes():
+    """request_checks calls the compiled decoder that ApiMessage.decode calls; a request class
+    with a decode of its own would be bypassed."""
+    from node.apis import HANDLERS
+
+    for handler in HANDLERS.values():
+        assert handler.request.decode.__func__ is ApiMessage.decode.__func__, handler.request.name
