@@ -51,8 +51,8 @@ def decode(request_class, body: memoryview, version: int):
 
 @lru_cache(maxsize=None)
 def _plan(request_class, version: int) -> tuple[Callable, Check | None]:
-    """The decoder kafka.protocol compiles for this version (it returns the end position as well
-    as the request, which `request_class.decode` drops) and the walk for its schema."""
+    """The decoder kafka.protocol compiles for this version (it returns where the decoding ended
+    as well as the request; `request_class.decode` drops the former) and the check of its schema."""
     flexible = request_class.flexible_version_q(version)
     decoder = request_class._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
                                                          data_class=request_class[None])
