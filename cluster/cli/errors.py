@@ -11,7 +11,7 @@ import click
 from kafka import errors as kafka_errors
 
 from cluster.formats.control import ControlError
-from cluster.launch.cluster import ClusterError
+from cluster.tools.errors import ClusterError
 
 # Error codes with the sentence kafka-topics.sh / kafka-consumer-groups.sh would print; {name} is the subject.
 TOPIC_MESSAGES = {

@@ -19,7 +19,7 @@ from kafka.admin import MemberToRemove
 from cluster.cli.errors import group_error
 from cluster.formats.control import ControlError
 from cluster.formats.errors import ErrorCode
-from cluster.launch.cluster import ClusterError
+from cluster.tools.errors import ClusterError
 
 # What Kafka's AdminClient.removeMembersFromConsumerGroup sends as the LeaveGroup reason (KIP-800).
 REMOVE_REASON = "member was removed by an admin"
@@ -38,7 +38,7 @@ def coordinator_placement(cluster, group_id: str) -> dict:
     leader, as the first running node that answers sees them (coordinator -1: none yet)."""
     for node_id in sorted(cluster.nodes):
         try:
-            return cluster._node_control(node_id, "group_coordinator", group_id=group_id, timeout=5)
+            return cluster.node_control(node_id, "group_coordinator", group_id=group_id, timeout=5)
         except (ClusterError, ControlError, OSError):
             continue
     raise ClusterError("no running node answers on its admin port")
@@ -49,7 +49,7 @@ def rebalance(cluster, group_id: str) -> dict:
     placement = coordinator_placement(cluster, group_id)
     if placement["coordinator"] < 0:
         raise _unknown_group(group_id)
-    reply = cluster._node_control(placement["coordinator"], "rebalance_group", group_id=group_id)
+    reply = cluster.node_control(placement["coordinator"], "rebalance_group", group_id=group_id)
     if reply["error_code"]:
         raise _refused(group_id, reply["error_code"])
     if not reply["members"]:
@@ -103,7 +103,7 @@ def move_coordinator(cluster, group_id: str, to: int | None = None) -> dict:
     replica); returns once every running node knows the new leader."""
     _require_group(cluster, group_id)
     placement = coordinator_placement(cluster, group_id)
-    reply = cluster._control("move_leader", topic=placement["topic"], partition=placement["partition"], target=to)
+    reply = cluster.control("move_leader", topic=placement["topic"], partition=placement["partition"], target=to)
     partition = f"{placement['topic']}-{placement['partition']}"
     if reply["error_code"] == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE:
         wanted = f"node {to} is not a live in-sync replica of {partition}" if to is not None else \
