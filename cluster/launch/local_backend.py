@@ -30,7 +30,7 @@ from pathlib import Path
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive
 from cluster.tools.errors import ClusterError
-from cluster.launch.fork_server import ForkedProcess, ForkServer, ForkServerError
+from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
 
 
 def read_ready_line(process: ForkedProcess, log_path: Path, timeout: float) -> dict:
@@ -297,7 +297,7 @@ def _runs_kraftwerk_process(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     modules = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == b"-m"}
-    return bool(modules & {b"controller", b"node", b"cluster.launch.fork_server"})
+    return bool(modules & {b"controller", b"node", SERVER_MODULE.encode()})
 
 
 def _signal(pid: int, sig: int) -> None:
