@@ -30,7 +30,10 @@ __all__ = ["Cluster", "ClusterError", "NodeProcess", "cluster_class"]
 
 
 class Cluster:
-    """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`."""
+    """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`.
+
+    `runner` is the backend that runs its processes; the default runs them on this machine.
+    """
 
     backend = "process"  # the name of the backend this class runs on: cluster_class(backend) gives the class
 
