@@ -173,11 +173,6 @@ class ReplicaManager:
         me = self.broker.node_id
         self.isr_members.track(partition.key, tuple(r for r in info.isr if r != me) if info.leader == me else ())
 
-    def term_of(self, key: Key) -> int | None:
-        """The leader epoch this node last took for a hosted partition (None before its log is open)."""
-        partition = self.partitions.get(key)
-        return partition.leader_epoch if partition is not None else None
-
     def _update_coordinated_partitions(self) -> None:
         """Load the groups of `__consumer_offsets` partitions led here; forget those led elsewhere."""
         coordinator = self.broker.groups
@@ -192,9 +187,6 @@ class ReplicaManager:
         if self._known_topics is not None and self._known_topics - existing:
             coordinator.forget_deleted_topics(self._known_topics - existing)
         self._known_topics = existing
-
-    def producers_of(self, key: Key) -> PartitionProducers:
-        return self.partitions[key].producers
 
     def _remove(self, key: Key) -> PartitionLog:
         """Stop hosting a partition; the caller deletes the returned log's files."""
