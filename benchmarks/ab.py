@@ -1,7 +1,7 @@
 """A/B of acks=all latency against another commit: `python -m benchmarks.ab BASE`.
 
-On a shared 2-core host the same code's RF=3 p50 moves by a third from one minute to the next,
-more than most single changes gain, so one run of each side says little. This checks BASE out
+On a shared host the same code's acks=all latency moves from one minute to the next by more
+than most single changes gain, so one run of each side says little. This checks BASE out
 into a temporary git worktree and alternates runs of BASE and of this tree, `--pairs` times:
 each run is a fresh 3-node cluster of that tree's code, `--rounds` single-message acks=all writes
 of 100 bytes (a confluent-kafka producer, linger.ms=0) to a one-partition RF=3 topic, with each
@@ -22,25 +22,25 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from cluster.bench import stats
+
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = (("p50_ms", "p50", "ms"), ("p99_ms", "p99", "ms"), ("leader_us", "leader's CPU per write", "us"),
            ("followers_us", "both followers' CPU per write", "us"), ("client_us", "client's CPU per write", "us"))
 
 # Run in a child whose imports come from the tree measured: its launcher starts that tree's nodes.
-# Self-contained on purpose: it relies only on the launcher's Cluster, which every commit has.
+# It relies only on the launcher's Cluster, which every commit has (in cluster.launcher before the
+# user floor moved to cluster/launch), and on cluster.bench.stats, whose source it is sent with.
 _ONE_RUN = r'''
 import json, os, sys, time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from cluster.launch.cluster import Cluster
+try:
+    from cluster.launch.cluster import Cluster
+except ImportError:
+    from cluster.launcher import Cluster
 
 rounds, warm_up = int(sys.argv[1]), 300
-ticks = os.sysconf("SC_CLK_TCK")
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 with Cluster(nodes=3) as cluster:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
@@ -61,9 +61,9 @@ with Cluster(nodes=3) as cluster:
             seconds.append(time.perf_counter() - started)
     client = sum(os.times()[:2]) - client_before
     used = {node_id: cpu_seconds(pid) - before[node_id] for node_id, pid in pids.items()}
-seconds.sort()
 per_write_us = lambda cpu: cpu / rounds * 1e6
-print(json.dumps({"p50_ms": seconds[len(seconds) // 2] * 1e3, "p99_ms": seconds[int(len(seconds) * 0.99)] * 1e3,
+latency = spread(seconds)
+print(json.dumps({"p50_ms": latency["p50"] * 1e3, "p99_ms": latency["p99"] * 1e3,
                   "leader_us": per_write_us(used[leader]),
                   "followers_us": per_write_us(sum(v for n, v in used.items() if n != leader)),
                   "client_us": per_write_us(client)}))
@@ -74,7 +74,8 @@ def one_run(tree: Path, rounds: int) -> dict[str, float]:
     """One fresh cluster of `tree`'s code, measured; raises if the run fails."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("PYTHONSAFEPATH", None)
-    result = subprocess.run([sys.executable, "-c", _ONE_RUN, str(rounds)], cwd=tree, env=env,
+    child = Path(stats.__file__).read_text() + _ONE_RUN
+    result = subprocess.run([sys.executable, "-c", child, str(rounds)], cwd=tree, env=env,
                             capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"a run of {tree} failed:\n{result.stderr[-2000:]}")
@@ -121,7 +122,7 @@ def summary(runs: dict[str, list[dict]], pairs: int, rounds: int) -> Table:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("base", help="the commit to compare this tree with (any git revision)")
     parser.add_argument("--pairs", type=int, default=6, help="alternating runs of each side")
     parser.add_argument("--rounds", type=int, default=3000, help="acks=all writes per run")

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from cluster.formats.log import topic_id_to_kafka_string
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.stall_probe import StallProbe
 from controller.metadata_writer import MetadataWriter
 from controller.server import Controller

@@ -6,9 +6,8 @@ one (`PartitionLog.read`, with and without `region_from`) and writes it after a 
 (`node.socket_writes.write_pieces`) on a uvloop stream over TCP loopback, which a thread of
 this process drains. Printed: the event loop thread's CPU (user + kernel) and wall time per
 answer, each the mean over the rounds. The node's `SENDFILE_FROM_BYTES` (node/apis/fetch.py)
-rests on these figures: on 2 cores, reading is cheaper up to 64 KiB, the two ways cost about the
-same near 128 KiB, from 192 KiB sendfile costs 18-45 % less, and at 1-4 MiB 3.7-7 times less
-(three runs).
+rests on these figures: below it reading the records into memory costs the sending node less,
+above it sendfile does.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from cluster.formats.log import LogConfig, PartitionLog
+from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch
 from cluster.runtime.event_loop import run
 from node.socket_writes import write_pieces

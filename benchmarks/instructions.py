@@ -1,7 +1,7 @@
 """Instructions per acks=all write, counted rather than timed: `python -m benchmarks.instructions`.
 
-On a shared two-core host the same code's latency moves by a third between minutes, so a change
-worth a few percent of a write's CPU never shows in timings. The number of instructions the code
+On a shared host the same code's latency moves from one minute to the next by more than a
+change worth a few percent of a write's CPU, which then never shows in timings. The number of instructions the code
 executes does not move: valgrind's callgrind counts them, the same for the same code and input.
 
 This bench runs the leader and its followers as real node objects (node.broker.Broker, with its
@@ -153,7 +153,7 @@ def counted_instructions(writes: int, replication_factor: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, nargs=2, default=(100, 600), metavar=("FEWER", "MORE"),
                         help="the two numbers of writes counted")
     parser.add_argument("--replication-factor", type=int, default=3, help="the topic's replicas (nodes)")

@@ -86,7 +86,7 @@ def run(size_mb: int, rate: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reassignment", description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=200, help="data in the partition moved [200]")
     parser.add_argument("--rate", type=int, default=20 * 1024 * 1024,
                         help="leader and follower replication throttle, bytes/s [20971520]")

@@ -54,7 +54,7 @@ def plain_read(bootstrap_servers: str, records: int) -> None:
 
 
 def main(argv=None) -> None:
-    arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments = argparse.ArgumentParser(prog="python -m benchmarks.spark_source", description=__doc__.splitlines()[0])
     arguments.add_argument("--records", type=int, default=500_000)
     args = arguments.parse_args(argv)
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from cluster.bench.stats import percentile
 from cluster.runtime import timeline
 
 WARM_UP_ROUNDS = 300
@@ -82,7 +83,7 @@ def warm_append_us(appends: int = 20_000) -> float:
     """Microseconds per leader append of one 100-byte record to a log of its own, in a tight loop in
     this process: the code of the "log appended" step, run warm."""
     from cluster.bench.replication import VALUE
-    from cluster.formats.log import PartitionLog
+    from cluster.formats.partition_log import PartitionLog
     from cluster.formats.records import encode_batch, validate_batches
 
     batch = encode_batch([(None, VALUE)], timestamp=int(time.time() * 1000))
@@ -209,7 +210,7 @@ def _ordinal(nth: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.timeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3000, help="acks=all writes to time")
     parser.add_argument("--replication-factor", type=int, choices=(1, 3), default=3,
                         help="the topic's replicas: 1 times the leader's own steps alone")
@@ -224,7 +225,7 @@ def main() -> None:
     durations = sorted((end - start) / 1000 for start, end in writes)
     console = Console()
     console.print(f"{len(writes)} writes: p50 {statistics.median(durations):.0f} us, "
-                  f"p99 {durations[int(len(durations) * 0.99) - 1]:.0f} us")
+                  f"p99 {percentile(durations, 0.99):.0f} us")
     steps_of_each = steps_of_writes(writes, leader, followers)
     console.print(timeline_table(step_offsets(steps_of_each), len(writes), args.replication_factor))
     if args.replication_factor > 1:

@@ -8,7 +8,7 @@ from typing import Iterator
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataImage
-from cluster.formats.log import topic_id_from_kafka_string
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 
 
 @dataclass

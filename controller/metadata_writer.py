@@ -22,9 +22,9 @@ import uuid
 from pathlib import Path
 
 from cluster.formats.image import MetadataImage
-from cluster.formats.log import PartitionLog
 from cluster.formats.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
 from cluster.formats.metadata_records import encode_record, iter_metadata_records
+from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import frame_records, seal_batch
 from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 

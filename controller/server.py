@@ -8,7 +8,7 @@ import time
 from cluster.formats.control import BadControlRequest, ControlConnection
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.errors import ErrorCode
-from cluster.formats.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.runtime.time_slices import TimeSlice, gently
 from controller import topics
 from cluster.formats.config import BrokerConfig

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from cluster.formats.config import TOPIC_CONFIG_DEFAULTS_FROM_BROKER, TOPIC_CONFIG_FIXED_DEFAULTS, valid_throttled_replicas
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, MetadataImage
-from cluster.formats.log import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.runtime.time_slices import gently
 from cluster.formats.topic_names import MAX_NAME_LENGTH, topic_name_error
 from controller.arguments import expect, expect_list, optional

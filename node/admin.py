@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cluster.formats.control import ControlServer
 from cluster.runtime.stall_probe import StallProbe
-from node import offsets_topic
+from node.groups import placement
 from node.apis import HANDLERS
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
 from node.fetch_stats import client_fetch_stats
@@ -113,8 +113,8 @@ class AdminServer:
         """The group's `__consumer_offsets` partition and its leader (the coordinator), as this node sees them."""
         group_id = _group_id(args)
         partition = self.broker.groups.partition_of(group_id)
-        info = self.broker.partition(offsets_topic.OFFSETS_TOPIC, partition)
-        return {"group_id": group_id, "topic": offsets_topic.OFFSETS_TOPIC, "partition": partition,
+        info = self.broker.partition(placement.OFFSETS_TOPIC, partition)
+        return {"group_id": group_id, "topic": placement.OFFSETS_TOPIC, "partition": partition,
                 "coordinator": info.leader if info else -1}
 
     async def rebalance_group(self, args: dict, conn) -> dict:

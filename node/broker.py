@@ -10,7 +10,7 @@ from cluster.formats.config import BrokerConfig
 from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
 from node.faults import Faults
 from node.fetch_sessions import FetchSessionCache
-from node.group_coordinator import GroupCoordinator
+from node.groups.coordinator import GroupCoordinator
 from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers

@@ -22,7 +22,7 @@ import struct
 from collections import deque
 from typing import Callable
 
-from cluster.formats.log import FileRegion
+from cluster.formats.segment import FileRegion
 from cluster.runtime import timeline
 from node.socket_writes import write_pieces
 

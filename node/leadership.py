@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.formats.image import PartitionInfo
-from cluster.formats.log import PartitionLog
+from cluster.formats.partition_log import PartitionLog
 from cluster.formats.errors import ErrorCode
 from node.partition import Partition
 

@@ -13,10 +13,11 @@ import os
 import uuid
 
 from cluster.formats.control import ControlClient, ControlError
-from cluster.formats.log import PartitionLog, topic_id_to_kafka_string
 from cluster.formats.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
+from cluster.formats.partition_log import PartitionLog
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.records import iter_batch_headers
 from cluster.runtime.shutdown import cancel_and_wait, cancel_requested

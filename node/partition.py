@@ -11,7 +11,8 @@ import logging
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import PartitionInfo
-from cluster.formats.log import PartitionLog, topic_id_to_kafka_string
+from cluster.formats.partition_log import PartitionLog
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.timed_wait import result_within
 from node import isr_rules
 from node.isr_rules import FollowerProgress, now_ms

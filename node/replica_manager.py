@@ -13,13 +13,14 @@ from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataDelta
-from cluster.formats.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog, parse_partition_dir_name
 from cluster.formats.metadata_log import METADATA_PARTITION_DIR
 from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
+from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX, parse_partition_dir_name
+from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.runtime.time_slices import TimeSlice, gently
 from node import isr_rules
+from node.groups.placement import OFFSETS_TOPIC
 from node.isr_members import IsrMembers
-from node.offsets_topic import OFFSETS_TOPIC
 from node.partition import Partition, start_epoch
 from node.producer_state import PartitionProducers
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 
-from cluster.formats.log import FileRegion
+from cluster.formats.segment import FileRegion
 
 log = logging.getLogger(__name__)
 

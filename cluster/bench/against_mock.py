@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from rich.console import Console
 from rich.table import Table
 
-from cluster.bench.standard import _consume_confluent, _produce_confluent, _produce_kafka_python, read_from_beginning
+from cluster.bench.clients import consume_confluent, produce_confluent, produce_kafka_python, read_from_beginning
 from cluster.bench.replication import LATENCY_ROUNDS, Percentiles, acks_all_latency, mock_acks_all_latency
 from cluster.launch.cluster import Cluster
 
@@ -76,7 +76,7 @@ def confluent_producer_rate(bootstrap: str, topic: str, messages: int, value_siz
     """Messages per second one confluent-kafka producer writes and has acknowledged."""
     import confluent_kafka
 
-    seconds = _produce_confluent(confluent_kafka, bootstrap, topic, messages, os.urandom(value_size), acks)
+    seconds = produce_confluent(confluent_kafka, bootstrap, topic, messages, os.urandom(value_size), acks)
     return messages / seconds
 
 
@@ -84,7 +84,7 @@ def confluent_consumer_rate(bootstrap: str, topic: str, partitions: int, message
     """Messages per second one confluent-kafka consumer reads of a topic, from the beginning."""
     import confluent_kafka
 
-    return messages / _consume_confluent(confluent_kafka, bootstrap, topic, partitions, messages)
+    return messages / consume_confluent(confluent_kafka, bootstrap, topic, partitions, messages)
 
 
 def confluent_consumer_steady_rate(bootstrap: str, topic: str, partitions: int, messages: int,
@@ -130,8 +130,8 @@ def kafka_python_producer_rate(bootstrap: str, topic: str, messages: int, value_
     The API versions are pinned to Kafka 2.1's (Produce v7) on every cluster: kafka-python
     3.0 cannot read the mock's answer to the ApiVersions v4 it opens with otherwise.
     """
-    return messages / _produce_kafka_python(bootstrap, topic, messages, os.urandom(value_size), acks,
-                                            api_version=KAFKA_PYTHON_API_VERSION)
+    return messages / produce_kafka_python(bootstrap, topic, messages, os.urandom(value_size), acks,
+                                           api_version=KAFKA_PYTHON_API_VERSION)
 
 
 def write_large_values(bootstrap: str, topic: str, count: int, value_size: int = LARGE_VALUE_BYTES) -> None:

@@ -13,20 +13,10 @@ replicas (9,000 replicas by default) and prints:
 
 Figures, not pass/fail; the machine's other load moves them, so repeat and compare ranges.
 
-What profiling (py-spy on the controller and a node, 2 shared cores) showed:
-
-- Metadata: every request built ~4,000 kafka-python structs and encoded them (62-870 ms per
-  answer for 3,000 partitions). Answers are now kept encoded per image state (node/apis/metadata.py).
-- One CreateTopics of 1,000 topics: the controller's part (checks, placement, encoding 4,000
-  records, one fsync) takes well under a second and its loop is idle the rest of the time. The
-  time goes to the nodes opening their ~1,000 new logs each: a directory, partition.metadata,
-  an empty .log and (on the leader) leader-epoch-checkpoint per log, the index files coming with
-  their first entry; each creation is about 0.6 ms of kernel time on this machine's ext4 (20-50
-  times less on tmpfs); decoding the records is 0.1-0.2 s of CPU per node.
-- 1,000 requests of one topic: about 40 ms each while the cluster is small, 230-290 ms each past
-  900 topics. A node's main thread is then ~80 % busy serving and sending replica Fetches of all
-  its partitions (idle replication cost grows with the partition count) and ~10 % applying the
-  metadata, of which most is ReplicaFetchers.reconcile walking every partition on each change.
+Creating topics costs the nodes more than the controller: each node opens a log per new replica
+(a directory, partition.metadata, an empty .log and, on the leader, leader-epoch-checkpoint), so
+the filesystem's speed at creating files shows in the figure. Metadata answers are kept encoded
+per image state (node/apis/metadata.py), so a round trip after a change includes one rebuild.
 """
 from __future__ import annotations
 
@@ -38,6 +28,7 @@ import struct
 import tempfile
 import time
 
+from cluster.bench.stats import spread
 from cluster.launch.cluster import Cluster
 
 TOPIC_PARTITIONS = 3
@@ -45,16 +36,6 @@ REPLICATION_FACTOR = 3
 ADMIN_TIMEOUT_MS = 300_000
 READY_TIMEOUT_S = 300  # a loaded machine may take long to open thousands of logs
 _SIZE = struct.Struct(">i")
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50, p90, p99 and max of samples, in the samples' unit."""
-    ordered = sorted(samples)
-
-    def at(fraction: float) -> float:
-        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": ordered[-1]}
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
@@ -96,7 +77,7 @@ def metadata_latency(cluster: Cluster, requests: int = 200, version: int = 12,
             answers.append(_recv_exactly(sock, size))
             samples.append((time.perf_counter() - started) * 1000)
     last = MetadataResponse.decode(answers[-1], version=version, header=True)
-    figures = percentiles(samples)
+    figures = spread(samples)
     figures["topics"] = len(last.topics)
     figures["partitions"] = sum(len(topic.partitions) for topic in last.topics)
     figures["records_meanwhile"] = cluster.status()["metadata_offset"] - first_offset

@@ -12,25 +12,20 @@ in the same run:
 The functions take an already-running cluster (`acks_all_latency(bootstrap, rf)`,
 `idle_cpu_and_rss(cluster, seconds)`), so that `kraftwerk bench` can call them on its own.
 
-What profiling showed (py-spy on the leader and a follower during the latency loop, and on an
-idle 9,000-replica node): a follower's parked Fetch is woken on the leader's append at once and
-the produce is answered from the follower's next Fetch, so one acks=all write costs two replica
-round trips; idle nodes spent their time encoding and decoding full Fetch requests naming every
-followed partition every replica.fetch.wait.max.ms, which fetch sessions (KIP-227) remove.
-Later, each step of the leader's part of an acks=all write timed in place over 3,000 writes: the
-three socket writes, starting each request, the Produce path, building and encoding each Fetch
-answer, none of them an eighth of the whole (README, Performance).
+One acks=all write costs two replica round trips: a follower's parked Fetch is woken by the
+leader's append, and the produce is answered from that follower's next Fetch. An idle node's cost
+is its replica fetching, which fetch sessions (KIP-227) keep from naming every followed partition
+in every Fetch.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
 
-from cluster.bench.standard import rss_mb
+from cluster.bench.stats import cpu_seconds, percentile, rss_mb
 from cluster.launch.cluster import Cluster
 
 LATENCY_ROUNDS = 2000
@@ -39,7 +34,6 @@ VALUE = b"v" * 100
 IDLE_TOPICS = 1000
 IDLE_PARTITIONS = 3
 IDLE_NODES = 9
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -52,7 +46,7 @@ class Percentiles:
     @classmethod
     def of(cls, seconds: list[float]) -> "Percentiles":
         ordered = sorted(seconds)
-        return cls(p50_ms=statistics.median(ordered) * 1000, p99_ms=ordered[int(len(ordered) * 0.99) - 1] * 1000,
+        return cls(p50_ms=statistics.median(ordered) * 1000, p99_ms=percentile(ordered, 0.99) * 1000,
                    max_ms=ordered[-1] * 1000, rounds=len(ordered))
 
 
@@ -106,25 +100,14 @@ def mock_acks_all_latency(rounds: int = LATENCY_ROUNDS) -> Percentiles:
     return Percentiles.of(_round_trips({"test.mock.num.brokers": 3}, "latency-mock", rounds))
 
 
-def user_and_kernel_cpu(pid: int) -> tuple[float, float]:
-    """Seconds of CPU the process has used so far, in user space and in the kernel."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS  # utime, stime
-
-
-def _cpu_seconds(pid: int) -> float:
-    return sum(user_and_kernel_cpu(pid))
-
-
 def idle_cpu_and_rss(cluster: Cluster, seconds: float = 20) -> list[NodeIdle]:
     """Each node's CPU (percent of one core) over `seconds` of whatever the cluster does now, and its RSS."""
     pids = {node_id: node.pid for node_id, node in sorted(cluster.nodes.items())}
-    before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items()}
+    before = {node_id: cpu_seconds(pid) for node_id, pid in pids.items()}
     started = time.monotonic()
     time.sleep(seconds)  # the measurement window itself
     elapsed = time.monotonic() - started
-    return [NodeIdle(node_id, (_cpu_seconds(pid) - before[node_id]) / elapsed * 100, rss_mb(pid))
+    return [NodeIdle(node_id, (cpu_seconds(pid) - before[node_id]) / elapsed * 100, rss_mb(pid))
             for node_id, pid in pids.items()]
 
 
@@ -167,10 +150,10 @@ def run_latency(rounds: int) -> None:
         for rf in (3, 1):
             topic = latency_topic(cluster.bootstrap_servers, rf)
             pids = [node.pid for node in cluster.nodes.values()]
-            before = [_cpu_seconds(pid) for pid in pids]
+            before = [cpu_seconds(pid) for pid in pids]
             ours = Percentiles.of(_round_trips({"bootstrap.servers": cluster.bootstrap_servers}, topic, rounds))
             writes = rounds + WARM_UP_ROUNDS
-            cpu_ms = sorted(((_cpu_seconds(pid) - then) / writes * 1000 for pid, then in zip(pids, before)),
+            cpu_ms = sorted(((cpu_seconds(pid) - then) / writes * 1000 for pid, then in zip(pids, before)),
                             reverse=True)
             _print_latency(rf, ours, mock_acks_all_latency(rounds))
             # The busiest node is the partition's leader.
@@ -188,7 +171,7 @@ def run_idle(seconds: float, topics: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cluster.bench.replication", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=LATENCY_ROUNDS, help="acks=all writes per figure")
     parser.add_argument("--idle-seconds", type=float, default=20, help="idle measurement window")
     parser.add_argument("--idle-topics", type=int, default=IDLE_TOPICS, help="topics in the idle cluster")

@@ -7,12 +7,11 @@ own work has settled, nothing is sent for `idle_seconds`: each node's share of a
 RSS over that window are the idle cost. Last, Metadata for every topic is timed as raw bytes on one
 connection (cluster.bench.metadata.metadata_latency).
 
-Creation time depends on the filesystem's state as much as on kraftwerk: on this project's ext4
-machines, after many files were created and deleted in the same place (a test run, an earlier
-bench), the same creation took three to four times as long, the difference kernel time in ext4's
-inode allocator (perf: find_inode_bit and recently_deleted). So the nodes' CPU during the creation
-is printed too, in user space and in the kernel: a large kernel share says the disk, not the
-cluster, was slow.
+Creation time depends on the filesystem's state as much as on kraftwerk: on ext4, after many
+files were created and deleted in the same place (a test run, an earlier bench), the same
+creation takes several times as long, the difference kernel time in ext4's inode allocator. So
+the nodes' CPU during the creation is printed too, in user space and in the kernel: a large
+kernel share says the disk, not the cluster, was slow.
 """
 from __future__ import annotations
 
@@ -25,7 +24,8 @@ from rich.table import Table
 
 from cluster.bench.metadata import (REPLICATION_FACTOR, TOPIC_PARTITIONS, bench_cluster, create_topics_time,
                                     metadata_latency)
-from cluster.bench.replication import idle_cpu_and_rss, user_and_kernel_cpu
+from cluster.bench.replication import idle_cpu_and_rss
+from cluster.bench.stats import user_and_kernel_cpu
 
 SETTLE_S = 5  # ISR changes and first fetches that follow a creation are not idle cost
 METADATA_VERSION = 12

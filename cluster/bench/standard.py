@@ -2,16 +2,9 @@
 stopping a cluster takes, and node memory, printed.
 
 Start-up is shown for the benchmark's own cluster and as min/median/max over fresh clusters of
-3 and 9 nodes. Where it went, measured before the fork server (python -X importtime, log
-timestamps): each node process spent about 0.25 s of CPU importing its code (half of it
-kafka-python, whose package imports its clients along with the protocol classes), so 9 nodes
-on 2 cores waited seconds for their imports; and a node's heartbeat could miss the wake-up
-for metadata it applied while a heartbeat was in flight, adding up to the 0.5 s heartbeat
-interval (the bimodal 0.55/1.05 s of 3-node starts). Now the controller and nodes are forked
-from one process that imported their code once (cluster/launch/fork_server.py), and the CPU all of a
-cluster's processes spend until it is ready fell from 1.6-2.4 s to 0.6-0.8 s for 3 nodes and
-from 4.8-6.7 s to 1.0-1.25 s for 9 (2 shared cores, busy); a forked node is left with 9 MB of
-private memory instead of 26.
+3 and 9 nodes: a start is mostly the processes' imports and their first heartbeats, which is why
+the controller and nodes are forked from one process that imported their code once
+(cluster/launch/fork_server.py).
 
 Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
 cluster, not the client; kafka-python otherwise.
@@ -29,6 +22,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from cluster.bench.clients import consume_confluent, consume_kafka_python, produce_confluent, produce_kafka_python
+from cluster.bench.stats import rss_mb
 from cluster.launch.cluster import Cluster
 
 
@@ -46,134 +41,6 @@ class Figure:
     @property
     def megabytes_per_second(self) -> float:
         return self.rate * self.value_size / 1e6
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: int, value: bytes, acks: str) -> float:
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
-    failures = []
-
-    def delivered(error, _message):
-        if error is not None:
-            failures.append(error)
-
-    started = time.perf_counter()
-    for i in range(messages):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(i).encode(), on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    # A figure for messages the cluster refused would be meaningless.
-    if remaining or failures:
-        raise RuntimeError(f"{remaining} messages unacknowledged, {len(failures)} refused "
-                           f"(first error: {failures[0] if failures else None})")
-    return elapsed
-
-
-def _consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: int, messages: int) -> float:
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench",
-                                         "enable.auto.commit": False, "fetch.max.bytes": 52428800})
-    elapsed = read_from_beginning(consumer, topic, range(partitions), messages, 10_000).seconds
-    consumer.close()
-    return elapsed
-
-
-def read_from_beginning(consumer, topic: str, partitions, messages: int, batch_size: int) -> ReadTimes:
-    """A confluent-kafka consumer's read of `messages` messages from the first offsets of the topic's
-    partitions, timed from before it asks for the topic's metadata.
-
-    It is assigned the partitions once it knows their leaders: assigned before it has the topic's
-    metadata, librdkafka finds no leader and queries the offsets only when a 500 ms timer fires.
-    Against the mock as against kraftwerk, that timer was most of the time a read of 150,000 small
-    values took from the consumer's start."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    started = time.perf_counter()
-    consumer.list_topics(topic, timeout=10)
-    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING) for partition in partitions])
-    return read_times(consumer, messages, batch_size, started)
-
-
-@dataclass
-class ReadTimes:
-    """How long an assigned consumer took to read: in all, and to its first message."""
-
-    messages: int
-    seconds: float  # from the start given to read_times to the last message
-    first_message_seconds: float
-
-    def steady_rate(self) -> float:
-        """Messages per second after the first message: what the cluster serves, without the client's
-        own start (connections, metadata, offsets)."""
-        rest = self.seconds - self.first_message_seconds
-        return (self.messages - 1) / rest if rest > 0 else self.messages / self.seconds
-
-
-def read_times(consumer, messages: int, batch_size: int, started: float) -> ReadTimes:
-    """How long an assigned confluent-kafka consumer takes to read `messages` messages, counted from
-    `started` (a time.perf_counter() taken before it was assigned)."""
-    seen = 0
-    first_message_seconds = None
-    while seen < messages:
-        # consume() waits for num_messages or the timeout: never ask for more than is left, and
-        # ask for the first message alone, to know when the stream began.
-        wanted = 1 if first_message_seconds is None else min(batch_size, messages - seen)
-        batch = consumer.consume(num_messages=wanted, timeout=5)
-        if not batch:
-            raise RuntimeError(f"read {seen} of {messages} messages before the stream went quiet")
-        seen += len(batch)
-        if first_message_seconds is None:
-            first_message_seconds = time.perf_counter() - started
-    return ReadTimes(messages, time.perf_counter() - started, first_message_seconds)
-
-
-def _produce_kafka_python(bootstrap: str, topic: str, messages: int, value: bytes, acks: str,
-                          api_version: tuple[int, int] | None = None) -> float:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks), linger_ms=5,
-                             batch_size=256 * 1024, api_version=api_version)
-    started = time.perf_counter()
-    futures = [producer.send(topic, value=value, key=str(i).encode()) for i in range(messages)]
-    producer.flush()
-    elapsed = time.perf_counter() - started
-    refused = [f for f in futures if f.failed()]
-    if refused:
-        raise RuntimeError(f"{len(refused)} messages refused (first error: {refused[0].exception})")
-    producer.close()
-    return elapsed
-
-
-def _consume_kafka_python(bootstrap: str, topic: str, partitions: int, messages: int) -> float:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10_000,
-                             fetch_max_bytes=52428800)
-    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-    consumer.seek_to_beginning()
-    started = time.perf_counter()
-    seen = 0
-    for _ in consumer:
-        seen += 1
-        if seen >= messages:
-            break
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
 
 
 class AckRecorder:
@@ -338,14 +205,14 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
             topic = f"bench-acks-{acks}"
             cluster.create_topic(topic, partitions=partitions)
             if confluent_kafka:
-                seconds = _produce_confluent(confluent_kafka, bootstrap, topic, messages, value, acks)
+                seconds = produce_confluent(confluent_kafka, bootstrap, topic, messages, value, acks)
             else:
-                seconds = _produce_kafka_python(bootstrap, topic, messages, value, acks)
+                seconds = produce_kafka_python(bootstrap, topic, messages, value, acks)
             figures.append(Figure(f"produce acks={'-1' if acks == 'all' else acks}", messages, seconds, value_size))
         if confluent_kafka:
-            seconds = _consume_confluent(confluent_kafka, bootstrap, "bench-acks-1", partitions, messages)
+            seconds = consume_confluent(confluent_kafka, bootstrap, "bench-acks-1", partitions, messages)
         else:
-            seconds = _consume_kafka_python(bootstrap, "bench-acks-1", partitions, messages)
+            seconds = consume_kafka_python(bootstrap, "bench-acks-1", partitions, messages)
         figures.append(Figure("fetch (consume all)", messages, seconds, value_size))
         rss_loaded = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
         startup = cluster.startup_seconds

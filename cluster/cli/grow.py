@@ -1,4 +1,5 @@
-"""`kraftwerk node add|remove` and `kraftwerk rebalance`: growing, shrinking and evening out a running cluster."""
+"""`kraftwerk node add|remove`, `rebalance` and `reassign`: growing, shrinking and evening out a running
+cluster, and moving partitions as a plan says."""
 from __future__ import annotations
 
 import json
@@ -6,8 +7,9 @@ import time
 from pathlib import Path
 
 import click
+from rich.table import Table
 
-from cluster.cli import attached, console, data_dir_option, main, node
+from cluster.cli.app import attached, console, data_dir_option, json_option, print_json
 from cluster.cli.errors import fail
 from cluster.launch.cluster import Cluster, ClusterError
 from cluster.tools.planner import PlannerError, balance_plan, leader_counts, replica_counts
@@ -18,7 +20,7 @@ throttle_option = click.option("--throttle", type=float, default=None, metavar="
                                help="cap replication traffic of the moves at this rate")
 
 
-@node.command("add")
+@click.command("add")
 @click.option("--rack", default=None, help="the new node's broker.rack")
 @data_dir_option
 def node_add(rack, data_dir):
@@ -32,7 +34,7 @@ def node_add(rack, data_dir):
     click.echo(f"node {node_id} joined{where} at {cluster.host}:{cluster.nodes[node_id].port}")
 
 
-@node.command("remove")
+@click.command("remove")
 @click.argument("node_id", type=int)
 @throttle_option
 @data_dir_option
@@ -52,7 +54,7 @@ def _bytes_per_s(mb_per_s: float | None) -> int | None:
     return None if mb_per_s is None else int(mb_per_s * MB)
 
 
-@main.command()
+@click.command()
 @click.option("--dry-run", is_flag=True, help="print the plan, move nothing")
 @throttle_option
 @click.option("--plan-out", type=click.Path(dir_okay=False), default=None,
@@ -152,3 +154,68 @@ def _elect_preferred(cluster: Cluster, partitions: list[tuple[str, int]]) -> Non
         admin.elect_leaders(0, by_topic, raise_errors=False)
     finally:
         admin.close()
+
+
+@click.command()
+@click.option("--file", "plan_file", type=click.Path(dir_okay=False), default=None,
+              help="a plan in kafka-reassign-partitions.sh's JSON: move these partitions")
+@click.option("--status", "show_status", is_flag=True, help="list the moves in progress")
+@click.option("--cancel", is_flag=True, help="cancel the moves of the partitions in --file")
+@click.option("--throttle", type=int, default=None, metavar="BYTES_PER_S",
+              help="cap the moves' replication at this rate (Kafka's --throttle), until they are done")
+@click.option("--wait", is_flag=True, help="return once the moves are complete, then lift the throttle")
+@data_dir_option
+@json_option
+def reassign(plan_file, show_status, cancel, throttle, wait, data_dir, as_json):
+    """Move partitions to other nodes as a kafka-reassign-partitions.sh plan says, or show moves in progress."""
+    if show_status == bool(plan_file):
+        raise click.UsageError("give either --file PLAN or --status")
+    cluster = attached(data_dir)
+    if show_status:
+        _print_reassignments(cluster.list_reassignments(), as_json)
+        return
+    moves = _read_plan_file(plan_file)
+    if cancel:
+        moves = {key: None for key in moves}
+    refused = {key: error for key, error in cluster.reassign(moves, throttle_bytes_per_s=throttle).items() if error}
+    for (topic_name, partition), error in sorted(refused.items()):
+        click.echo(f"{topic_name}-{partition}: {error}", err=True)
+    if refused:
+        fail(f"{len(refused)} of {len(moves)} partitions were refused")
+    click.echo(f"{'cancelled' if cancel else 'started'} the reassignment of {len(moves)} partitions")
+    if wait and not cancel:
+        started = time.monotonic()
+        while not cluster.wait_reassigned(list(moves), timeout=60):
+            click.echo(f"{len(cluster.list_reassignments())} partitions still moving")
+        click.echo(f"reassignment complete in {time.monotonic() - started:.1f} s")
+        if throttle is not None:
+            cluster.clear_throttles()
+
+
+def _read_plan_file(path: str) -> dict:
+    from cluster.tools.reassignment_plan import PlanError, read_plan
+
+    try:
+        return read_plan(Path(path).read_text())
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+    except PlanError as exc:
+        fail(f"{path} is not a reassignment plan: {exc}")
+
+
+def _print_reassignments(ongoing: dict, as_json: bool) -> None:
+    rows = [{"topic": topic_name, "partition": partition, **moving}
+            for (topic_name, partition), moving in sorted(ongoing.items())]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo("no partition reassignment is in progress")
+        return
+    table = Table(title="reassignments in progress")
+    for column in ("topic", "partition", "replicas", "adding", "removing"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["topic"], str(row["partition"]), *(",".join(map(str, row[k])) for k in (
+            "replicas", "adding_replicas", "removing_replicas")))
+    console.print(table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.formats.log import write_atomically
+from cluster.formats.files import write_atomically
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 VERSION = 0

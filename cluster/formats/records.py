@@ -47,7 +47,7 @@ class UnsupportedMagicError(CorruptRecordError):
 
 class BatchHeader(NamedTuple):
     """A batch's 61-byte header as read. A named tuple, built from struct's unpack in one step: a
-    frozen dataclass took 2.4 us per header, setting its 13 fields one by one (0.5 us this way)."""
+    frozen dataclass sets its 13 fields one by one, which costs several times as much per header."""
 
     base_offset: int
     batch_length: int

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
-from cluster.formats.log import topic_id_from_kafka_string
 from cluster.formats.errors import ErrorCode
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 from node.broker import apply_timeout_s
 from node.topic_configs import topic_config_entries
 

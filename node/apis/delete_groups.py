@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 
-from node.group_coordinator import GroupError
+from node.groups.persistence import GroupError
 
 REQUEST = DeleteGroupsRequest
 RESPONSE = DeleteGroupsResponse

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
-from cluster.formats.log import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.formats.errors import ErrorCode
+from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 
 REQUEST = DeleteTopicsRequest
 RESPONSE = DeleteTopicsResponse

@@ -4,7 +4,7 @@ from __future__ import annotations
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
 from cluster.formats.errors import ErrorCode
-from node.group_coordinator import DEAD
+from node.groups.classic import DEAD
 
 REQUEST = DescribeGroupsRequest
 RESPONSE = DescribeGroupsResponse

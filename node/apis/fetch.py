@@ -28,7 +28,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.formats import message_sets
 from cluster.formats.compression import DecompressedTooLargeError
-from cluster.formats.log import OffsetOutOfRangeError
+from cluster.formats.partition_log import OffsetOutOfRangeError
 from cluster.formats.records import CorruptRecordError
 from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within

@@ -6,7 +6,7 @@ import logging
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from cluster.formats.errors import ErrorCode
-from node import offsets_topic
+from node.groups import placement
 
 REQUEST = FindCoordinatorRequest
 RESPONSE = FindCoordinatorResponse
@@ -20,7 +20,7 @@ async def handle(broker, header, request):
     version = header.api_version
     keys = request.coordinator_keys if version >= 4 else [request.key]
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
-    if key_type == GROUP_KEY_TYPE and broker.topic(offsets_topic.OFFSETS_TOPIC) is None:
+    if key_type == GROUP_KEY_TYPE and broker.topic(placement.OFFSETS_TOPIC) is None:
         await _create_offsets_topic(broker)
     found = [_locate(broker, key, key_type) for key in keys]
     if version >= 4:
@@ -37,7 +37,7 @@ def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
         # Transaction coordinators come with transactions.
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     partition = broker.groups.partition_of(key)
-    info = broker.partition(offsets_topic.OFFSETS_TOPIC, partition)
+    info = broker.partition(placement.OFFSETS_TOPIC, partition)
     endpoint = broker.endpoint_of(info.leader) if info is not None and info.leader >= 0 else None
     if endpoint is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -46,8 +46,8 @@ def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
 
 
 async def _create_offsets_topic(broker) -> None:
-    topic = offsets_topic.topic_to_create(broker.config, len(broker.live_broker_ids()))
+    topic = placement.topic_to_create(broker.config, len(broker.live_broker_ids()))
     try:
         await broker.call_controller("create_topics", topics=[topic], validate_only=False)
     except Exception as exc:  # answered as COORDINATOR_NOT_AVAILABLE; clients retry
-        log.warning("cannot create %s: %s", offsets_topic.OFFSETS_TOPIC, exc)
+        log.warning("cannot create %s: %s", placement.OFFSETS_TOPIC, exc)

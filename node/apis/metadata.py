@@ -17,7 +17,7 @@ from kafka.protocol.schemas.fields.codecs import EncodeBufferPool, Int32, Unsign
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
-from node import offsets_topic
+from node.groups import placement
 from node.spliced_response import EncodedResponse
 
 REQUEST = MetadataRequest
@@ -184,8 +184,8 @@ async def _auto_create(broker, names: list[str]) -> None:
 def _topic_to_create(broker, name: str) -> dict:
     # Kafka's AutoTopicCreationManager creates the offsets topic as a group's first use would
     # (Burrow, for one, asks for it before any group exists).
-    if name == offsets_topic.OFFSETS_TOPIC:
-        return offsets_topic.topic_to_create(broker.config, len(broker.live_broker_ids()))
+    if name == placement.OFFSETS_TOPIC:
+        return placement.topic_to_create(broker.config, len(broker.live_broker_ids()))
     return {"name": name, "num_partitions": -1, "replication_factor": -1, "assignments": None, "configs": {}}
 
 

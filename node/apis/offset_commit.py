@@ -14,8 +14,8 @@ import time
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from cluster.formats.errors import ErrorCode
-from node.group_coordinator import GroupError
-from node.offsets_topic import CommittedOffset
+from node.groups.persistence import GroupError
+from node.groups.records import CommittedOffset
 
 REQUEST = OffsetCommitRequest
 RESPONSE = OffsetCommitResponse

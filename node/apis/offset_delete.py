@@ -4,7 +4,7 @@ from __future__ import annotations
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
 from cluster.formats.errors import ErrorCode
-from node.group_coordinator import GroupError
+from node.groups.persistence import GroupError
 
 REQUEST = OffsetDeleteRequest
 RESPONSE = OffsetDeleteResponse

@@ -23,7 +23,7 @@ from kafka.admin import NewPartitions, NewTopic
 
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.errors import ErrorCode
-from cluster.formats.log import topic_id_to_kafka_string
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from tests.integration.test_admin import admin, cluster, unique  # noqa: F401 (fixtures)
 
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."

@@ -85,6 +85,26 @@ def test_up_use_down_up_again(data_dir):
     kraftwerk("down", data_dir=data_dir)
 
 
+def test_produce_is_quiet_unless_asked_for_offsets(data_dir):
+    """A successful produce prints nothing, as kcat and kafka-console-producer.sh do, so a pipeline into it
+    stays quiet; --print-offsets shows where each message went."""
+    kraftwerk("up", "--nodes", "1", "--port", "0", "--detach", data_dir=data_dir)
+    kraftwerk("topic", "create", "quiet", "--partitions", "1", data_dir=data_dir)
+
+    from_stdin = kraftwerk("produce", "quiet", data_dir=data_dir, input="one\ntwo\nthree\n")
+    from_arguments = kraftwerk("produce", "quiet", "four", "five", data_dir=data_dir)
+    assert (from_stdin.stdout, from_stdin.stderr) == ("", "")
+    assert (from_arguments.stdout, from_arguments.stderr) == ("", "")
+
+    shown = kraftwerk("produce", "quiet", "--print-offsets", "six", "seven", data_dir=data_dir)
+    assert (shown.stdout, shown.stderr) == ("", "quiet-0@5\nquiet-0@6\n")
+
+    consumed = kraftwerk("consume", "quiet", "--from-beginning", "--max-messages", "7", "--timeout", "10",
+                         data_dir=data_dir).stdout
+    assert consumed.splitlines() == ["one", "two", "three", "four", "five", "six", "seven"]
+    kraftwerk("down", data_dir=data_dir)
+
+
 def assert_status_json(data_dir, topic_id: str) -> None:
     """`status --json` and `topic describe --json` of a 3-node cluster holding topic greetings, 3 partitions of 3
     replicas, with 0, 2 and 2 messages."""

@@ -8,7 +8,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from cluster.launch import Cluster
-from cluster.formats.log import PartitionLog
+from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import iter_batch_headers
 
 

@@ -271,7 +271,7 @@ def test_a_follower_back_from_a_cut_rejoins_the_isr_with_nothing_new_to_fetch(tm
 
 
 def offsets_partition_state(cluster, group: str) -> dict:
-    from node.offsets_topic import OFFSETS_TOPIC, partition_for_group
+    from node.groups.placement import OFFSETS_TOPIC, partition_for_group
 
     return next(p for t in cluster.status()["topics"] if t["name"] == OFFSETS_TOPIC
                 for p in t["partitions"] if p["partition"] == partition_for_group(group, 50))
@@ -280,7 +280,7 @@ def offsets_partition_state(cluster, group: str) -> dict:
 def group_coordinator(cluster, group: str) -> tuple[int, list[int]]:
     """(the coordinator of group, the followers of its __consumer_offsets partition), once all are in sync."""
     from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-    from node.offsets_topic import OFFSETS_TOPIC
+    from node.groups.placement import OFFSETS_TOPIC
 
     # Finding the coordinator creates __consumer_offsets; until it has leaders the answer is 15.
     find = FindCoordinatorRequest[3](key=group, key_type=0)
@@ -295,7 +295,7 @@ def group_coordinator(cluster, group: str) -> tuple[int, list[int]]:
 
 def wait_until_followers_have_everything(cluster, coordinator: int, followers: list[int], group: str) -> None:
     """Until the followers of the group's __consumer_offsets partition end where the coordinator does."""
-    from node.offsets_topic import OFFSETS_TOPIC
+    from node.groups.placement import OFFSETS_TOPIC
 
     key = (OFFSETS_TOPIC, offsets_partition_state(cluster, group)["partition"])
     deadline = time.monotonic() + 20
@@ -316,7 +316,7 @@ def test_offset_commits_are_acknowledged_only_once_every_in_sync_replica_has_the
     from kafka.protocol.consumer import (
         OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     )
-    from node.offsets_topic import OFFSETS_TOPIC
+    from node.groups.placement import OFFSETS_TOPIC
 
     with Cluster(nodes=3, data_dir=tmp_path / "cluster", node_config=UNREPLICATED_GROUP_WRITES) as cluster:
         topic, group = new_topic(cluster, "committed"), "acks-all-group"

@@ -22,7 +22,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kafka.structs import OffsetAndMetadata
 
 from cluster.launch import Cluster
-from node.offsets_topic import partition_for_group
+from node.groups.placement import partition_for_group
 from tests.integration.observe import committed
 from tests.integration.wire import exchange, exchange_once
 

@@ -127,7 +127,7 @@ def test_offset_for_leader_epoch_gives_where_each_epoch_ends(unbalanced):
 def test_fetch_with_an_old_leader_epoch_is_told_who_leads_now(unbalanced):
     from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-    from cluster.formats.log import topic_id_from_kafka_string
+    from cluster.formats.topic_ids import topic_id_from_kafka_string
 
     unbalanced.create_topic("moved", partitions=1, replication_factor=2)
     unbalanced.wait_in_sync("moved")

@@ -6,7 +6,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions, NewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from cluster.formats.log import topic_id_from_kafka_string
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 from cluster.launch import Cluster
 from tests.integration.wire import exchange_once
 

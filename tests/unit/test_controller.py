@@ -14,7 +14,7 @@ import pytest
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataImage
-from cluster.formats.log import topic_id_to_kafka_string
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from controller import topics
 from controller.placement import assign_replicas
 

@@ -11,7 +11,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.log import LogConfig, PartitionLog
+from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch
 from node.apis import fetch
 from node.spliced_response import EncodedResponse, SplicedResponse

@@ -1,4 +1,4 @@
-"""Large reads left on disk (cluster.formats.log.FileRegion) and sent with sendfile
+"""Large reads left on disk (cluster.formats.segment.FileRegion) and sent with sendfile
 (node.socket_writes): the bytes that reach the socket are exactly the batches a read into memory
 gives, in order with what is written around them, however slowly the peer reads."""
 from __future__ import annotations
@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
-from cluster.formats.log import FileRegion, LogConfig, PartitionLog
+from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch, iter_batch_headers
+from cluster.formats.segment import FileRegion
 from cluster.runtime.event_loop import run
 from node.socket_writes import SPILL_BYTES, write_pieces
 

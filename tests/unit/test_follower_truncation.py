@@ -1,5 +1,5 @@
 """Where a diverged follower cuts its log (Kafka's AbstractFetcherThread rules)."""
-from cluster.formats.log import PartitionLog
+from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import encode_batch
 from node.replica_fetcher import _truncation_offset
 

@@ -5,11 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.formats.log import (
-    LogConfig, OffsetOutOfRangeError, PartitionLog, parse_partition_dir_name, topic_id_from_kafka_string,
-    topic_id_to_kafka_string,
-)
+from cluster.formats.partition_dirs import parse_partition_dir_name
+from cluster.formats.partition_log import LogConfig, OffsetOutOfRangeError, PartitionLog
 from cluster.formats.records import CorruptRecordError, encode_batch, iter_batch_headers, iter_records, validate_batches
+from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-3.7-kraft-logdir"
 

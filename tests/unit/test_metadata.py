@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from cluster.formats.image import MetadataImage
-from cluster.formats.log import topic_id_from_kafka_string
 from cluster.formats.metadata_log import load_metadata_image
 from cluster.formats.metadata_records import (
     RECORD_TYPES, decode_record, encode_metadata_batch, encode_record, iter_metadata_records,
 )
 from cluster.formats.records import CorruptRecordError, iter_batch_headers, iter_records
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-3.7-kraft-logdir"
 

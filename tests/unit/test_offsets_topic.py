@@ -1,6 +1,7 @@
-from node.offsets_topic import (
+from node.groups.placement import java_string_hash, partition_for_group
+from node.groups.records import (
     CommittedOffset, StoredGroup, StoredMember, decode_group_value, decode_key, decode_offset_value, group_key,
-    group_value, java_string_hash, offset_key, offset_value, partition_for_group, subscription_topics,
+    group_value, offset_key, offset_value, subscription_topics,
 )
 
 

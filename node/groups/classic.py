@@ -1,11 +1,10 @@
-"""The classic consumer group protocol, as Kafka's GroupCoordinator runs it.
+"""Classic groups: membership and the rebalance protocol of JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
 A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable. Joins park on
 futures until every known member has rejoined (or the rebalance timeout drops the ones that
 did not); the leader's SyncGroup hands every member its assignment. Session expiry and
-rebalance deadlines are loop timers. Offsets and group metadata are written to the
-coordinator's `__consumer_offsets` partition before they are acknowledged, and a node that
-leads such a partition loads its groups from the log.
+rebalance deadlines are loop timers. Each generation's assignment is written to the group's
+`__consumer_offsets` partition before any member is told it.
 """
 from __future__ import annotations
 
@@ -17,29 +16,14 @@ import uuid
 from dataclasses import dataclass, field
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.records import encode_batch, iter_batch_headers, iter_records
-from node import offsets_topic
-from node.offsets_topic import CommittedOffset, StoredGroup, StoredMember
+from node.groups.persistence import GroupError, GroupLog
+from node.groups.records import (
+    StoredGroup, StoredMember, decode_group_value, group_key, group_value, subscription_topics,
+)
 
 log = logging.getLogger(__name__)
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
-
-
-# What a failed __consumer_offsets append means to a group client (Kafka's GroupMetadataManager).
-APPEND_ERRORS_FOR_GROUPS = {
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-}
-
-
-class GroupError(Exception):
-    def __init__(self, code: ErrorCode):
-        super().__init__(code.name)
-        self.code = code
 
 
 @dataclass
@@ -54,7 +38,7 @@ class JoinResult:
 
 
 @dataclass
-class Member:
+class ClassicMember:
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -73,7 +57,7 @@ class Member:
 
 
 @dataclass
-class Group:
+class ClassicGroup:
     group_id: str
     partition: int
     state: str = EMPTY
@@ -81,9 +65,8 @@ class Group:
     protocol_type: str | None = None
     protocol: str | None = None
     leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
+    members: dict[str, ClassicMember] = field(default_factory=dict)
     pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     join_deadline: asyncio.TimerHandle | None = None
     initial_delay: bool = False
     state_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
@@ -92,7 +75,12 @@ class Group:
         self.state = state
         self.state_timestamp = int(time.time() * 1000)
 
-    def static_member(self, instance_id: str | None) -> Member | None:
+    def add_member(self, member: ClassicMember) -> ClassicMember:
+        """Every member that joins enters the group here."""
+        self.members[member.member_id] = member
+        return member
+
+    def static_member(self, instance_id: str | None) -> ClassicMember | None:
         if instance_id is None:
             return None
         return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
@@ -100,161 +88,42 @@ class Group:
     def all_rejoined(self) -> bool:
         return not self.pending and all(m.join_future is not None for m in self.members.values())
 
+    def cancel_timers(self) -> None:
+        for handle in [self.join_deadline, *self.pending.values(), *(m.expiry for m in self.members.values())]:
+            if handle:
+                handle.cancel()
 
-class GroupCoordinator:
-    def __init__(self, broker):
-        self.broker = broker
-        self.groups: dict[str, Group] = {}
-        self.loaded_partitions: set[int] = set()
-        config = broker.config
-        self.initial_delay_ms = config.get_int("group.initial.rebalance.delay.ms")
-        self.min_session_ms = config.get_int("group.min.session.timeout.ms")
-        self.max_session_ms = config.get_int("group.max.session.timeout.ms")
-
-    # --- placement ---
-
-    def partition_count(self) -> int:
-        topic = self.broker.topic(offsets_topic.OFFSETS_TOPIC)
-        return len(topic.partitions) if topic else self.broker.config.get_int("offsets.topic.num.partitions")
-
-    def partition_of(self, group_id: str) -> int:
-        return offsets_topic.partition_for_group(group_id, self.partition_count())
-
-    def owns(self, group_id: str) -> ErrorCode:
-        partition = self.partition_of(group_id)
-        info = self.broker.partition(offsets_topic.OFFSETS_TOPIC, partition)
-        if info is None or info.leader != self.broker.node_id:
-            return ErrorCode.NOT_COORDINATOR
-        if partition not in self.loaded_partitions:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NONE
-
-    def group(self, group_id: str, create: bool = False) -> Group | None:
-        group = self.groups.get(group_id)
-        if group is None and create:
-            group = self.groups[group_id] = Group(group_id, self.partition_of(group_id))
-        return group
-
-    # --- loading from __consumer_offsets ---
-
-    def load_partition(self, partition: int, partition_log) -> None:
-        """Rebuild the groups and offsets of one partition from its log (on becoming its leader)."""
-        offset = partition_log.log_start_offset
-        while offset < partition_log.log_end_offset:
-            data = partition_log.read(offset, 8 << 20, max_offset=partition_log.log_end_offset).records
-            if not data:
-                break
-            for position, header in iter_batch_headers(data):
-                offset = header.next_offset
-                if header.is_control or header.compression:
-                    continue
-                for record in iter_records(memoryview(data)[position:position + header.size]):
-                    self._apply_record(partition, record.key, record.value)
-        self.loaded_partitions.add(partition)
-        log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
-                 offsets_topic.OFFSETS_TOPIC, partition)
-
-    def _apply_record(self, partition: int, key: bytes | None, value: bytes | None) -> None:
-        decoded = offsets_topic.decode_key(key) if key else None
-        if decoded is None:
-            return
-        group = self.groups.get(decoded[1])
-        if group is None:
-            if value is None:
-                return
-            group = self.groups[decoded[1]] = Group(decoded[1], partition)
-        if decoded[0] == "offset":
-            position = (decoded[2], decoded[3])
-            if value is None:
-                group.offsets.pop(position, None)
-            else:
-                group.offsets[position] = offsets_topic.decode_offset_value(value)
-        elif value is None:
-            self._cancel_timers(self.groups.pop(decoded[1]))
-        else:
-            self._restore(group, offsets_topic.decode_group_value(value))
-
-    def _restore(self, group: Group, stored: StoredGroup) -> None:
-        # A partition's log holds a record per generation: the sessions an earlier one armed must not
-        # expire the members of the last one.
-        self._cancel_timers(group)
-        group.generation, group.protocol_type = stored.generation, stored.protocol_type
-        group.protocol, group.leader = stored.protocol, stored.leader
-        group.members = {m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                             m.session_timeout_ms, m.rebalance_timeout_ms, stored.protocol_type,
-                                             [(stored.protocol or "", m.subscription)], m.assignment)
-                         for m in stored.members}
-        group.transition(STABLE if group.members else EMPTY)
-        for member in group.members.values():
-            self._arm_session(group, member)
-
-    def unload_partition(self, partition: int) -> None:
-        self.loaded_partitions.discard(partition)
-        for group_id in [g.group_id for g in self.groups.values() if g.partition == partition]:
-            group = self.groups.pop(group_id)
-            self._cancel_timers(group)
-            self._resign(group)
-
-    @staticmethod
-    def _resign(group: Group) -> None:
+    def resign(self) -> None:
         """Members waiting on a group coordinated elsewhere now go and find the new coordinator
         (Kafka's onGroupUnloaded)."""
-        group.transition(DEAD)
-        for member in group.members.values():
+        self.transition(DEAD)
+        for member in self.members.values():
             if member.join_future is not None and not member.join_future.done():
                 member.join_future.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=member.member_id))
             if member.sync_future is not None and not member.sync_future.done():
                 member.sync_future.set_result((ErrorCode.NOT_COORDINATOR, b""))
 
-    # --- writing to __consumer_offsets ---
-
-    def _append(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append to the group's __consumer_offsets partition; returns the offset after the batch."""
-        key = (offsets_topic.OFFSETS_TOPIC, group.partition)
-        partition_log = self.broker.replicas.get_log(*key)
-        info = self.broker.partition(*key)
-        if partition_log is None or info is None or info.leader != self.broker.node_id:
-            raise GroupError(ErrorCode.NOT_COORDINATOR)
-        partition_log.append(encode_batch(records, timestamp=int(time.time() * 1000)), leader_epoch=info.leader_epoch)
-        self.broker.replicas.appended_as_leader(key)
-        return partition_log.log_end_offset
-
-    async def _append_replicated(self, group: Group, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append with acks=all, as Kafka writes offsets: answered once every in-sync replica has it."""
-        key = (offsets_topic.OFFSETS_TOPIC, group.partition)
-        info = self.broker.partition(*key)
-        if info is not None and len(info.isr) < self.broker.replicas.effective_min_isr(key):
-            raise GroupError(APPEND_ERRORS_FOR_GROUPS[ErrorCode.NOT_ENOUGH_REPLICAS])
-        next_offset = self._append(group, records)
-        error = await self.broker.replicas.wait_until_committed(
-            key, next_offset, self.broker.config.get_int("offsets.commit.timeout.ms") / 1000)
-        if error:
-            raise GroupError(APPEND_ERRORS_FOR_GROUPS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
-
-    def _group_record(self, group: Group) -> tuple[bytes, bytes]:
-        stored = StoredGroup(group.protocol_type or "", group.generation, group.protocol, group.leader,
-                             group.state_timestamp, [
+    def record(self) -> tuple[bytes, bytes]:
+        """The group's GroupMetadata record: its generation, and each member with its assignment."""
+        stored = StoredGroup(self.protocol_type or "", self.generation, self.protocol, self.leader,
+                             self.state_timestamp, [
                                  StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                               m.rebalance_timeout_ms, m.session_timeout_ms,
-                                              m.metadata_for(group.protocol or ""), m.assignment)
-                                 for m in group.members.values()])
-        return offsets_topic.group_key(group.group_id), offsets_topic.group_value(stored)
+                                              m.metadata_for(self.protocol or ""), m.assignment)
+                                 for m in self.members.values()])
+        return group_key(self.group_id), group_value(stored)
 
-    def _persist_group(self, group: Group) -> None:
-        self._append(group, [self._group_record(group)])
 
-    async def _store_assignment(self, group: Group) -> ErrorCode:
-        """The leader's assignment, written with acks=all before any member is answered (Kafka's
-        storeGroup): a coordinator that takes over after a crash then knows this generation."""
-        try:
-            await self._append_replicated(group, [self._group_record(group)])
-        except GroupError as exc:
-            log.error("cannot store group %s: error %d", group.group_id, exc.code)
-            return exc.code
-        except OSError as exc:
-            log.error("cannot store group %s: %s", group.group_id, exc)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+class ClassicMembership:
+    """The classic protocol, run on the classic groups of the coordinator's group map
+    (`directory.group(group_id, create=...)`), which every group type shares."""
+
+    def __init__(self, config, directory, group_log: GroupLog):
+        self.directory = directory
+        self.group_log = group_log
+        self.initial_delay_ms = config.get_int("group.initial.rebalance.delay.ms")
+        self.min_session_ms = config.get_int("group.min.session.timeout.ms")
+        self.max_session_ms = config.get_int("group.max.session.timeout.ms")
 
     # --- JoinGroup ---
 
@@ -263,7 +132,7 @@ class GroupCoordinator:
                    protocols: list[tuple[str, bytes]], require_known_member: bool) -> JoinResult:
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
-        group = self.group(group_id, create=True)
+        group = self.directory.group(group_id, create=True)
         if not self._protocols_compatible(group, protocol_type, protocols):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if rebalance_timeout_ms < 0:
@@ -294,9 +163,8 @@ class GroupCoordinator:
             self._arm_session(group, member)
             return self._join_result(group, member)
         if member is None:
-            member = group.members[member_id] = Member(member_id, instance_id, client_id, client_host,
-                                                       session_timeout_ms, rebalance_timeout_ms, protocol_type,
-                                                       protocols)
+            member = group.add_member(ClassicMember(member_id, instance_id, client_id, client_host, session_timeout_ms,
+                                                    rebalance_timeout_ms, protocol_type, protocols))
         else:
             member.protocols, member.session_timeout_ms = protocols, session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -312,7 +180,7 @@ class GroupCoordinator:
         self._maybe_complete_join(group)
         return await future
 
-    def _protocols_compatible(self, group: Group, protocol_type: str, protocols) -> bool:
+    def _protocols_compatible(self, group: ClassicGroup, protocol_type: str, protocols) -> bool:
         if not protocols or not protocol_type:
             return False
         if not group.members:
@@ -322,7 +190,7 @@ class GroupCoordinator:
         offered = {name for name, _ in protocols}
         return any(all(name in {n for n, _ in m.protocols} for m in group.members.values()) for name in offered)
 
-    def _replace_static_member(self, group: Group, old: Member, client_id: str) -> str:
+    def _replace_static_member(self, group: ClassicGroup, old: ClassicMember, client_id: str) -> str:
         """A static member that restarts takes its old place under a new member id."""
         new_id = f"{client_id}-{uuid.uuid4()}"
         del group.members[old.member_id]
@@ -339,7 +207,7 @@ class GroupCoordinator:
         group.members[new_id] = old
         return new_id
 
-    def _prepare_rebalance(self, group: Group) -> None:
+    def _prepare_rebalance(self, group: ClassicGroup) -> None:
         if group.state == COMPLETING:
             for member in group.members.values():
                 member.assignment = b""
@@ -357,17 +225,17 @@ class GroupCoordinator:
             timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
             group.join_deadline = loop.call_later(timeout / 1000, self._complete_join, group)
 
-    def _end_initial_delay(self, group: Group) -> None:
+    def _end_initial_delay(self, group: ClassicGroup) -> None:
         group.initial_delay = False
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.join_deadline = asyncio.get_running_loop().call_later(timeout / 1000, self._complete_join, group)
         self._maybe_complete_join(group)
 
-    def _maybe_complete_join(self, group: Group) -> None:
+    def _maybe_complete_join(self, group: ClassicGroup) -> None:
         if group.state == PREPARING and not group.initial_delay and group.all_rejoined():
             self._complete_join(group)
 
-    def _complete_join(self, group: Group) -> None:
+    def _complete_join(self, group: ClassicGroup) -> None:
         if group.state != PREPARING:
             return
         if group.join_deadline:
@@ -393,7 +261,7 @@ class GroupCoordinator:
                 future.set_result(self._join_result(group, member))
             self._arm_session(group, member)
 
-    def _select_protocol(self, group: Group) -> str:
+    def _select_protocol(self, group: ClassicGroup) -> str:
         members = list(group.members.values())
         candidates = [name for name, _ in members[0].protocols
                       if all(name in {n for n, _ in m.protocols} for m in members)]
@@ -403,7 +271,7 @@ class GroupCoordinator:
             votes[choice] += 1
         return max(candidates, key=lambda name: votes[name])
 
-    def _join_result(self, group: Group, member: Member) -> JoinResult:
+    def _join_result(self, group: ClassicGroup, member: ClassicMember) -> JoinResult:
         members = []
         if member.member_id == group.leader:
             members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol)) for m in group.members.values()]
@@ -414,7 +282,7 @@ class GroupCoordinator:
 
     async def sync(self, group_id: str, generation: int, member_id: str,
                    assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
-        group = self.groups.get(group_id)
+        group = self.directory.group(group_id)
         member = group.members.get(member_id) if group else None
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, b""
@@ -442,12 +310,12 @@ class GroupCoordinator:
                 else:
                     group.transition(STABLE)
                     self._answer_syncs(group, ErrorCode.NONE)
-        if self.groups.get(group_id) is group and group.members.get(member_id) is member:
+        if self.directory.group(group_id) is group and group.members.get(member_id) is member:
             self._arm_session(group, member)  # unless it left, or the group moved away, meanwhile
         return await future
 
     @staticmethod
-    def _answer_syncs(group: Group, error: ErrorCode) -> None:
+    def _answer_syncs(group: ClassicGroup, error: ErrorCode) -> None:
         for target in group.members.values():
             if target.sync_future is not None and not target.sync_future.done():
                 target.sync_future.set_result((error, target.assignment))
@@ -456,7 +324,7 @@ class GroupCoordinator:
     # --- Heartbeat, sessions, LeaveGroup ---
 
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
+        group = self.directory.group(group_id)
         member = group.members.get(member_id) if group else None
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -465,25 +333,25 @@ class GroupCoordinator:
         self._arm_session(group, member)
         return ErrorCode.REBALANCE_IN_PROGRESS if group.state == PREPARING else ErrorCode.NONE
 
-    def _arm_session(self, group: Group, member: Member) -> None:
+    def _arm_session(self, group: ClassicGroup, member: ClassicMember) -> None:
         if member.expiry:
             member.expiry.cancel()
         member.expiry = asyncio.get_running_loop().call_later(
             member.session_timeout_ms / 1000, self._expire_member, group, member.member_id)
 
-    def _expire_member(self, group: Group, member_id: str) -> None:
+    def _expire_member(self, group: ClassicGroup, member_id: str) -> None:
         member = group.members.get(member_id)
         if member is None or member.join_future is not None:
             return  # a member waiting in JoinGroup is not expired, as in Kafka
         log.info("member %s of group %s missed its session timeout", member_id, group.group_id)
         self._remove_and_rebalance(group, [member_id])
 
-    def _expire_pending(self, group: Group, member_id: str) -> None:
+    def _expire_pending(self, group: ClassicGroup, member_id: str) -> None:
         group.pending.pop(member_id, None)
         self._maybe_complete_join(group)
 
     def leave(self, group_id: str, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
-        group = self.groups.get(group_id)
+        group = self.directory.group(group_id)
         errors, leaving = [], []
         for member_id, instance_id in members:
             member = None
@@ -505,14 +373,14 @@ class GroupCoordinator:
             self._remove_and_rebalance(group, leaving)
         return errors
 
-    def _remove_and_rebalance(self, group: Group, member_ids: list[str]) -> None:
+    def _remove_and_rebalance(self, group: ClassicGroup, member_ids: list[str]) -> None:
         for member_id in member_ids:
             self._remove_member(group, member_id)
         if group.state in (STABLE, COMPLETING):
             self._prepare_rebalance(group)
         self._maybe_complete_join(group)
 
-    def _remove_member(self, group: Group, member_id: str) -> None:
+    def _remove_member(self, group: ClassicGroup, member_id: str) -> None:
         member = group.members.pop(member_id, None)
         if member is None:
             return
@@ -523,35 +391,59 @@ class GroupCoordinator:
         if member.sync_future is not None and not member.sync_future.done():
             member.sync_future.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
 
-    def force_rebalance(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+    def force_rebalance(self, group: ClassicGroup) -> None:
         """Start a rebalance of a group with members, exactly as a member joining it would: each member
         is answered REBALANCE_IN_PROGRESS on its next heartbeat (or pending SyncGroup) and rejoins, and
         one that does not rejoin within its rebalance timeout leaves the group. A group already
         preparing a rebalance is left as it is; an empty one has nobody to rebalance."""
-        error = self.owns(group_id)
-        group = self.groups.get(group_id)
-        if error or group is None or group.state == DEAD:
-            return error or ErrorCode.GROUP_ID_NOT_FOUND, None
         if group.state in (STABLE, COMPLETING):
-            log.info("rebalance of group %s (generation %d) started on request", group_id, group.generation)
+            log.info("rebalance of group %s (generation %d) started on request", group.group_id, group.generation)
             self._prepare_rebalance(group)
-        return ErrorCode.NONE, group
 
-    def _safe_persist(self, group: Group) -> None:
+    # --- the group's record in __consumer_offsets ---
+
+    def replay(self, group: ClassicGroup, value: bytes) -> None:
+        """A GroupMetadata record read back from the group's partition: its last generation."""
+        stored = decode_group_value(value)
+        # A partition's log holds a record per generation: the sessions an earlier one armed must not
+        # expire the members of the last one.
+        group.cancel_timers()
+        group.generation, group.protocol_type = stored.generation, stored.protocol_type
+        group.protocol, group.leader = stored.protocol, stored.leader
+        group.members = {m.member_id: ClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                                    m.session_timeout_ms, m.rebalance_timeout_ms, stored.protocol_type,
+                                                    [(stored.protocol or "", m.subscription)], m.assignment)
+                         for m in stored.members}
+        group.transition(STABLE if group.members else EMPTY)
+        for member in group.members.values():
+            self._arm_session(group, member)
+
+    def _persist_group(self, group: ClassicGroup) -> None:
+        self.group_log.append(group.partition, [group.record()])
+
+    async def _store_assignment(self, group: ClassicGroup) -> ErrorCode:
+        """The leader's assignment, written with acks=all before any member is answered (Kafka's
+        storeGroup): a coordinator that takes over after a crash then knows this generation."""
+        try:
+            await self.group_log.append_replicated(group.partition, [group.record()])
+        except GroupError as exc:
+            log.error("cannot store group %s: error %d", group.group_id, exc.code)
+            return exc.code
+        except OSError as exc:
+            log.error("cannot store group %s: %s", group.group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
+    def _safe_persist(self, group: ClassicGroup) -> None:
         try:
             self._persist_group(group)
         except (GroupError, OSError) as exc:
             log.error("cannot store group %s: %s", group.group_id, exc)
 
-    def _cancel_timers(self, group: Group) -> None:
-        for handle in [group.join_deadline, *group.pending.values(), *(m.expiry for m in group.members.values())]:
-            if handle:
-                handle.cancel()
-
-    # --- offsets ---
+    # --- what the offset store asks of a classic group ---
 
     def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        group = self.groups.get(group_id)
+        group = self.directory.group(group_id)
         if generation < 0 and not member_id:
             # A commit from outside the group protocol (assign()-mode consumers, admin tools).
             return ErrorCode.NONE if group is None or group.state == EMPTY else ErrorCode.UNKNOWN_MEMBER_ID
@@ -568,84 +460,14 @@ class GroupCoordinator:
         self._arm_session(group, member)
         return ErrorCode.NONE
 
-    async def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
-        """Offsets become visible to OffsetFetch only once they are on every in-sync replica."""
-        group = self.group(group_id, create=True)
-        records = [(offsets_topic.offset_key(group_id, topic, partition), offsets_topic.offset_value(committed))
-                   for (topic, partition), committed in offsets.items()]
-        if records:
-            await self._append_replicated(group, records)
-        group.offsets.update(offsets)
-
-    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        group = self.groups.get(group_id)
-        return group.offsets if group else {}
-
-    def delete_offsets(self, group_id: str, positions: list[tuple[str, int]]) -> None:
-        group = self.groups[group_id]
-        records = [(offsets_topic.offset_key(group_id, t, p), None) for t, p in positions if (t, p) in group.offsets]
-        if records:
-            self._append(group, records)
-        for position in positions:
-            group.offsets.pop(position, None)
-
-    def delete_group(self, group_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND
-        if group.state != EMPTY:
-            return ErrorCode.NON_EMPTY_GROUP
-        records = [(offsets_topic.offset_key(group_id, t, p), None) for t, p in group.offsets]
-        records.append((offsets_topic.group_key(group_id), None))
-        self._append(group, records)
-        self._cancel_timers(group)
-        group.transition(DEAD)
-        del self.groups[group_id]
-        return ErrorCode.NONE
-
-    def forget_deleted_topics(self, deleted: set[str]) -> None:
-        """Tombstone the offsets of deleted topics, as Kafka does on topic deletion."""
-        for group in list(self.groups.values()):
-            if group.partition not in self.loaded_partitions:
-                continue
-            gone = [position for position in group.offsets if position[0] in deleted]
-            if gone:
-                try:
-                    self.delete_offsets(group.group_id, gone)
-                except GroupError:
-                    pass  # no longer the coordinator: the new one cleans up
-
-    def expire_offsets(self, retention_ms: int, now_ms: int | None = None) -> int:
-        """Drop offsets of empty groups not committed for offsets.retention.minutes; then the group."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        expired = 0
-        for group in list(self.groups.values()):
-            if group.state != EMPTY or group.partition not in self.loaded_partitions:
-                continue
-            stale = [p for p, c in group.offsets.items() if now - c.commit_timestamp > retention_ms]
-            try:
-                self.delete_offsets(group.group_id, stale)
-                expired += len(stale)
-                if not group.offsets:
-                    self.delete_group(group.group_id)
-            except GroupError:
-                continue
-        return expired
-
-    async def run_offset_expiry(self, interval_ms: int, retention_ms: int) -> None:
-        """offsets.retention.check.interval.ms timer, as Kafka's offset expiration task."""
-        while True:
-            await asyncio.sleep(interval_ms / 1000)
-            self.expire_offsets(retention_ms)
-
-    def subscribed_topics(self, group: Group) -> set[str] | None:
+    def subscribed_topics(self, group: ClassicGroup) -> set[str] | None:
         """Topics the members of a "consumer" group subscribe to; None when that cannot be read."""
         topics: set[str] = set()
         for member in group.members.values():
             if member.protocol_type != "consumer":
                 return None
             try:
-                topics.update(offsets_topic.subscription_topics(member.metadata_for(group.protocol or "")))
+                topics.update(subscription_topics(member.metadata_for(group.protocol or "")))
             except (ValueError, struct.error, UnicodeDecodeError):
                 return None
         return topics

@@ -1,78 +1,41 @@
-"""Partition logs laid out on disk exactly as Kafka lays them out.
+"""A partition log: a partition directory laid out exactly as Kafka lays it out.
 
-A partition directory `<topic>-<partition>` holds segments named by their 20-digit base
-offset: `.log` (record batches back to back), a sparse `.index` (4-byte offset relative to
-the segment base, 4-byte position; the offset is the last offset of the indexed batch, as
-Kafka writes it, once more than `index.interval.bytes` of log lie since the previous entry)
-and a `.timeindex` (8-byte max timestamp so far, 4-byte relative offset),
-plus `leader-epoch-checkpoint` and `partition.metadata`. Only batch headers are ever
-parsed on the append and read paths.
+The directory `<topic>-<partition>` holds the log's segments (see `segment`), its
+`leader-epoch-checkpoint` (see `leader_epochs`) and `partition.metadata` (the topic id). Only
+batch headers are ever parsed on the append and read paths.
 
-Index files are created lazily, as Kafka's LazyIndex does: a new segment has only its `.log`
-until its first index entry is written, and a missing index reads as empty. A segment that
-stops being active, and every segment on close, gets both files, so that a log dir left by a
-clean stop holds everything Kafka's loader expects. A brand-new log skips every lookup of
-files that cannot be there yet: creating thousands of partitions at once is mostly file
-creation.
+A brand-new log skips every lookup of files that cannot be there yet: creating thousands of
+partitions at once is mostly file creation.
 """
 from __future__ import annotations
 
-import base64
 import bisect
 import os
-import re
 import shutil
 import struct
-import time
 import uuid
-import weakref
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from cluster.formats import records
+from cluster.formats.files import created_directory, write_atomically
+from cluster.formats.leader_epochs import LeaderEpochCache
+from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX
 from cluster.formats.records import (
-    ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, HEADER_SIZE, iter_batch_headers, read_header,
-    set_base_offset, set_partition_leader_epoch, validate_batch, validate_batches,
+    ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, read_header, set_base_offset,
+    set_partition_leader_epoch, validate_batches,
 )
+from cluster.formats.segment import FileRegion, Segment, SegmentWalker, wall_clock_ms
+from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 
-_INDEX_ENTRY = struct.Struct(">ii")
-_TIME_INDEX_ENTRY = struct.Struct(">qi")
 _ATTRIBUTES = struct.Struct(">h")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _CRC = struct.Struct(">I")
-_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 READ_AHEAD_BYTES = 64 * 1024
 # Writes up to this size are kept for the next read (PartitionLog._tail): one per partition.
 TAIL_BYTES = 16 * 1024
 # Offsets in a segment's index are int32 relative to its base offset.
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def topic_id_to_kafka_string(topic_id: uuid.UUID) -> str:
-    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes without padding."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def topic_id_from_kafka_string(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-
-
-DELETED_DIR_SUFFIX = "-delete"
-
-
-def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
-    match = _PARTITION_DIR.match(name)
-    if not match or "." in match.group(2):
-        return None
-    return match.group(1), int(match.group(2))
-
-
-def segment_file_name(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
 
 
 class OffsetOutOfRangeError(Exception):
@@ -122,34 +85,6 @@ class AppendInfo:
     log_start_offset: int
 
 
-class FileRegion:
-    """Bytes of a segment file left on disk, to be sent with sendfile(2) rather than read.
-
-    It holds its own descriptor (a dup), so the bytes stay readable when the segment is
-    closed or deleted before the send, as a read's bytes would; the descriptor closes with
-    the region. A truncation before the send leaves fewer bytes than `count`: the sender
-    must notice (Kafka closes the connection then, and so do we).
-    """
-
-    __slots__ = ("fd", "offset", "count", "_closer", "__weakref__")
-
-    def __init__(self, fd: int, offset: int, count: int):
-        self.fd = os.dup(fd)
-        self.offset = offset
-        self.count = count
-        self._closer = weakref.finalize(self, os.close, self.fd)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def read(self) -> bytes:
-        return os.pread(self.fd, self.count, self.offset)
-
-    def close(self) -> None:
-        self._closer()
-        self.fd = -1  # (the number may soon name another file)
-
-
 @dataclass(slots=True)
 class ReadResult:
     records: bytes | memoryview | FileRegion
@@ -158,171 +93,20 @@ class ReadResult:
     log_end_offset: int
 
 
-@dataclass
-class Segment:
-    """One `.log` file and its sparse indexes, kept in memory for bisecting."""
-
-    directory: Path
-    base_offset: int
-    size: int = 0
-    next_offset: int = 0
-    max_timestamp: int = -1
-    max_timestamp_offset: int = -1
-    created_ms: int = field(default_factory=wall_clock_ms)
-    # Kafka times segment.ms from the first batch's max timestamp when the segment has one.
-    first_batch_timestamp: int = -1
-    index_offsets: list[int] = field(default_factory=list)  # last offset of the indexed batch, relative
-    index_positions: list[int] = field(default_factory=list)
-    time_index: list[tuple[int, int]] = field(default_factory=list)  # (max timestamp so far, relative offset)
-    bytes_since_index: int = 0
-    fd: int = -1
-    index_fds: dict[str, int] = field(default_factory=dict)  # suffix -> O_APPEND descriptor
-    # (base offset, position) of the last batch written: followers and consumers at the log end
-    # read from there without walking the batches since the last index entry.
-    last_batch: tuple[int, int] = (-1, -1)
-
-    def __post_init__(self):
-        self.next_offset = self.next_offset or self.base_offset
-
-    def path(self, suffix: str) -> Path:
-        return self.directory / segment_file_name(self.base_offset, suffix)
-
-    def open(self) -> None:
-        self.fd = os.open(self.path(".log"), os.O_RDWR | os.O_CREAT, 0o644)
-
-    def ensure_index_files(self) -> None:
-        """Create whichever index file no entry has created yet (empty, as Kafka leaves them)."""
-        for suffix in (".index", ".timeindex"):
-            if suffix not in self.index_fds:
-                self.index_fds[suffix] = os.open(self.path(suffix), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        for fd in self.index_fds.values():
-            os.close(fd)
-        self.index_fds.clear()
-
-    def append_index_bytes(self, suffix: str, data: bytes) -> None:
-        if not data:
-            return
-        if suffix not in self.index_fds:
-            self.index_fds[suffix] = os.open(self.path(suffix), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self.index_fds[suffix], data)
-
-    def read_all(self) -> bytes:
-        return os.pread(self.fd, self.size, 0)
-
-    def track_batch(self, position: int, header, interval: int) -> tuple[bytes, bytes]:
-        """Account for a batch written at position; returns index file bytes to append."""
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.max_timestamp_offset = header.last_offset
-        if self.size == 0:
-            self.first_batch_timestamp = header.max_timestamp
-        self.next_offset = header.next_offset
-        self.size = max(self.size, position + header.size)
-        self.last_batch = (header.base_offset, position)
-        index_entry = time_entry = b""
-        # As Kafka's LogSegment: the entry goes to the batch that follows more than an
-        # interval of unindexed bytes, so the first batch is never indexed.
-        if self.bytes_since_index > interval:
-            relative = header.last_offset - self.base_offset
-            self.index_offsets.append(relative)
-            self.index_positions.append(position)
-            index_entry = _INDEX_ENTRY.pack(relative, position)
-            time_entry = self.maybe_add_time_entry()
-            self.bytes_since_index = 0
-        self.bytes_since_index += header.size
-        return index_entry, time_entry
-
-    def maybe_add_time_entry(self) -> bytes:
-        if self.max_timestamp < 0 or (self.time_index and self.max_timestamp <= self.time_index[-1][0]):
-            return b""
-        self.time_index.append((self.max_timestamp, self.max_timestamp_offset - self.base_offset))
-        return _TIME_INDEX_ENTRY.pack(*self.time_index[-1])
-
-    def seal_time_index(self) -> None:
-        """Record the final max timestamp, as Kafka does when a segment stops being active,
-        so that a reopened segment knows it from its .timeindex alone."""
-        self.append_index_bytes(".timeindex", self.maybe_add_time_entry())
-
-    def ms_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
-        if self.first_batch_timestamp >= 0:
-            return incoming_max_timestamp - self.first_batch_timestamp
-        return now_ms - self.created_ms
-
-    def position_for(self, offset: int) -> int:
-        """Start position of a batch at or before the one holding offset."""
-        last_base, last_position = self.last_batch
-        if 0 <= last_base <= offset and last_position < self.size:  # (a truncation may have cut it off)
-            return last_position
-        i = bisect.bisect_left(self.index_offsets, offset - self.base_offset)
-        return self.index_positions[i - 1] if i > 0 else 0
-
-    def position_after_timestamps_below(self, timestamp: int) -> int:
-        """A batch position before which every record is older than timestamp (time index)."""
-        i = bisect.bisect_left(self.time_index, timestamp, key=lambda entry: entry[0])
-        if i == 0:
-            return 0
-        return self.position_for(self.base_offset + self.time_index[i - 1][1] + 1)
-
-    def rewrite_indexes(self) -> None:
-        self.path(".index").write_bytes(b"".join(
-            _INDEX_ENTRY.pack(o, p) for o, p in zip(self.index_offsets, self.index_positions)))
-        self.path(".timeindex").write_bytes(b"".join(_TIME_INDEX_ENTRY.pack(t, o) for t, o in self.time_index))
-
-    def delete_files(self) -> None:
-        self.close()
-        for suffix in (".log", ".index", ".timeindex"):
-            self.path(suffix).unlink(missing_ok=True)
-
-
-class SegmentWalker:
-    """Walks one segment's batch headers from a position, reading the file in windows so a
-    walk costs one pread per window rather than one per batch."""
-
-    def __init__(self, segment: Segment, window_bytes: int):
-        self.fd = segment.fd
-        self.size = segment.size
-        self.window_bytes = max(window_bytes, HEADER_SIZE)
-        self.window = memoryview(b"")
-        self.window_start = 0
-
-    def headers(self, position: int):
-        while position + HEADER_SIZE <= self.size:
-            if not self._holds(position, position + HEADER_SIZE):
-                self.window_start = position
-                self.window = memoryview(os.pread(self.fd, min(self.window_bytes, self.size - position), position))
-            header = read_header(self.window, position - self.window_start)
-            yield position, header
-            position += header.size
-
-    def read(self, start: int, end: int) -> memoryview | bytes:
-        """The bytes from start to end; a view of the window when it holds them, not a copy."""
-        if self._holds(start, end):
-            return self.window[start - self.window_start:end - self.window_start]
-        return os.pread(self.fd, end - start, start)
-
-    def _holds(self, start: int, end: int) -> bool:
-        return self.window_start <= start and end <= self.window_start + len(self.window)
-
-
 class PartitionLog:
     def __init__(self, directory, *, topic_id: uuid.UUID | None = None, config: LogConfig | None = None):
         self.directory = Path(directory)
         self.config = config or LogConfig()
         self.segments: list[Segment] = []
-        if _created_directory(self.directory):
+        if created_directory(self.directory):
             self.topic_id = topic_id
             if topic_id is not None:
                 self._write_topic_id(topic_id)
-            self.epochs: list[tuple[int, int]] = []
+            self.leader_epochs = LeaderEpochCache(self.directory, [])
             self.segments = [self._new_segment(0, in_new_directory=True)]
         else:
             self.topic_id = self._load_or_write_topic_id(topic_id)
-            self.epochs = self._load_epochs()
+            self.leader_epochs = LeaderEpochCache.load(self.directory)
             self._load_segments()
         self.log_start_offset = self.segments[0].base_offset
         self.high_watermark = self.log_end_offset
@@ -360,51 +144,9 @@ class PartitionLog:
             segment.open()
             segment.size = os.fstat(segment.fd).st_size
             is_active = i == len(bases) - 1
-            if is_active or not self._load_index_files(segment, bases[i + 1]):
-                self._scan(segment, validate=is_active)
+            if is_active or not segment.load_indexes(bases[i + 1]):
+                segment.rebuild_indexes(self.config.index_interval_bytes, validate=is_active)
             self.segments.append(segment)
-
-    def _load_index_files(self, segment: Segment, next_base: int) -> bool:
-        """Load a rolled segment's indexes; False when they are missing or fail Kafka's sanity checks."""
-        index, time_index = segment.path(".index"), segment.path(".timeindex")
-        if not index.exists() or not time_index.exists():
-            return False
-        raw_index, raw_time = index.read_bytes(), time_index.read_bytes()
-        if len(raw_index) % _INDEX_ENTRY.size or len(raw_time) % _TIME_INDEX_ENTRY.size:
-            return False
-        entries = list(_INDEX_ENTRY.iter_unpack(raw_index))
-        time_entries = list(_TIME_INDEX_ENTRY.iter_unpack(raw_time))
-        if not _index_is_sane(entries, time_entries, segment.size, next_base - segment.base_offset):
-            return False
-        segment.index_offsets = [relative for relative, _ in entries]
-        segment.index_positions = [position for _, position in entries]
-        segment.time_index = time_entries
-        segment.next_offset = next_base
-        if time_entries:
-            segment.max_timestamp, relative = time_entries[-1]
-            segment.max_timestamp_offset = segment.base_offset + relative
-        return True
-
-    def _scan(self, segment: Segment, validate: bool) -> None:
-        """Rebuild a segment's indexes from its batches; truncate a torn or corrupt tail."""
-        data = segment.read_all()
-        segment.index_offsets, segment.index_positions, segment.time_index = [], [], []
-        segment.bytes_since_index = segment.size = 0
-        segment.max_timestamp = segment.max_timestamp_offset = segment.first_batch_timestamp = -1
-        segment.next_offset = segment.base_offset
-        end = 0
-        for position, header in iter_batch_headers(data):
-            if validate:
-                try:
-                    validate_batch(data, position, position + header.size)
-                except CorruptRecordError:
-                    break
-            segment.track_batch(position, header, self.config.index_interval_bytes)
-            end = position + header.size
-        if end < len(data):
-            os.ftruncate(segment.fd, end)
-        segment.size = end
-        segment.rewrite_indexes()
 
     def _new_segment(self, base_offset: int, in_new_directory: bool = False) -> Segment:
         """An empty segment at base_offset: its `.log` only, its indexes come with their first entry."""
@@ -427,8 +169,13 @@ class PartitionLog:
         return self.segments[-1].next_offset  # (asked dozens of times per replicated write: one property, not two)
 
     @property
+    def epochs(self) -> list[tuple[int, int]]:
+        """(leader epoch, start offset) of each epoch the log holds, ascending."""
+        return self.leader_epochs.entries
+
+    @property
     def latest_epoch(self) -> int | None:
-        return self.epochs[-1][0] if self.epochs else None
+        return self.leader_epochs.latest_epoch
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
@@ -622,7 +369,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             # Nothing to cut, but an epoch this node began as leader without writing anything in
             # it must go, or followers keep naming it (Kafka's UnifiedLog.truncateTo does the same).
-            self._truncate_epochs_from_end(self.log_end_offset)
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
@@ -637,9 +384,9 @@ class PartitionLog:
                 break
             end = position + header.size
         os.ftruncate(segment.fd, end)
-        self._scan(segment, validate=False)
+        segment.rebuild_indexes(self.config.index_interval_bytes, validate=False)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self._truncate_epochs_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and continue as an empty log whose next offset is `offset`."""
@@ -647,7 +394,7 @@ class PartitionLog:
             segment.delete_files()
         self.segments = [self._new_segment(offset)]
         self.log_start_offset = self.high_watermark = offset
-        self._truncate_epochs_from_end(0)
+        self.leader_epochs.truncate_from_end(0)
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         now = wall_clock_ms() if now_ms is None else now_ms
@@ -657,7 +404,7 @@ class PartitionLog:
             deleted += 1
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-            self._truncate_epochs_from_start(self.log_start_offset)
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
         return deleted
 
     def _expired(self, segment: Segment, now: int) -> bool:
@@ -670,54 +417,12 @@ class PartitionLog:
 
     # --- leader epochs ---
 
-    def _load_epochs(self) -> list[tuple[int, int]]:
-        path = self.directory / "leader-epoch-checkpoint"
-        if not path.exists():
-            return []
-        lines = path.read_text().split("\n")
-        count = int(lines[1]) if len(lines) > 1 and lines[1].strip() else 0
-        return [tuple(int(x) for x in line.split()) for line in lines[2:2 + count]]
-
-    def _save_epochs(self) -> None:
-        body = "".join(f"{epoch} {start}\n" for epoch, start in self.epochs)
-        write_atomically(self.directory / "leader-epoch-checkpoint", f"0\n{len(self.epochs)}\n{body}")
-
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
-        if self.epochs and self.epochs[-1][0] >= epoch:
-            return
-        self.epochs = [(e, s) for e, s in self.epochs if s < start_offset]
-        self.epochs.append((epoch, start_offset))
-        self._save_epochs()
+        self.leader_epochs.assign(epoch, start_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """As Kafka's LeaderEpochFileCache.endOffsetFor: the latest epoch ends at the log end;
-        an older one at the start of the next higher epoch, answered with the largest known
-        epoch <= it (or itself when it predates them all); an unknown higher one is (-1, -1)."""
-        if epoch < 0 or not self.epochs:
-            return -1, -1
-        if epoch == self.latest_epoch:
-            return epoch, self.log_end_offset
-        higher = bisect.bisect_right(self.epochs, epoch, key=lambda entry: entry[0])
-        if higher == len(self.epochs):
-            return -1, -1
-        floor_epoch = self.epochs[higher - 1][0] if higher > 0 else epoch
-        return floor_epoch, self.epochs[higher][1]
-
-    def _truncate_epochs_from_end(self, end_offset: int) -> None:
-        kept = [(e, s) for e, s in self.epochs if s < end_offset]
-        if kept != self.epochs:
-            self.epochs = kept
-            self._save_epochs()
-
-    def _truncate_epochs_from_start(self, start_offset: int) -> None:
-        """Entries ending before the new log start go; the one spanning it now starts there."""
-        first_kept = max(bisect.bisect_right(self.epochs, start_offset, key=lambda entry: entry[1]) - 1, 0)
-        kept = self.epochs[first_kept:]
-        if kept and kept[0][1] < start_offset:
-            kept[0] = (kept[0][0], start_offset)
-        if kept != self.epochs:
-            self.epochs = kept
-            self._save_epochs()
+        """(epoch, end offset) as Kafka's OffsetsForLeaderEpoch answers it: see LeaderEpochCache.end_offset_for."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     # --- lifecycle ---
 
@@ -760,42 +465,9 @@ def _first_record_at_or_after(walker: SegmentWalker, position: int, header, time
     return header.base_offset, header.max_timestamp
 
 
-def _index_is_sane(entries, time_entries, segment_size: int, offset_span: int) -> bool:
-    """Kafka's index sanity checks: entries ascend and point inside the segment."""
-    offsets = [relative for relative, _ in entries]
-    positions = [position for _, position in entries]
-    times = [relative for _, relative in time_entries]
-    return (offsets == sorted(set(offsets)) and positions == sorted(set(positions))
-            and all(0 <= o < offset_span for o in offsets) and all(0 <= p < segment_size for p in positions)
-            and all(0 <= o < offset_span for o in times))
-
-
 def _stamp_log_append_time(buffer: bytearray, position: int, header, append_time: int) -> None:
     attributes = header.attributes | ATTR_TIMESTAMP_TYPE
     _ATTRIBUTES.pack_into(buffer, position + 21, attributes)
     _MAX_TIMESTAMP.pack_into(buffer, position + 35, append_time)
     end = position + header.size
     _CRC.pack_into(buffer, position + 17, records.compute_crc(memoryview(buffer)[position:end]))
-
-
-def _created_directory(directory: Path) -> bool:
-    """Make directory (and its parents); False when it was there already."""
-    try:
-        directory.mkdir(parents=True)
-    except FileExistsError:
-        return False
-    return True
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Through a temp file and a rename, as Kafka writes checkpoints; plain os calls, as a node
-    creating thousands of partitions writes two of these per partition."""
-    temp = f"{path}.tmp"
-    data = memoryview(text.encode())
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-    os.replace(temp, path)

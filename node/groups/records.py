@@ -1,46 +1,21 @@
-"""Records of `__consumer_offsets`, in Kafka's key/value formats, and group placement.
+"""Records of `__consumer_offsets`, in Kafka's key/value formats.
 
 Keys: OffsetCommitKey v1 (group, topic, partition) and GroupMetadataKey v2 (group).
 Values: OffsetCommitValue v3 and GroupMetadataValue v3, which are what Kafka 3.x writes;
-older versions are read too. A null value is a tombstone.
+older versions are read too. A null value is a tombstone. The consumer protocol's
+Subscription is read here too, with the same byte reader.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"}
 
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-
-
-def topic_to_create(config, live_brokers: int) -> dict:
-    """How `__consumer_offsets` is created on first use, whether by a group's FindCoordinator
-    or by a Metadata request naming it: Kafka's offsets.topic.* settings and compacted
-    configs, never num.partitions (a group's partition is its hash modulo the count)."""
-    factor = min(config.get_int("offsets.topic.replication.factor"), live_brokers)
-    return {"name": OFFSETS_TOPIC, "num_partitions": config.get_int("offsets.topic.num.partitions"),
-            "replication_factor": factor, "assignments": None, "configs": OFFSETS_TOPIC_CONFIGS}
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
-    value = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        value = (31 * value + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
-
-
-def partition_for_group(group_id: str, partitions: int) -> int:
-    """Kafka's Utils.abs(groupId.hashCode) % partitions (abs of MIN_VALUE is 0)."""
-    hashed = java_string_hash(group_id)
-    return (0 if hashed == -(1 << 31) else abs(hashed)) % partitions
 
 
 # --- encoding (classic, non-flexible layouts) ---

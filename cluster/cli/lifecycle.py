@@ -1,0 +1,202 @@
+"""`kraftwerk up`, `down` and `status`: start a cluster, stop it, and show its nodes and partitions."""
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from cluster.cli.app import attached, console, data_dir_option, json_option, parse_pairs, print_json
+from cluster.launch.cluster import Cluster, ClusterError, cluster_class
+
+
+@click.command()
+@click.option("--nodes", type=int, default=None, help="number of broker nodes [default: 3, or as before in DATA_DIR]")
+@click.option("--port", type=int, default=None, help="first node's port, the next nodes count up; 0 picks free ports "
+                                                    "[default: 9092]")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address every listener binds to")
+@data_dir_option
+@click.option("--detach", is_flag=True, help="return once the cluster is ready and leave it running")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="broker config by Kafka's name, e.g. num.partitions=3 (repeatable)")
+@click.option("--rack-of", "racks", multiple=True, metavar="NODE=RACK", help="a node's broker.rack (repeatable)")
+@click.option("--backend", type=click.Choice(["process", "docker"]), default=None,
+              help="processes on this machine, or a container per process on a docker network (README: Docker) "
+                   "[default: process, or as before in DATA_DIR]")
+@click.option("--image", default=None, help="docker backend: the image to run [default: built from this checkout]")
+def up(nodes, port, host, data_dir, detach, settings, racks, backend, image):
+    """Start a controller and NODES broker nodes; print the bootstrap servers."""
+    previous = _previous_layout(data_dir)
+    backend = backend or previous.get("backend", "process")
+    backend_options = {"image": image} if backend == "docker" else {}
+    cluster = cluster_class(backend)(nodes=nodes or previous.get("nodes", 3),
+                      port=previous.get("base_port", 9092) if port is None else port,
+                      host=host, data_dir=data_dir,
+                      node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")},
+                      racks={**previous.get("racks", {}), **_node_racks(racks)}, **backend_options)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(f"[green]kraftwerk cluster ready[/] in {cluster.startup_seconds:.2f}s "
+                  f"({cluster.node_count} nodes, data in {Path(data_dir).resolve()})")
+    click.echo(f"bootstrap servers: {cluster.bootstrap_servers}")
+    if detach:
+        return
+    _stay_in_foreground(cluster)
+
+
+def _previous_layout(data_dir: str) -> dict:
+    try:
+        previous = Cluster.attach(data_dir)
+    except ClusterError:
+        return {}
+    return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config,
+            "racks": previous.racks, "backend": previous.backend}
+
+
+def _node_racks(pairs: tuple[str, ...]) -> dict[int, str]:
+    racks = parse_pairs(pairs, "--rack-of")
+    if not all(node_id.isdigit() for node_id in racks):
+        raise click.BadParameter("expected NODE=RACK with a node id, e.g. 1=a", param_hint="--rack-of")
+    return {int(node_id): rack for node_id, rack in racks.items()}
+
+
+def _stay_in_foreground(cluster: Cluster) -> None:
+    from rich.live import Live
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    console.print("Ctrl-C stops the cluster.")
+    try:
+        def view():
+            return status_tables(status_document(cluster.status(), cluster))
+
+        with Live(view(), console=console, refresh_per_second=1) as live:
+            while not stop.wait(1.0):  # the refresh rate of the view, not a wait for an event
+                live.update(view())
+    finally:
+        cluster.stop()
+        if not console.is_terminal:
+            console.line()  # a live view written to a pipe or file ends without a newline
+        console.print("cluster stopped; data kept in", str(cluster.data_dir))
+
+
+@click.command()
+@data_dir_option
+def down(data_dir):
+    """Stop the cluster in DATA_DIR; every process ends, the data stays."""
+    try:
+        cluster = Cluster.attach(data_dir)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    was_running = cluster.running()
+    cluster.stop()  # also ends nodes that outlived their controller
+    click.echo(f"cluster in {data_dir} stopped" if was_running else f"the cluster in {data_dir} was not running")
+
+
+@click.command()
+@data_dir_option
+@json_option
+def status(data_dir, as_json):
+    """Nodes, their processes and ports, and who leads what."""
+    cluster = attached(data_dir)
+    document = status_document(cluster.status(), cluster)
+    if as_json:
+        print_json(document)
+    else:
+        console.print(status_tables(document))
+
+
+def status_document(state: dict, cluster: Cluster) -> dict:
+    """The cluster's nodes and partitions as `kraftwerk status --json` prints them (the README shows the shape)."""
+    led: dict[int, int] = {}
+    for topic in state["topics"]:
+        for partition in topic["partitions"]:
+            led[partition["leader"]] = led.get(partition["leader"], 0) + 1
+    brokers = {b["node_id"]: b for b in state["brokers"]}
+    nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.node_host(node), "port": node.port,
+              "admin_port": node.admin_port, "process": _process_state(node),
+              "fenced": brokers.get(node_id, {}).get("fenced", True), "partitions_led": led.get(node_id, 0)}
+             for node_id, node in sorted(cluster.nodes.items())]
+    offsets = replica_offsets(cluster.replica_states(timeout=0.5))
+    topics = [{"name": topic["name"], "topic_id": topic["topic_id"],
+               "partitions": [_partition_facts(p, offsets.get((topic["name"], p["partition"]), {}))
+                              for p in topic["partitions"]]}
+              for topic in state["topics"]]
+    return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"], "nodes": nodes,
+            "topics": topics}
+
+
+def _partition_facts(partition: dict, known: dict[int, dict]) -> dict:
+    """One partition's leader, replicas, ISR, the leader's high watermark and each replica's lag (None: no answer)."""
+    leader = known.get(partition["leader"])
+    return {"partition": partition["partition"], "leader": partition["leader"],
+            "leader_epoch": partition["leader_epoch"], "replicas": partition["replicas"], "isr": partition["isr"],
+            "high_watermark": leader["high_watermark"] if leader else None,
+            "lag": {str(r): _lag(leader, known.get(r)) for r in partition["replicas"]},
+            "adding_replicas": partition.get("adding_replicas", []),
+            "removing_replicas": partition.get("removing_replicas", [])}
+
+
+def status_tables(document: dict):
+    from rich.console import Group
+
+    nodes = Table(title=f"cluster {document['cluster_id']}")
+    for column in ("node", "pid", "address", "process", "state", "partitions led"):
+        nodes.add_column(column)
+    process_styles = {"dead": "[red]dead[/]", "paused": "[yellow]paused[/]", "running": "[green]running[/]"}
+    for node in document["nodes"]:
+        nodes.add_row(str(node["node_id"]), str(node["pid"]), f"{node['host']}:{node['port']}",
+                      process_styles[node["process"]], "fenced" if node["fenced"] else "unfenced",
+                      str(node["partitions_led"]))
+    topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
+                                                "the leader's, by node; +/-: replicas being added / removed")
+    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "hw", "lag"):
+        topics.add_column(column)
+    for topic in document["topics"]:
+        for p in topic["partitions"]:
+            out_of_sync = set(p["replicas"]) - set(p["isr"])
+            topics.add_row(topic["name"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
+                           _replicas_moving(p),
+                           ",".join(map(str, p["isr"])) + (" [red](behind: " + ",".join(map(str, sorted(out_of_sync)))
+                                                          + ")[/]" if out_of_sync else ""),
+                           _unknown(p["high_watermark"]),
+                           " ".join(f"{node}:{_unknown(lag)}" for node, lag in p["lag"].items()))
+    return Group(nodes, topics)
+
+
+def _replicas_moving(partition: dict) -> str:
+    """Replicas, with those a reassignment adds marked + and those it removes marked -."""
+    adding, removing = set(partition["adding_replicas"]), set(partition["removing_replicas"])
+    return ",".join(f"[cyan]+{r}[/]" if r in adding else f"[magenta]-{r}[/]" if r in removing else str(r)
+                    for r in partition["replicas"])
+
+
+def _process_state(node) -> str:
+    if not node.alive():
+        return "dead"
+    return "paused" if node.paused() else "running"
+
+
+def _unknown(value) -> str:
+    return "?" if value is None else str(value)
+
+
+def replica_offsets(states: dict[int, dict]) -> dict[tuple[str, int], dict[int, dict]]:
+    """(topic, partition) -> node id -> that replica's offsets, from Cluster.replica_states()."""
+    offsets: dict[tuple[str, int], dict[int, dict]] = {}
+    for node_id, state in states.items():
+        for partition in state["partitions"]:
+            offsets.setdefault((partition["topic"], partition["partition"]), {})[node_id] = partition
+    return offsets
+
+
+def _lag(leader: dict | None, replica: dict | None) -> int | None:
+    """Messages the replica's log is behind the leader's log end; None when either did not answer."""
+    if leader is None or replica is None:
+        return None
+    return max(0, leader["log_end_offset"] - replica["log_end_offset"])

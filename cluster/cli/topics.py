@@ -1,0 +1,95 @@
+"""`kraftwerk topic create|list|describe|delete`."""
+from __future__ import annotations
+
+import uuid
+
+import click
+from rich.table import Table
+
+from cluster.cli.app import admin_client, bootstrap_option, console, data_dir_option, json_option, parse_pairs, \
+    print_json
+from cluster.cli.errors import fail, topic_error
+from cluster.formats.topic_ids import topic_id_to_kafka_string
+
+
+@click.group()
+def topic():
+    """Create, list, describe and delete topics."""
+
+
+def _count_or_default(value: int | None) -> int:
+    return -1 if value is None else value  # -1: the cluster's num.partitions / default.replication.factor
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", type=int, default=None, help="[default: the cluster's num.partitions]")
+@click.option("--replication-factor", type=int, default=None,
+              help="[default: the cluster's default.replication.factor, min(3, nodes) for kraftwerk up]")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="topic config (repeatable)")
+@data_dir_option
+@bootstrap_option
+def topic_create(name, partitions, replication_factor, configs, data_dir, bootstrap_server):
+    """Create topic NAME."""
+    wanted = {"num_partitions": _count_or_default(partitions),
+              "replication_factor": _count_or_default(replication_factor),
+              "configs": parse_pairs(configs, "--config")}
+    with admin_client(data_dir, bootstrap_server) as admin:
+        created = admin.create_topics({name: wanted}, raise_errors=False)["topics"][0]
+    if created["error_code"]:
+        fail(topic_error(name, created["error_code"], created.get("error_message")))
+    click.echo(f"created topic {name} with {created['num_partitions']} partitions and replication factor "
+               f"{created['replication_factor']}")
+
+
+@topic.command("list")
+@data_dir_option
+@bootstrap_option
+def topic_list(data_dir, bootstrap_server):
+    """Names of all topics."""
+    with admin_client(data_dir, bootstrap_server) as admin:
+        names = sorted(admin.list_topics())
+    for name in names:
+        click.echo(name)
+
+
+@topic.command("describe")
+@click.argument("name")
+@data_dir_option
+@bootstrap_option
+@json_option
+def topic_describe(name, data_dir, bootstrap_server, as_json):
+    """Partitions of topic NAME with leaders, replicas and ISR."""
+    with admin_client(data_dir, bootstrap_server) as admin:
+        described = admin.describe_topics([name])[0]
+    if described["error_code"]:
+        fail(topic_error(name, described["error_code"]))
+    # Kafka's tools print topic ids in Kafka's base64 form, as `status` does.
+    topic_id = topic_id_to_kafka_string(uuid.UUID(str(described["topic_id"])))
+    document = {"name": name, "topic_id": topic_id, "partitions": [
+        {"partition": p["partition_index"], "leader": p["leader_id"], "leader_epoch": p["leader_epoch"],
+         "replicas": p["replica_nodes"], "isr": p["isr_nodes"]}
+        for p in sorted(described["partitions"], key=lambda p: p["partition_index"])]}
+    if as_json:
+        print_json(document)
+        return
+    table = Table(title=f"{name} ({document['topic_id']})")
+    for column in ("partition", "leader", "replicas", "isr"):
+        table.add_column(column)
+    for partition in document["partitions"]:
+        table.add_row(str(partition["partition"]), str(partition["leader"]),
+                      ",".join(map(str, partition["replicas"])), ",".join(map(str, partition["isr"])))
+    console.print(table)
+
+
+@topic.command("delete")
+@click.argument("name")
+@data_dir_option
+@bootstrap_option
+def topic_delete(name, data_dir, bootstrap_server):
+    """Delete topic NAME and its data."""
+    with admin_client(data_dir, bootstrap_server) as admin:
+        deleted = admin.delete_topics([name], raise_errors=False)["topics"][0]
+    if deleted["error_code"]:
+        fail(topic_error(name, deleted["error_code"], deleted.get("error_message")))
+    click.echo(f"deleted topic {name}")

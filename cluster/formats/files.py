@@ -1,0 +1,29 @@
+"""The file-system steps of a log dir: making a directory once, and writing a small file whole
+through a rename, as Kafka writes its checkpoints."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def created_directory(directory: Path) -> bool:
+    """Make directory (and its parents); False when it was there already."""
+    try:
+        directory.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    return True
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Through a temp file and a rename, as Kafka writes checkpoints; plain os calls, as a node
+    creating thousands of partitions writes two of these per partition."""
+    temp = f"{path}.tmp"
+    data = memoryview(text.encode())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    os.replace(temp, path)

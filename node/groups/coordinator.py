@@ -1,0 +1,189 @@
+"""The group coordinator: the groups of the `__consumer_offsets` partitions this node leads.
+
+What the group APIs call. It holds the group map, answers whether this node coordinates a
+group, routes each request to the membership of the group's type (classic groups:
+node.groups.classic) and to the offset store (node.groups.offsets), and loads or drops a
+partition's groups as this node gains or loses its leadership, replaying the partition's
+records (node.groups.persistence). As in Kafka, the GroupCoordinator in front is kept apart
+from what the group metadata and offset managers behind it do.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from cluster.formats.errors import ErrorCode
+from node.groups import placement
+from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership, JoinResult
+from node.groups.offsets import OffsetStore, Position
+from node.groups.persistence import GroupError, GroupLog, replay
+from node.groups.records import CommittedOffset, decode_key, group_key
+
+log = logging.getLogger(__name__)
+
+
+class GroupCoordinator:
+    def __init__(self, broker):
+        self.broker = broker
+        self.groups: dict[str, ClassicGroup] = {}
+        self.loaded_partitions: set[int] = set()
+        self.group_log = GroupLog(broker)
+        self.classic = ClassicMembership(broker.config, self, self.group_log)
+        self.offsets = OffsetStore(self.group_log)
+
+    # --- placement ---
+
+    def partition_count(self) -> int:
+        topic = self.broker.topic(placement.OFFSETS_TOPIC)
+        return len(topic.partitions) if topic else self.broker.config.get_int("offsets.topic.num.partitions")
+
+    def partition_of(self, group_id: str) -> int:
+        return placement.partition_for_group(group_id, self.partition_count())
+
+    def owns(self, group_id: str) -> ErrorCode:
+        partition = self.partition_of(group_id)
+        info = self.broker.partition(placement.OFFSETS_TOPIC, partition)
+        if info is None or info.leader != self.broker.node_id:
+            return ErrorCode.NOT_COORDINATOR
+        if partition not in self.loaded_partitions:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
+    # --- the group map ---
+
+    def group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = self.groups[group_id] = ClassicGroup(group_id, self.partition_of(group_id))
+        return group
+
+    def _drop(self, group: ClassicGroup) -> None:
+        """The group and its offsets leave this node's memory (deleted, or coordinated elsewhere now)."""
+        del self.groups[group.group_id]
+        self.offsets.forget(group.group_id)
+        group.cancel_timers()
+
+    # --- gaining and losing __consumer_offsets partitions ---
+
+    def load_partition(self, partition: int, partition_log) -> None:
+        """Rebuild the groups and offsets of one partition from its log (on becoming its leader)."""
+        for key, value in replay(partition_log):
+            self._apply_record(partition, key, value)
+        self.loaded_partitions.add(partition)
+        log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
+                 placement.OFFSETS_TOPIC, partition)
+
+    def _apply_record(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        decoded = decode_key(key) if key else None
+        if decoded is None:
+            return
+        group = self.groups.get(decoded[1])
+        if group is None:
+            if value is None:
+                return
+            group = self.groups[decoded[1]] = ClassicGroup(decoded[1], partition)
+        if decoded[0] == "offset":
+            self.offsets.replay(group.group_id, (decoded[2], decoded[3]), value)
+        elif value is None:
+            self._drop(group)
+        else:
+            self.classic.replay(group, value)
+
+    def unload_partition(self, partition: int) -> None:
+        self.loaded_partitions.discard(partition)
+        for group in [g for g in self.groups.values() if g.partition == partition]:
+            self._drop(group)
+            group.resign()
+
+    # --- classic group membership ---
+
+    async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member: bool) -> JoinResult:
+        return await self.classic.join(group_id, member_id, instance_id, client_id, client_host, session_timeout_ms,
+                                       rebalance_timeout_ms, protocol_type, protocols, require_known_member)
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+        return await self.classic.sync(group_id, generation, member_id, assignments)
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+        return self.classic.heartbeat(group_id, generation, member_id)
+
+    def leave(self, group_id: str, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
+        return self.classic.leave(group_id, members)
+
+    def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+        """Start a rebalance of a group with members, as a member joining it would (see
+        ClassicMembership.force_rebalance)."""
+        error = self.owns(group_id)
+        group = self.groups.get(group_id)
+        if error or group is None or group.state == DEAD:
+            return error or ErrorCode.GROUP_ID_NOT_FOUND, None
+        self.classic.force_rebalance(group)
+        return ErrorCode.NONE, group
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.state != EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), (group_key(group_id), None)])
+        self._drop(group)
+        group.transition(DEAD)
+        return ErrorCode.NONE
+
+    # --- offsets ---
+
+    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        return self.classic.check_commit(group_id, generation, member_id, instance_id)
+
+    async def commit(self, group_id: str, offsets: dict[Position, CommittedOffset]) -> None:
+        """A commit from outside the group protocol creates the group it commits for, as in Kafka."""
+        await self.offsets.commit(self.group(group_id, create=True), offsets)
+
+    def committed(self, group_id: str) -> dict[Position, CommittedOffset]:
+        return self.offsets.committed(group_id)
+
+    def delete_offsets(self, group_id: str, positions: list[Position]) -> None:
+        self.offsets.delete(self.groups[group_id], positions)
+
+    def subscribed_topics(self, group: ClassicGroup) -> set[str] | None:
+        return self.classic.subscribed_topics(group)
+
+    def forget_deleted_topics(self, deleted: set[str]) -> None:
+        """Tombstone the offsets of deleted topics, as Kafka does on topic deletion."""
+        for group in list(self.groups.values()):
+            if group.partition not in self.loaded_partitions:
+                continue
+            gone = self.offsets.of_topics(group.group_id, deleted)
+            if gone:
+                try:
+                    self.delete_offsets(group.group_id, gone)
+                except GroupError:
+                    pass  # no longer the coordinator: the new one cleans up
+
+    def expire_offsets(self, retention_ms: int, now_ms: int | None = None) -> int:
+        """Drop offsets of empty groups not committed for offsets.retention.minutes; then the group."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        expired = 0
+        for group in list(self.groups.values()):
+            if group.state != EMPTY or group.partition not in self.loaded_partitions:
+                continue
+            stale = self.offsets.stale(group.group_id, retention_ms, now)
+            try:
+                self.delete_offsets(group.group_id, stale)
+                expired += len(stale)
+                if not self.offsets.committed(group.group_id):
+                    self.delete_group(group.group_id)
+            except GroupError:
+                continue
+        return expired
+
+    async def run_offset_expiry(self, interval_ms: int, retention_ms: int) -> None:
+        """offsets.retention.check.interval.ms timer, as Kafka's offset expiration task."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            self.expire_offsets(retention_ms)

@@ -1,0 +1,119 @@
+"""The group coordinator against a real `__consumer_offsets` partition log, on a node that leads it."""
+import asyncio
+from types import SimpleNamespace
+
+from cluster.formats.config import BrokerConfig
+from cluster.formats.errors import ErrorCode
+from cluster.formats.partition_log import PartitionLog
+from node.groups.classic import DEAD, EMPTY, STABLE
+from node.groups.coordinator import GroupCoordinator
+from node.groups.records import CommittedOffset
+
+NODE_ID = 1
+SESSION_MS = 10_000
+
+
+class OneReplica:
+    """The replica manager of a node that is the only replica of the one `__consumer_offsets` partition."""
+
+    def __init__(self, partition_log: PartitionLog):
+        self.partition_log = partition_log
+
+    def get_log(self, topic, partition):
+        return self.partition_log
+
+    def appended_as_leader(self, key):
+        pass
+
+    def effective_min_isr(self, key):
+        return 1
+
+    async def wait_until_committed(self, key, offset, timeout_s):
+        return ErrorCode.NONE
+
+
+class LeaderBroker:
+    def __init__(self, partition_log: PartitionLog):
+        self.node_id = NODE_ID
+        self.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1"})
+        self.replicas = OneReplica(partition_log)
+
+    def topic(self, name):
+        return None
+
+    def partition(self, topic, index):
+        return SimpleNamespace(leader=NODE_ID, leader_epoch=0, isr=[NODE_ID])
+
+
+def coordinator_of(partition_log: PartitionLog) -> GroupCoordinator:
+    coordinator = GroupCoordinator(LeaderBroker(partition_log))
+    coordinator.load_partition(0, partition_log)
+    return coordinator
+
+
+async def join_and_sync(coordinator: GroupCoordinator, group_id: str, assignment: bytes) -> str:
+    joined = await coordinator.join(group_id, "", None, "client", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer",
+                                    [("range", b"subscription")], require_known_member=False)
+    assert joined.error == ErrorCode.NONE and joined.leader == joined.member_id
+    error, assigned = await coordinator.sync(group_id, joined.generation, joined.member_id,
+                                             {joined.member_id: assignment})
+    assert (error, assigned) == (ErrorCode.NONE, assignment)
+    return joined.member_id
+
+
+def test_a_new_coordinator_replays_generations_and_offsets(tmp_path):
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def write():
+        coordinator = coordinator_of(partition_log)
+        member_id = await join_and_sync(coordinator, "g", b"assignment")
+        await coordinator.commit("g", {("t", 0): CommittedOffset(5, 0, "m", 1), ("t", 1): CommittedOffset(7)})
+        coordinator.delete_offsets("g", [("t", 1)])
+        await coordinator.commit("gone", {("t", 0): CommittedOffset(1)})
+        assert coordinator.delete_group("gone") == ErrorCode.NONE
+        return member_id
+
+    async def read(member_id):
+        coordinator = coordinator_of(partition_log)
+        group = coordinator.group("g")
+        assert (group.state, group.generation, list(group.members)) == (STABLE, 1, [member_id])
+        assert group.members[member_id].assignment == b"assignment"
+        assert coordinator.committed("g") == {("t", 0): CommittedOffset(5, 0, "m", 1)}
+        assert coordinator.group("gone") is None and coordinator.committed("gone") == {}
+
+    member_id = asyncio.run(write())
+    asyncio.run(read(member_id))
+
+
+def test_offsets_of_empty_groups_expire_and_then_the_group(tmp_path):
+    async def run():
+        coordinator = coordinator_of(PartitionLog(tmp_path / "__consumer_offsets-0"))
+        await coordinator.commit("g", {("t", 0): CommittedOffset(5, commit_timestamp=1_000),
+                                       ("t", 1): CommittedOffset(6, commit_timestamp=9_000)})
+        assert coordinator.expire_offsets(retention_ms=5_000, now_ms=10_000) == 1
+        assert list(coordinator.committed("g")) == [("t", 1)] and coordinator.group("g").state == EMPTY
+        coordinator.forget_deleted_topics({"t"})
+        assert coordinator.committed("g") == {}
+        assert coordinator.expire_offsets(retention_ms=5_000, now_ms=10_000) == 0
+        assert coordinator.group("g") is None
+
+    asyncio.run(run())
+
+
+def test_losing_the_partition_sends_waiting_members_to_the_new_coordinator(tmp_path):
+    async def run():
+        coordinator = coordinator_of(PartitionLog(tmp_path / "__consumer_offsets-0"))
+        await join_and_sync(coordinator, "g", b"a")
+        await coordinator.commit("g", {("t", 0): CommittedOffset(5)})
+        group = coordinator.group("g")
+        # A second member's join waits for the first member to rejoin.
+        second = asyncio.ensure_future(coordinator.join(
+            "g", "", None, "client", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer", [("range", b"")],
+            require_known_member=False))
+        await asyncio.sleep(0)
+        coordinator.unload_partition(0)
+        assert (await second).error == ErrorCode.NOT_COORDINATOR
+        assert group.state == DEAD and coordinator.group("g") is None and coordinator.committed("g") == {}
+        assert coordinator.owns("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    asyncio.run(run())
