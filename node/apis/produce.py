@@ -62,7 +62,7 @@ async def handle(broker, header, request):
         return None
     if timeline.ENABLED:
         timeline.mark("produce appended")
-    await _wait_for_in_sync_replicas(broker, awaiting, request.timeout_ms)
+    await _wait_for_in_sync_replicas(awaiting, request.timeout_ms)
     if timeline.ENABLED:
         timeline.mark("produce committed")
     return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
@@ -89,7 +89,7 @@ _COMMIT_FAILURES = {
 }
 
 
-async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
+async def _wait_for_in_sync_replicas(awaiting, timeout_ms: int) -> None:
     """acks=all: answer once every in-sync replica has the batch (a purgatory of futures)."""
     if not awaiting:
         return
