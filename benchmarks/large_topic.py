@@ -50,7 +50,7 @@ def run(nodes: int, partitions: int, replication_factor: int, session_timeout_ms
     with Cluster(nodes=nodes, node_config={"broker.session.timeout.ms": str(session_timeout_ms)},
                  startup_timeout=READY_TIMEOUT_S) as cluster:
         for node_id in cluster.nodes:
-            cluster._node_control(node_id, "stall_probe", action="start")
+            cluster.node_control(node_id, "stall_probe", action="start")
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=300_000)
         started = time.monotonic()
         admin.create_topics([NewTopic(topic, partitions, replication_factor)], timeout_ms=300_000)
@@ -61,7 +61,7 @@ def run(nodes: int, partitions: int, replication_factor: int, session_timeout_ms
         counts = open_replicas(cluster, topic)
         produce_to_samples(cluster.bootstrap_servers, topic, partitions)
         usable = time.monotonic() - started
-        stalls = {node_id: cluster._node_control(node_id, "stall_probe", action="stop", timeout=30)
+        stalls = {node_id: cluster.node_control(node_id, "stall_probe", action="stop", timeout=30)
                   for node_id in cluster.nodes}
         fences = fences_logged(cluster)
     print(f"a topic of {partitions} partitions x {replication_factor} replicas on {nodes} nodes "

@@ -1,8 +1,10 @@
 """The Kafka listener: framing, request headers, dispatch and in-order responses.
 
 A client may pipeline many requests on one connection; each is handled in its own task
-and the responses are written strictly in request order, as Kafka does. Anything we cannot
-parse closes that connection only: a bad client never takes the node down.
+and the responses are written strictly in request order, as Kafka does. Each request is decoded
+and checked against its schema (node.request_checks) before its handler sees it. Anything we
+cannot parse closes that connection only, with one INFO line: a bad client never takes the node
+down. (Kafka logs its closing at ERROR; here a bad client is not the node's error.)
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from cluster.runtime import timeline
 from node.apis import HANDLERS, ApiHandler
 from node.apis import api_versions
 from node.faults import error_response, party_of
+from node import request_checks
 from node.client_connection import ClientConnection, MalformedRequest
 from node.spliced_response import EncodedResponse, SplicedResponse
 
@@ -108,10 +111,7 @@ class KafkaServer:
             raise MalformedRequest(f"unsupported version {api_version} of api {api_key}")
         header, body_start = parse_header(frame, handler.request_is_flexible(api_version))
         header.client_host = client_host
-        try:
-            request = handler.request.decode(frame[body_start:], version=api_version)
-        except Exception as exc:
-            raise MalformedRequest(f"cannot decode {handler.request.name} v{api_version}: {exc}") from exc
+        request = request_checks.decode(handler.request, frame[body_start:], api_version)
         if timeline.ENABLED:
             timeline.mark("request decoded")
         return asyncio.create_task(self._handle(handler, header, request))

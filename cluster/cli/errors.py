@@ -11,7 +11,7 @@ import click
 from kafka import errors as kafka_errors
 
 from cluster.formats.control import ControlError
-from cluster.launch.cluster import ClusterError
+from cluster.tools.errors import ClusterError, GroupRefused
 
 # Error codes with the sentence kafka-topics.sh / kafka-consumer-groups.sh would print; {name} is the subject.
 TOPIC_MESSAGES = {
@@ -38,6 +38,13 @@ def topic_error(name: str, code: int, message: str | None = None) -> str:
 def group_error(name: str, code: int, message: str | None = None) -> str:
     known = GROUP_MESSAGES.get(code)
     return known.format(name=name) if known else _explained(code, message, f"consumer group '{name}'")
+
+
+def group_refusal(refused: GroupRefused) -> str:
+    """The one line for a refusal the group tools (cluster/tools/group_tools.py) report."""
+    if refused.member is not None and refused.code == kafka_errors.UnknownMemberIdError.errno:
+        return f"consumer group '{refused.group_id}' has no member '{refused.member}'."
+    return group_error(refused.group_id, refused.code)
 
 
 def kafka_exception_text(exc: Exception) -> str:
@@ -70,6 +77,8 @@ class CommandLine(click.Group):
             _exit_with(exc.format_message())
         except click.Abort:
             _exit_with("aborted")
+        except GroupRefused as exc:
+            _exit_with(group_refusal(exc))
         except (ClusterError, ControlError) as exc:
             _exit_with(str(exc))
         except kafka_errors.KafkaError as exc:

@@ -26,16 +26,19 @@ import hashlib
 import ipaddress
 import json
 import os
-import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
-from cluster.launch.cluster import READY_TIMEOUT_S, STOP_GRACE_S, Cluster, ClusterError, NodeProcess
+from cluster.launch.backend import READY_TIMEOUT_S, STOP_GRACE_S, Backend, NodeProcess
+from cluster.launch.cluster import Cluster
+from cluster.launch.docker_faults import NETEM_MISSING, delay_commands, heal_commands, isolation_commands
+from cluster.tools.errors import ClusterError
 
+BACKEND = "docker"  # what `kraftwerk up --backend` and cluster.json call it
 LABEL = "org.kraftwerk.cluster"
 KAFKA_PORT = 9092
 CONTROLLER_PORT = 9093
@@ -46,7 +49,7 @@ SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")  # the /24 each cluster netw
 GATEWAY_HOST = 1  # host part of the network's gateway (the host's side of the bridge)
 CONTROLLER_HOST = 10  # host part of the controller's address; node N gets NODE_HOST_BASE + N
 NODE_HOST_BASE = 20
-DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"  # the checkout's docker/
 SOURCE_PACKAGES = ("cluster", "node", "controller")
 
 
@@ -145,23 +148,19 @@ class DockerNode(NodeProcess):
         return self._status() == "paused"
 
 
-class DockerCluster(Cluster):
-    """A cluster whose controller and nodes run in containers: `with DockerCluster(nodes=3) as c: ...`.
+class DockerBackend(Backend):
+    """The controller and every node in containers of `image` (default: one built from this checkout)."""
 
-    Same API as Cluster; `port` and `host` do not apply (every node listens on 9092 at its own
-    address). `image` defaults to one built from this checkout.
-    """
-
-    backend = "docker"
-
-    def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
-                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None):
-        super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
-                         startup_timeout=startup_timeout, racks=racks)
-        self.data_dir = self.data_dir.resolve()
-        self.name = "kraftwerk-" + hashlib.sha1(str(self.data_dir).encode()).hexdigest()[:10]
+    def __init__(self, image: str | None = None):
         self.image = image
-        self.subnet = None if self._temporary else kept_subnet(self.data_dir)
+        self.name = ""  # of the cluster's network, and the prefix of its containers' names
+        self.subnet: ipaddress.IPv4Network | None = None
+
+    def bind(self, cluster) -> None:
+        super().bind(cluster)
+        cluster.data_dir = cluster.data_dir.resolve()  # the name below must not depend on the working dir
+        self.name = "kraftwerk-" + hashlib.sha1(str(cluster.data_dir).encode()).hexdigest()[:10]
+        self.subnet = None if cluster.owns_data_dir else kept_subnet(cluster.data_dir)
 
     @property
     def docker(self):
@@ -176,21 +175,12 @@ class DockerCluster(Cluster):
     def controller_ip(self) -> str:
         return self._address_of(CONTROLLER_HOST)
 
+    @property
+    def controller_host(self) -> str:
+        return self.controller_ip
+
     def node_host(self, node: DockerNode) -> str:
         return node.address
-
-    @property
-    def controller_address(self) -> str:
-        return f"{self.controller_ip}:{self.controller_port}"
-
-    def _control(self, op: str, timeout: float = 30, **args) -> dict:
-        return call_sync(self.controller_ip, self.controller_port, op, timeout=timeout, **args)
-
-    def _node_control(self, node_id: int, op: str, timeout: float = 10, **args) -> dict:
-        node = self.nodes[node_id]
-        if not node.alive():
-            raise ClusterError(f"node {node_id} is not running")
-        return call_sync(node.address, node.admin_port, op, timeout=timeout, **args)
 
     def running(self) -> bool:
         return self._container_status(f"{self.name}-controller") == "running"
@@ -204,13 +194,10 @@ class DockerCluster(Cluster):
 
     # --- starting ---
 
-    def start(self) -> "DockerCluster":
+    def prepare_start(self) -> None:
         self.image = ensure_image(self.image)
-        return super().start()
-
-    def _refuse_if_running(self) -> None:
         if self.docker.containers.list(filters={"label": f"{LABEL}={self.name}"}):
-            raise ClusterError(f"a cluster is already running in {self.data_dir} (kraftwerk down stops it)")
+            raise ClusterError(f"a cluster is already running in {self.cluster.data_dir} (kraftwerk down stops it)")
 
     def _create_network(self) -> None:
         """The cluster's network, on the subnet it had before (its nodes advertise addresses in it),
@@ -237,37 +224,33 @@ class DockerCluster(Cluster):
         # Clusters of different data dirs start their search at different subnets.
         return free_subnets(self.docker, start=int(self.name[-4:], 16))
 
-    def _start_controller(self) -> None:
+    def start_controller(self, settings: list[str]) -> None:
         self._create_network()
         command = ["controller", "--data-dir", f"{MOUNT}/controller", "--host", "0.0.0.0",
-                   "--port", str(CONTROLLER_PORT),
-                   "--num-partitions", self.node_config.get("num.partitions", "1"),
-                   "--default-replication-factor", self.node_config["default.replication.factor"],
-                   "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
-        for key, value in self.node_config.items():
-            command += ["--set", f"{key}={value}"]
+                   "--port", str(CONTROLLER_PORT), *settings]
         container = self._run_container("controller", command, self.controller_ip)
-        self._ready_line(container, self.data_dir / "logs" / "controller.log")
-        self.controller_pid = container.attrs["State"]["Pid"]
-        self.controller_port = CONTROLLER_PORT
+        self._ready_line(container, self.cluster.data_dir / "logs" / "controller.log")
+        self.cluster.controller_pid = container.attrs["State"]["Pid"]
+        self.cluster.controller_port = CONTROLLER_PORT
 
-    def _spawn_node(self, node_id: int):
+    def spawn_node(self, node_id: int, settings: dict[str, str]):
         address = self._address_of(NODE_HOST_BASE + node_id)
         command = ["node", "--node-id", str(node_id), "--data-dir", f"{MOUNT}/node-{node_id}",
                    "--host", "0.0.0.0", "--port", str(KAFKA_PORT), "--controller", f"controller:{CONTROLLER_PORT}"]
-        settings = {**self.node_config, **self._rack_config(node_id), ADMIN_PORT_CONFIG: str(ADMIN_PORT),
+        settings = {**settings, ADMIN_PORT_CONFIG: str(ADMIN_PORT),
                     "advertised.listeners": f"PLAINTEXT://{address}:{KAFKA_PORT}"}
         for key, value in settings.items():
             command += ["--set", f"{key}={value}"]
         container = self._run_container(f"node-{node_id}", command, address, cap_add=["NET_ADMIN"])
-        return container, self.data_dir / "logs" / f"node-{node_id}.log"
+        return container, self.cluster.data_dir / "logs" / f"node-{node_id}.log"
 
-    def _adopt_node(self, node_id: int, container, log_path: Path) -> None:
+    def adopt_node(self, node_id: int, started) -> DockerNode:
+        container, log_path = started
         ready = self._ready_line(container, log_path)
-        self.nodes[node_id] = DockerNode(node_id, container.attrs["State"]["Pid"], KAFKA_PORT,
-                                         self.data_dir / f"node-{node_id}", log_path, admin_port=ADMIN_PORT,
-                                         incarnation_id=ready["incarnation_id"], container=container.name,
-                                         address=self._address_of(NODE_HOST_BASE + node_id))
+        return DockerNode(node_id, container.attrs["State"]["Pid"], KAFKA_PORT,
+                          self.cluster.data_dir / f"node-{node_id}", log_path, admin_port=ADMIN_PORT,
+                          incarnation_id=ready["incarnation_id"], container=container.name,
+                          address=self._address_of(NODE_HOST_BASE + node_id))
 
     def _run_container(self, host_name: str, command: list[str], address: str, **options):
         """A fresh container for one incarnation of a process (an old one of the same name is
@@ -279,7 +262,7 @@ class DockerCluster(Cluster):
         container = self.docker.containers.run(
             self.image, command, name=name, hostname=host_name, detach=True, labels={LABEL: self.name},
             user=f"{os.getuid()}:{os.getgid()}", network=self.name, networking_config={self.name: endpoint},
-            volumes={str(self.data_dir): {"bind": MOUNT, "mode": "rw"}},
+            volumes={str(self.cluster.data_dir): {"bind": MOUNT, "mode": "rw"}},
             environment={"KRAFTWERK_LOG_LEVEL": os.environ.get("KRAFTWERK_LOG_LEVEL", "INFO")}, **options)
         container.reload()
         return container
@@ -287,7 +270,7 @@ class DockerCluster(Cluster):
     def _ready_line(self, container, log_path: Path) -> dict:
         """The JSON line a process prints on stdout once it serves, read from its log stream as it
         arrives; ClusterError with its last log line when it exits or stays silent."""
-        client = docker_client(self.startup_timeout)
+        client = docker_client(self.cluster.startup_timeout)
         stream = client.api.logs(container.id, stdout=True, stderr=False, stream=True, follow=True)
         pending = b""
         try:
@@ -322,143 +305,97 @@ class DockerCluster(Cluster):
         except docker.errors.NotFound:
             return
         role = name[len(self.name) + 1:]
-        self._save_log(name, self.data_dir / "logs" / f"{role}.log")
+        self._save_log(name, self.cluster.data_dir / "logs" / f"{role}.log")
         container.remove(force=True)
 
     # --- state file ---
 
-    def _write_state(self) -> None:
-        state = {
-            "backend": self.backend,
-            "name": self.name,
-            "image": self.image,
-            "subnet": str(self.subnet),
-            "host": self.controller_ip,
-            "base_port": 0,
-            "node_config": self.node_config,
-            "controller": {"pid": self.controller_pid, "port": self.controller_port,
-                           "container": f"{self.name}-controller", "address": self.controller_ip},
-            "nodes": {str(n.node_id): {**asdict(n), "data_dir": str(n.data_dir), "log_path": str(n.log_path)}
-                      for n in self.nodes.values()},
-            "bootstrap_servers": self.bootstrap_servers,
-            "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
-        }
-        temp = self.data_dir / "cluster.json.tmp"
-        temp.write_text(json.dumps(state, indent=2))
-        os.replace(temp, self.data_dir / "cluster.json")
+    def state(self, shared: dict) -> dict:
+        return {"backend": BACKEND, "name": self.name, "image": self.image, "subnet": str(self.subnet), **shared,
+                "controller": {**shared["controller"], "container": f"{self.name}-controller",
+                               "address": self.controller_ip}}
 
-    @classmethod
-    def from_state(cls, data_dir, state: dict) -> "DockerCluster":
-        """The docker-backed cluster a cluster.json describes (Cluster.attach hands those over)."""
-        cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, node_config=state["node_config"],
-                      racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()},
-                      image=state.get("image"))
-        cluster._temporary = False
-        cluster.controller_pid = state["controller"]["pid"]
-        cluster.controller_port = state["controller"]["port"]
-        for node_id, node in state["nodes"].items():
-            node = {**node, "data_dir": Path(node["data_dir"]), "log_path": Path(node["log_path"])}
-            cluster.nodes[int(node_id)] = DockerNode(**node)
-        return cluster
+    def node_from_state(self, node_id: int, recorded: dict) -> DockerNode:
+        return DockerNode(**{**recorded, "data_dir": Path(recorded["data_dir"]), "log_path": Path(recorded["log_path"])})
 
     # --- faults ---
 
-    def _container(self, node_id: int):
-        return self.docker.containers.get(self.nodes[node_id].container)
+    def _container(self, node: DockerNode):
+        return self.docker.containers.get(node.container)
 
-    def kill_node(self, node_id: int) -> None:
-        """`docker kill`: SIGKILL to every process of the container; returns once the controller has fenced it."""
-        container = self._container(node_id)
+    def kill(self, node: DockerNode) -> None:
+        """`docker kill`: SIGKILL to every process of the container."""
+        container = self._container(node)
         if container.status == "paused":
             container.unpause()  # a frozen cgroup takes no signal: kill the running process, as on a crash
         container.kill()
         container.wait(timeout=STOP_GRACE_S)
-        self._report_death(self.nodes[node_id])
 
-    def stop_node(self, node_id: int) -> None:
+    def stop(self, node: DockerNode) -> None:
         """`docker stop`: SIGTERM (tini passes it on), so the node hands over its leaderships and exits."""
-        container = self._container(node_id)
+        container = self._container(node)
         if container.status == "paused":
             container.unpause()
         container.stop(timeout=STOP_GRACE_S)
 
-    def pause_node(self, node_id: int) -> None:
+    def pause(self, node: DockerNode) -> None:
         """`docker pause`: the cgroup freezer stops the node; the controller fences it after the session timeout."""
-        self._container(node_id).pause()
+        self._container(node).pause()
 
-    def resume_node(self, node_id: int) -> None:
-        self._container(node_id).unpause()
+    def resume(self, node: DockerNode) -> None:
+        self._container(node).unpause()
 
-    def restart_node(self, node_id: int) -> None:
-        """A new container for the node, with the same id, address and data; a running one is stopped first."""
-        if self.nodes[node_id].alive():
-            self.stop_node(node_id)
-        container, log_path = self._spawn_node(node_id)
-        self._adopt_node(node_id, container, log_path)
-        self.wait_ready([node_id])
-        self._write_state()
-
-    def isolate_node(self, node_id: int, parties: list[str | int] | None = None) -> dict:
-        """Drop, in the node's own network namespace, every packet to and from the parties ("controller",
-        "clients", peer node ids; default the controller and every peer): a real network partition
-        (cluster/launch/docker_faults.py says how)."""
-        from cluster.launch.docker_faults import isolation_commands
-
-        peers = {peer: node.address for peer, node in self.nodes.items() if peer != node_id}
+    def isolate(self, node: DockerNode, parties: list[str | int]) -> dict:
+        """Drop, in the node's own network namespace, every packet to and from the parties: a real
+        network partition (cluster/launch/docker_faults.py says how)."""
+        peers = {peer: other.address for peer, other in self.cluster.nodes.items() if peer != node.node_id}
         parties = list(parties or ["controller", *sorted(peers)])
         infrastructure = {"controller": self.controller_ip, **peers}
-        self._as_root(node_id, isolation_commands(infrastructure, parties))
-        self.nodes[node_id].isolated_from = sorted(map(str, parties))
-        self._write_state()
-        return self.node_faults(node_id)
+        self._as_root(node, isolation_commands(infrastructure, parties))
+        node.isolated_from = sorted(map(str, parties))
+        self.cluster.write_state()
+        return self.faults(node)
 
-    def heal_node(self, node_id: int) -> dict:
+    def heal(self, node: DockerNode) -> dict:
         """End the node's isolation and delay (its blackhole rules and netem go) and its injected errors."""
-        from cluster.launch.docker_faults import heal_commands
-
-        self._as_root(node_id, heal_commands(self._address_of(GATEWAY_HOST)))
-        node = self.nodes[node_id]
+        self._as_root(node, heal_commands(self._address_of(GATEWAY_HOST)))
         node.isolated_from, node.delay_ms = [], 0
-        self._write_state()
-        self._node_control(node_id, "heal")
-        return self.node_faults(node_id)
+        self.cluster.write_state()
+        self.cluster.node_control(node.node_id, "heal")
+        return self.faults(node)
 
-    def delay_node(self, node_id: int, delay_ms: int) -> dict:
+    def delay(self, node: DockerNode, delay_ms: int) -> dict:
         """tc netem: every packet the node sends waits delay_ms (0 removes the delay). Where the
         kernel has no netem, the node delays its own responses instead, as in the process backend."""
-        from cluster.launch.docker_faults import NETEM_MISSING, delay_commands
-
         try:
-            self._as_root(node_id, delay_commands(delay_ms))
+            self._as_root(node, delay_commands(delay_ms))
         except ClusterError as exc:
             if NETEM_MISSING not in str(exc):
                 raise
-            return self._node_control(node_id, "delay", delay_ms=delay_ms) | {
-                "isolated_from": self.nodes[node_id].isolated_from}
-        self.nodes[node_id].delay_ms = delay_ms
-        self._write_state()
-        return self.node_faults(node_id)
+            return self.cluster.node_control(node.node_id, "delay", delay_ms=delay_ms) | {
+                "isolated_from": node.isolated_from}
+        node.delay_ms = delay_ms
+        self.cluster.write_state()
+        return self.faults(node)
 
-    def node_faults(self, node_id: int) -> dict:
+    def faults(self, node: DockerNode) -> dict:
         """The faults the node itself holds (injected errors), with the network faults it is under."""
-        node = self.nodes[node_id]
         try:
-            faults = self._node_control(node_id, "faults", timeout=2)
+            faults = self.cluster.node_control(node.node_id, "faults", timeout=2)
         except (ClusterError, ControlError, OSError):
             faults = {"injected_errors": []}  # cut off from the host ("clients"): the network faults still hold
         return {**faults, "isolated_from": node.isolated_from, "delay_ms": node.delay_ms or faults.get("delay_ms", 0)}
 
-    def _as_root(self, node_id: int, commands: list[str]) -> None:
+    def _as_root(self, node: DockerNode, commands: list[str]) -> None:
         """Run ip and tc commands as root in the node's container; ClusterError with their message if one fails."""
-        exit_code, output = self._container(node_id).exec_run(["sh", "-ec", "\n".join(commands)], user="root")
+        exit_code, output = self._container(node).exec_run(["sh", "-ec", "\n".join(commands)], user="root")
         if exit_code:
-            raise ClusterError(f"node {node_id}: a network command failed: {output.decode(errors='replace').strip()}")
+            raise ClusterError(f"node {node.node_id}: a network command failed: {output.decode(errors='replace').strip()}")
 
     # --- stopping ---
 
-    def stop(self) -> None:
-        """Graceful stop of every node, then the controller; then the containers and network go.
-        The data dir stays, unless the cluster made it itself."""
+    def stop_all(self) -> None:
+        """Graceful stop of every node, then the controller; then the containers and network go."""
         import docker.errors
 
         containers = self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self.name}"})
@@ -482,8 +419,44 @@ class DockerCluster(Cluster):
         for container in containers:
             self._remove_container(container.name)
         remove_labelled(self.name, self.docker)
-        if self._temporary:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class DockerCluster(Cluster):
+    """A cluster whose controller and nodes run in containers: `with DockerCluster(nodes=3) as c: ...`.
+
+    Same API as Cluster; `port` and `host` do not apply (every node listens on 9092 at its own
+    address). `image` defaults to one built from this checkout.
+    """
+
+    backend = BACKEND
+
+    def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
+                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None):
+        super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
+                         startup_timeout=startup_timeout, racks=racks, runner=DockerBackend(image))
+
+    @classmethod
+    def from_state(cls, data_dir, state: dict) -> "DockerCluster":
+        cluster = super().from_state(data_dir, state)
+        cluster.runner.image = state.get("image")
+        return cluster
+
+    @property
+    def name(self) -> str:
+        """The name of the cluster's docker network, and the prefix of its containers' names."""
+        return self.runner.name
+
+    @property
+    def image(self) -> str | None:
+        return self.runner.image
+
+    @property
+    def subnet(self):
+        return self.runner.subnet
+
+    @property
+    def controller_ip(self) -> str:
+        return self.runner.controller_ip
 
 
 def kept_subnet(data_dir: Path) -> ipaddress.IPv4Network | None:

@@ -8,7 +8,8 @@
 - move_coordinator: the group's `__consumer_offsets` partition gets another in-sync leader,
   which becomes its preferred replica too, so the members must find the new coordinator.
 
-Every refusal is a ClusterError in one line, worded as Kafka's tools word it.
+Every refusal is a ClusterError; one that carries Kafka's error code is a GroupRefused, which
+the command line words as Kafka's tools do.
 """
 from __future__ import annotations
 
@@ -16,21 +17,16 @@ from kafka import KafkaAdminClient
 from kafka import errors as kafka_errors
 from kafka.admin import MemberToRemove
 
-from cluster.cli.errors import group_error
 from cluster.formats.control import ControlError
 from cluster.formats.errors import ErrorCode
-from cluster.launch.cluster import ClusterError
+from cluster.tools.errors import ClusterError, GroupRefused
 
 # What Kafka's AdminClient.removeMembersFromConsumerGroup sends as the LeaveGroup reason (KIP-800).
 REMOVE_REASON = "member was removed by an admin"
 
 
-def _refused(group_id: str, code: int) -> ClusterError:
-    return ClusterError(group_error(group_id, code))
-
-
-def _unknown_group(group_id: str) -> ClusterError:
-    return _refused(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
+def _unknown_group(group_id: str) -> GroupRefused:
+    return GroupRefused(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
 
 
 def coordinator_placement(cluster, group_id: str) -> dict:
@@ -38,7 +34,7 @@ def coordinator_placement(cluster, group_id: str) -> dict:
     leader, as the first running node that answers sees them (coordinator -1: none yet)."""
     for node_id in sorted(cluster.nodes):
         try:
-            return cluster._node_control(node_id, "group_coordinator", group_id=group_id, timeout=5)
+            return cluster.node_control(node_id, "group_coordinator", group_id=group_id, timeout=5)
         except (ClusterError, ControlError, OSError):
             continue
     raise ClusterError("no running node answers on its admin port")
@@ -49,9 +45,9 @@ def rebalance(cluster, group_id: str) -> dict:
     placement = coordinator_placement(cluster, group_id)
     if placement["coordinator"] < 0:
         raise _unknown_group(group_id)
-    reply = cluster._node_control(placement["coordinator"], "rebalance_group", group_id=group_id)
+    reply = cluster.node_control(placement["coordinator"], "rebalance_group", group_id=group_id)
     if reply["error_code"]:
-        raise _refused(group_id, reply["error_code"])
+        raise GroupRefused(group_id, reply["error_code"])
     if not reply["members"]:
         raise ClusterError(f"consumer group '{group_id}' has no active members: there is nothing to rebalance.")
     return {"group_id": group_id, "coordinator": placement["coordinator"], **reply}
@@ -79,13 +75,13 @@ def remove_member(cluster, group_id: str, member: str) -> dict:
         try:
             outcome = next(iter(admin.remove_group_members(group_id, [target]).values()))
         except kafka_errors.BrokerResponseError as exc:
-            raise _refused(group_id, exc.errno) from None
+            raise GroupRefused(group_id, exc.errno) from None
     finally:
         admin.close()
     if outcome is kafka_errors.UnknownMemberIdError:
-        raise ClusterError(f"consumer group '{group_id}' has no member '{member}'.")
+        raise GroupRefused(group_id, ErrorCode.UNKNOWN_MEMBER_ID, member)
     if outcome is not kafka_errors.NoError:
-        raise _refused(group_id, outcome.errno)
+        raise GroupRefused(group_id, outcome.errno)
     return {"group_id": group_id, "member_id": None if static else member,
             "group_instance_id": member if static else None}
 
@@ -103,7 +99,7 @@ def move_coordinator(cluster, group_id: str, to: int | None = None) -> dict:
     replica); returns once every running node knows the new leader."""
     _require_group(cluster, group_id)
     placement = coordinator_placement(cluster, group_id)
-    reply = cluster._control("move_leader", topic=placement["topic"], partition=placement["partition"], target=to)
+    reply = cluster.control("move_leader", topic=placement["topic"], partition=placement["partition"], target=to)
     partition = f"{placement['topic']}-{placement['partition']}"
     if reply["error_code"] == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE:
         wanted = f"node {to} is not a live in-sync replica of {partition}" if to is not None else \

@@ -3,6 +3,10 @@
     REQUEST, RESPONSE   kafka.protocol message classes (our wire codecs)
     VERSIONS            (min, max) that the handler implements and ApiVersions advertises
     async def handle(broker, header, request) -> RESPONSE instance, or None for no response
+
+Each module's docstring opens with the API and the versions it serves, then says what it does,
+then where it differs from Kafka. A request reaches `handle` decoded and checked against its
+schema (node.request_checks): no field the schema forbids to be null is None.
 """
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
-"""AlterConfigs (the legacy, non-incremental one): each resource's dynamic configs are REPLACED
-by the set named, so a config left out goes back to its default. validate_only checks without
-changing anything.
+"""AlterConfigs v0-2: replace each resource's dynamic configs with the set named.
 
-As Kafka 3.9 does, the node first checks each resource itself and forwards only what passes to
-the controller: a resource named twice, a config named twice or a null value get
-INVALID_REQUEST; a resource type other than TOPIC or BROKER gets INVALID_REQUEST. Topic configs
-are applied by the controller as ConfigRecords (unknown topic: UNKNOWN_TOPIC_OR_PARTITION;
-unknown config name or bad value: INVALID_CONFIG). Broker configs are static here: a BROKER
-resource must name this node (or be empty, for the cluster default), and naming any config in it
-gets the INVALID_REQUEST Kafka answers for configs that cannot be updated dynamically.
+A config left out goes back to its default; validate_only checks without changing anything. As
+Kafka 3.9 does, the node first checks each resource itself and forwards only what passes to the
+controller: a resource named twice, a config named twice or a null value get INVALID_REQUEST; a
+resource type other than TOPIC or BROKER gets INVALID_REQUEST. Topic configs are applied by the
+controller as ConfigRecords (unknown topic: UNKNOWN_TOPIC_OR_PARTITION; unknown config name or bad
+value: INVALID_CONFIG).
+
+Differs from Kafka: broker configs are static here. A BROKER resource must name this node (or be
+empty, for the cluster default), and naming any config in it gets the INVALID_REQUEST Kafka answers
+for configs that cannot be updated dynamically. No ACLs: nothing is refused for authorization.
 """
 from __future__ import annotations
 

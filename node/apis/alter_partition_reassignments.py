@@ -1,12 +1,14 @@
-"""AlterPartitionReassignments: move partitions to new replicas, or cancel a move (a null replica list).
+"""AlterPartitionReassignments v0: move partitions to new replicas, or cancel a move (a null replica list).
 
 The controller checks every partition as Kafka's does (UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REPLICA_ASSIGNMENT for an empty list, a repeated, unknown or fenced node id,
-NO_REASSIGNMENT_IN_PROGRESS for cancelling none) and writes the move as a
-PartitionChangeRecord with adding and removing replicas; the answer comes once this node's
-image shows it. The new replicas then catch up by replication and the controller completes
-the move when they are all in the ISR (controller/reassignment.py). More than 10,000
-partitions in one request are refused whole with POLICY_VIOLATION.
+NO_REASSIGNMENT_IN_PROGRESS for cancelling none) and writes the move as a PartitionChangeRecord
+with adding and removing replicas; the answer comes once this node's image shows it. The new
+replicas then catch up by replication and the controller completes the move when they are all in
+the ISR (controller/reassignment.py).
+
+Differs from Kafka: more than 10,000 partitions in one request are refused whole with
+POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """
 from __future__ import annotations
 

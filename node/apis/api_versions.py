@@ -1,8 +1,13 @@
-"""ApiVersions: advertise exactly the version range each handler implements (KIP-511 aware).
+"""ApiVersions v0-4: advertise exactly the version range each handler implements (KIP-511 aware).
 
-Every connection asks first, so the encoded answer is kept per version and finalized features
-(the handlers' ranges never change once the node runs): building and encoding the list of some
-sixty APIs took about 180 us a connection.
+A version we do not speak is answered in the v0 layout with UNSUPPORTED_VERSION and our list, so
+that any client can read it (node.server). The answer also carries metadata.version as a
+supported and finalized feature (v3+). Every connection asks first, so the encoded answer is kept
+per version and finalized features: the handlers' ranges never change once the node runs.
+
+Differs from Kafka: the client's software name and version (v3+) are not checked against
+Kafka's pattern, so a client never gets INVALID_REQUEST for them; metadata.version is the only
+feature listed.
 """
 from functools import cache, lru_cache
 

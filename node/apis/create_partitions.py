@@ -1,8 +1,11 @@
-"""CreatePartitions: grow a topic's partition count through the controller.
+"""CreatePartitions v0-3: grow a topic's partition count through the controller.
 
-Counts and assignments are checked before anything is placed; a request that would add more
-than 10,000 partitions in all is refused whole with POLICY_VIOLATION, as Kafka refuses an
-operation of more than 10,000 records.
+Counts and assignments are checked before anything is placed; the answer comes once the
+controller has written the new partitions (or validate_only has checked them). A controller that
+does not answer in time gives every topic REQUEST_TIMED_OUT.
+
+Differs from Kafka: a request that would add more than 10,000 partitions in all is refused whole
+with POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """
 from __future__ import annotations
 

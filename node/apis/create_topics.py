@@ -1,7 +1,11 @@
-"""CreateTopics: forwarded to the controller; answered once this node's image shows the topics.
+"""CreateTopics v0-7: forwarded to the controller; answered once this node's image shows the topics.
 
-The controller checks each topic as Kafka's does and refuses a whole request that would create
-more than 10,000 partitions or write more than 10,000 records (POLICY_VIOLATION for every topic).
+The controller checks each topic as Kafka's does (name, partitions, replication factor, explicit
+assignments, configs) and places the replicas; each created topic is answered with its id and
+its configs (v5+), unless validate_only.
+
+Differs from Kafka: a whole request that would create more than 10,000 partitions or write more
+than 10,000 records is refused, POLICY_VIOLATION for every topic.
 """
 from __future__ import annotations
 

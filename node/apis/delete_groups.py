@@ -1,4 +1,10 @@
-"""DeleteGroups: empty groups and their committed offsets, removed with tombstones."""
+"""DeleteGroups v0-2: empty groups and their committed offsets, removed with tombstones.
+
+Each group is answered on its own: NOT_COORDINATOR where another node coordinates it,
+NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND where it does not exist.
+
+Same as Kafka.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse

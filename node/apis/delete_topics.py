@@ -1,6 +1,10 @@
-"""DeleteTopics: by name (v0-5) or by name or topic id (v6+), forwarded to the controller.
+"""DeleteTopics v0-6: by name (v0-5) or by name or topic id (v6+), forwarded to the controller.
 
-More than 10,000 topics in one request are refused whole with POLICY_VIOLATION.
+The answer comes once the controller has written the removal; each topic is answered on its own
+(UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID).
+
+Differs from Kafka: more than 10,000 topics in one request are refused whole with
+POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""DescribeCluster: the cluster id and its brokers (fenced ones too when asked, v2+)."""
+"""DescribeCluster v0-2: the cluster id and its brokers (fenced ones too when asked, v2+).
+
+Differs from Kafka: the node names itself as the controller id, where Kafka's brokers name a
+random live broker (clients cannot reach the KRaft controller either way). Only broker endpoints
+are served: asking for controller endpoints (KIP-919) gets UNSUPPORTED_VERSION. No ACLs, so
+authorized operations are never filled in.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse

@@ -1,4 +1,13 @@
-"""DescribeConfigs for topics (effective values and their sources) and for brokers."""
+"""DescribeConfigs v0-4: topic configs (effective values and their sources) and this node's broker configs.
+
+A topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION; configuration_keys narrows the
+answer.
+
+Differs from Kafka: include_synonyms lists each config as its own only synonym, not the chain of
+levels it could come from. Broker configs can be described on that broker only (or with an empty
+name), others get INVALID_REQUEST, as do resource types other than TOPIC and BROKER (no broker
+loggers, no client metrics). Config types and documentation are not filled in.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse

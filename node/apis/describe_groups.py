@@ -1,4 +1,11 @@
-"""DescribeGroups: state, protocol and members (with metadata and assignment) of each group."""
+"""DescribeGroups v0-6: state, protocol and members (with metadata and assignment) of each group.
+
+Members' metadata and assignments are given while the group is Stable. A group that does not
+exist is described as Dead with no error, as Kafka describes it.
+
+Differs from Kafka: no ACLs, so authorized operations are never filled in; only classic groups
+exist.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse

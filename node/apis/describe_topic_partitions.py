@@ -1,4 +1,11 @@
-"""DescribeTopicPartitions (KIP-966): topics and partitions, paginated by a cursor."""
+"""DescribeTopicPartitions v0 (KIP-966): topics and partitions, paginated by a cursor.
+
+Every topic when none is named, in name order; the answer stops at response_partition_limit
+partitions and names where the next page starts.
+
+Differs from Kafka: eligible leader replicas and last known ELR are always null (ELR is not
+built); no ACLs, so topic authorized operations are never filled in.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse

@@ -1,4 +1,13 @@
-"""ElectLeaders: preferred or unclean leader election, decided by the controller."""
+"""ElectLeaders v0-2: preferred or unclean leader election, decided by the controller.
+
+v0 has no election type and always asks for the preferred replica. A null partition list elects
+for every partition. Each partition is answered on its own (ELECTION_NOT_NEEDED,
+PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
+
+Differs from Kafka: more than 10,000 elections in one request are refused whole, every
+partition asked for getting the error, as Kafka refuses a controller operation of more than
+10,000 records.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse

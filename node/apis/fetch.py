@@ -1,22 +1,27 @@
-"""Fetch: whole batches from the requested offsets, long-polling until min_bytes or max_wait.
+"""Fetch v0-18: whole batches from the requested offsets, long-polling until min_bytes or max_wait.
 
-Waiting is event-driven: the request parks a future on its partitions and the produce
-path resolves it on append. Fetch sessions (KIP-227, node.fetch_sessions) decide which
-partitions a request reads (an incremental one: every partition of its session) and which
-the answer carries (an incremental one: those with news).
+Waiting is event-driven: the request parks a future on its partitions and the produce path
+resolves it on append. Fetch sessions (KIP-227, node.fetch_sessions) decide which partitions a
+request reads (an incremental one: every partition of its session) and which the answer carries
+(an incremental one: those with news). Followers fetch here too; the leader's replication
+throttle holds back a throttled replica's data.
 
-Versions 0-3 predate magic 2: what was read is down-converted once the fetch is complete,
-to magic 0 for v0-1 and magic 1 for v2-3 (cluster.formats.message_sets), as Kafka's
-KafkaApis.maybeConvertFetchedData does, and only then; v4+ fetches never take that path.
-Kafka's checks for those versions come with it: a topic with `compression.type=zstd` is
+Versions 0-3 predate magic 2: what was read is down-converted once the fetch is complete, to
+magic 0 for v0-1 and magic 1 for v2-3 (cluster.formats.message_sets), as Kafka's
+KafkaApis.maybeConvertFetchedData does, and only then; v4+ fetches never take that path. Kafka's
+checks for those versions come with it: a topic with `compression.type=zstd` is
 UNSUPPORTED_COMPRESSION_TYPE, one with `message.downconversion.enable=false` is
 UNSUPPORTED_VERSION for consumers.
 
-Record bytes are read from the segment once (one pread, kept as a memoryview; large reads stay
-on disk for sendfile) and never pass through the response encoder: the answer of a flexible
-version without tagged fields is written with struct (node.fetch_answers), any other is a
+Record bytes are read from the segment once (one pread, kept as a memoryview; large reads stay on
+disk for sendfile) and never pass through the response encoder: the answer of a flexible version
+without tagged fields is written with struct (node.fetch_answers), any other is a
 node.spliced_response.SplicedResponse; either way the server writes the record sets beside the
 encoded fields.
+
+Differs from Kafka: no transactions, so read_committed reads what read_uncommitted reads and no
+aborted transactions are listed; consumers always read from the leader (no preferred read
+replica, KIP-392); no quotas, so throttle_time_ms is 0.
 """
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""FindCoordinator: the leader of the group's `__consumer_offsets` partition (created on first use)."""
+"""FindCoordinator v0-6: the leader of the group's `__consumer_offsets` partition (created on first use).
+
+One key (v0-3) or a batch of keys (v4+). The offsets topic is created through the controller
+when the first group is looked up; until it has a leader the answer is
+COORDINATOR_NOT_AVAILABLE and clients retry.
+
+Differs from Kafka: no transaction coordinator, so a transaction key gets
+COORDINATOR_NOT_AVAILABLE.
+"""
 from __future__ import annotations
 
 import logging

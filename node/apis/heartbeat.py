@@ -1,4 +1,10 @@
-"""Heartbeat: keeps a member's session alive and tells it when to rejoin."""
+"""Heartbeat v0-4: keeps a member's session alive and tells it when to rejoin.
+
+Answered by the group coordinator: REBALANCE_IN_PROGRESS when the member must rejoin,
+UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION when it is out of date, NOT_COORDINATOR on another node.
+
+Same as Kafka.
+"""
 from __future__ import annotations
 
 from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse

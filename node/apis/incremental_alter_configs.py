@@ -1,4 +1,13 @@
-"""IncrementalAlterConfigs for topic configs, applied by the controller as ConfigRecords."""
+"""IncrementalAlterConfigs v0-1: set, delete, append to or subtract from topic and broker configs.
+
+Applied by the controller as ConfigRecords; each resource is answered on its own. A controller
+that does not answer in time gives every resource REQUEST_TIMED_OUT.
+
+Differs from Kafka: of a BROKER resource (a node id, or empty for every node) only the
+replication throttle rates can change, the broker configs a node reads while it runs; any other
+gets INVALID_REQUEST. More than 10,000 changes in one request are refused whole with
+POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse

@@ -1,4 +1,11 @@
-"""InitProducerId for idempotent producers (transactions are not built yet)."""
+"""InitProducerId v0-6: a producer id and epoch for idempotent producers.
+
+A new id comes from the block the controller hands this node; a producer that names its id and
+epoch (v3+) gets the same id with the next epoch.
+
+Differs from Kafka: transactions are not built yet, so a transactional id gets
+COORDINATOR_NOT_AVAILABLE.
+"""
 from __future__ import annotations
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse

@@ -1,4 +1,10 @@
-"""JoinGroup: membership, protocol selection and the leader of each generation."""
+"""JoinGroup v0-9: membership, protocol selection and the leader of each generation.
+
+The join waits for the rebalance to complete; a new member must first learn its member id (v4+,
+MEMBER_ID_REQUIRED); static members (group.instance.id, v5+) keep their place across restarts.
+
+Differs from Kafka: only classic groups; skip_assignment is never set.
+"""
 from __future__ import annotations
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse

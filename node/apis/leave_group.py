@@ -1,4 +1,9 @@
-"""LeaveGroup: one member (v0-2) or a batch of members with per-member results (v3+)."""
+"""LeaveGroup v0-5: one member (v0-2) or a batch of members with per-member results (v3+).
+
+A member leaving starts a rebalance for the others; static members are named by their instance id.
+
+Same as Kafka.
+"""
 from __future__ import annotations
 
 from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse

@@ -1,4 +1,8 @@
-"""ListGroups: the groups this node coordinates, filtered by state (v4+) and type (v5+)."""
+"""ListGroups v0-5: the groups this node coordinates, filtered by state (v4+) and type (v5+).
+
+Differs from Kafka: every group is a classic group, so a type filter without "classic" lists
+none.
+"""
 from __future__ import annotations
 
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse

@@ -1,10 +1,14 @@
-"""ListOffsets: earliest, latest, max-timestamp, and offset-for-timestamp lookups.
+"""ListOffsets v0-11: earliest, latest, max-timestamp, and offset-for-timestamp lookups.
 
 Version 0 (Burrow, clients pinned to brokers before 0.10.1) answers an array of up to
 max_num_offsets offsets, newest first, as Kafka's legacy lookup does: the base offset of each
 segment whose file was last modified at or before the timestamp, the log end when the active
 segment holds data, and for consumers nothing above the high watermark (which takes the place of
 whatever was above it). Only -1 (latest) and -2 (earliest) of the special timestamps exist there.
+
+Differs from Kafka: no tiered storage, so earliest-local (-4) is the earliest offset and
+latest-tiered (-5) finds none; no transactions, so read_committed's last stable offset is the
+high watermark.
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""ListPartitionReassignments: the partitions being moved, with their adding and removing replicas.
+"""ListPartitionReassignments v0: the partitions being moved, with their adding and removing replicas.
 
-Asked of the controller, which holds the latest metadata. A null topic list lists every
-ongoing reassignment; named partitions that do not exist or are not moving are left out,
-as Kafka leaves them out.
+Asked of the controller, which holds the latest metadata. A null topic list lists every ongoing
+reassignment; named partitions that do not exist or are not moving are left out, as Kafka leaves
+them out.
+
+Same as Kafka.
 """
 from __future__ import annotations
 

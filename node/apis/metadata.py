@@ -1,12 +1,18 @@
-"""Metadata: live brokers, topics, and the true leader of every partition.
+"""Metadata v0-13: live brokers, topics, and the true leader of every partition.
 
-Answers are encoded once per state of the metadata image and kept: while the image is
-unchanged, a request for the same topics at the same version gets the bytes the first one got
-(clients ask again and again, and an answer for thousands of partitions takes tens of
-milliseconds to build). After a change, each topic entry whose state (id, partitions, leaders,
-epochs, replicas, ISR, live brokers) is unchanged is reused already encoded, so one leader
-change costs one topic's encoding. Every piece is encoded by kafka-python's MetadataResponse;
-only the topic array is joined from entries encoded one at a time.
+Topics are named (or, v10+, asked by id); a null list (v1+) asks for all. Topics that do not
+exist are created when the request allows it (always before v4) and auto.create.topics.enable is
+set. A partition whose leader is not alive is LEADER_NOT_AVAILABLE.
+
+Answers are encoded once per state of the metadata image and kept: while the image is unchanged,
+a request for the same topics at the same version gets the bytes the first one got (clients ask
+again and again, and an answer for thousands of partitions is slow to build). After a change,
+each topic entry whose state (id, partitions, leaders, epochs, replicas, ISR, live brokers) is
+unchanged is reused already encoded, so one leader change costs one topic's encoding. Every piece
+is encoded by kafka-python's MetadataResponse; only the topic array is joined from entries
+encoded one at a time.
+
+Differs from Kafka: no ACLs, so cluster and topic authorized operations are never filled in.
 """
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
-"""OffsetCommit: offsets written to `__consumer_offsets` before they are acknowledged.
+"""OffsetCommit v0-10: offsets written to `__consumer_offsets` before they are acknowledged.
 
 Version 0 carries no generation or member id: it commits as a client outside the group protocol
 does (accepted while the group has no members). Version 1 names a commit timestamp per partition,
 stored as the commit's time (what offset expiry counts from) unless it is -1, as in Kafka 3.9.
-Kafka kept version 0 commits in ZooKeeper, apart from the others; here they are the group's
-offsets like every other version's.
+Metadata longer than offset.metadata.max.bytes is OFFSET_METADATA_TOO_LARGE; v10 names topics
+by id.
+
+Differs from Kafka: Kafka kept version 0 commits in ZooKeeper, apart from the others; here they
+are the group's offsets like every other version's.
 """
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""OffsetDelete: drop committed offsets of partitions the group no longer consumes."""
+"""OffsetDelete v0: drop committed offsets of partitions the group no longer consumes.
+
+A topic the group is subscribed to gets GROUP_SUBSCRIBED_TO_TOPIC; a group that does not exist
+gets GROUP_ID_NOT_FOUND; the rest are removed with tombstones.
+
+Same as Kafka.
+"""
 from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse

@@ -1,7 +1,12 @@
-"""OffsetFetch: committed offsets of one group (v0-7) or of several (v8+).
+"""OffsetFetch v0-10: committed offsets of one group (v0-7) or of several (v8+).
 
-Versions 0 and 1 have no group-level error code: a group error (NOT_COORDINATOR, ...) is
-answered in every partition asked for, as Kafka's OffsetFetchRequest.getErrorResponse does.
+A null topic list asks for every committed offset of the group; -1 where nothing is committed.
+Versions 0 and 1 have no group-level error code: a group error (NOT_COORDINATOR, ...) is answered
+in every partition asked for, as Kafka's OffsetFetchRequest.getErrorResponse does. v10 names
+topics by id.
+
+Differs from Kafka: no transactions, so there are never pending transactional offsets for
+require_stable (v7+) to wait for.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""OffsetForLeaderEpoch: where a leader epoch ends in the leader's log.
+"""OffsetForLeaderEpoch v0-4: where a leader epoch ends in the leader's log.
 
 Consumers (librdkafka since KIP-320) ask after a leader change to check that their position is
 still on the log; followers may ask to find where to truncate (ours use Fetch's DivergingEpoch).
 Versions 0-1 name no current leader epoch, so nothing is fenced, and version 0 answers the end
-offset without its epoch.
+offset without its epoch. A replica id of -2 (v3+) may ask any replica, not only the leader.
+
+Same as Kafka.
 """
 from __future__ import annotations
 

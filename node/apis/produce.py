@@ -1,14 +1,21 @@
-"""Produce: validate batches, append them on the leader, answer per partition.
+"""Produce v0-13: validate batches, append them on the leader, answer per partition.
 
-The handler never decodes magic-2 records: cluster.formats.records validates batch headers and CRCs
-and the log assigns offsets by rewriting each batch's base offset in place.
+acks=0 gets no answer, acks=1 is answered once the leader has appended, acks=all once every
+in-sync replica has the batch (and NOT_ENOUGH_REPLICAS when fewer than min.insync.replicas are
+in sync). The handler never decodes magic-2 records: cluster.formats.records validates batch
+headers and CRCs and the log assigns offsets by rewriting each batch's base offset in place. A
+NOT_LEADER_OR_FOLLOWER answer names the current leader (v10+).
 
-Versions 0-2 carry legacy message sets (magic 0 and 1). Kafka checks nothing about them
-before leadership; on the leader they are validated (CRC-32 of every message, compressed
-wrappers included) and up-converted into one magic-2 batch by cluster.formats.message_sets, which
-is then appended like any other. A payload with no whole message appends nothing and is
-answered without error at offset -1, as Kafka answers it. Magic-2 batches are accepted in
-those versions too (Kafka never refused them there), one batch per partition as always.
+Versions 0-2 carry legacy message sets (magic 0 and 1). Kafka checks nothing about them before
+leadership; on the leader they are validated (CRC-32 of every message, compressed wrappers
+included) and up-converted into one magic-2 batch by cluster.formats.message_sets, which is then
+appended like any other. A payload with no whole message appends nothing and is answered without
+error at offset -1, as Kafka answers it. Magic-2 batches are accepted in those versions too
+(Kafka never refused them there), one batch per partition as always.
+
+Differs from Kafka: transactions are not built, so no transactional producer gets this far
+(InitProducerId refuses it) and no transaction markers are written; no quotas, so
+throttle_time_ms is 0.
 """
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""SyncGroup: the leader's assignment reaches every member of the generation."""
+"""SyncGroup v0-5: the leader's assignment reaches every member of the generation.
+
+Members wait for the leader's assignment; each gets its own, with the group's protocol type and
+name (v5+).
+
+Same as Kafka.
+"""
 from __future__ import annotations
 
 from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse

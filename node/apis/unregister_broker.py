@@ -1,9 +1,12 @@
-"""UnregisterBroker: take a node out of the cluster's metadata, as `kafka-cluster.sh unregister` does.
+"""UnregisterBroker v0: take a node out of the cluster's metadata, as `kafka-cluster.sh unregister` does.
 
 Forwarded to the controller, which writes an UnregisterBrokerRecord (with the node's ISR places
-and leaderships moved in the same batch); Metadata and DescribeCluster stop listing the node.
-A node id that is not registered is answered with BROKER_ID_NOT_REGISTERED. Meant for a node
-that has been drained and stopped: a running node would register again.
+and leaderships moved in the same batch); Metadata and DescribeCluster stop listing the node. A
+node id that is not registered is answered with BROKER_ID_NOT_REGISTERED. Meant for a node that
+has been drained and stopped: a running node would register again. (kafka-python carries no
+schema for this API: node/apis/schemas holds it.)
+
+Same as Kafka.
 """
 from __future__ import annotations
 

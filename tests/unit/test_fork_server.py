@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from cluster.launch.fork_server import bytecode_cache, same_code_environment
+from cluster.launch.fork_client import bytecode_cache, same_code_environment
 
 
 def run_python(code: str) -> str:

@@ -1,0 +1,307 @@
+"""The process backend: the controller and every node as processes on this machine.
+
+All processes of a cluster share one process group, led by the controller, so that stopping
+the cluster (or a test fixture failing half way) can always kill every one of them.
+
+The controller and the nodes are forked by a fork server (cluster/launch/fork_server.py) that
+imports their code once; each says that it serves with one JSON line on its stdout, which the
+launcher waits for: nothing on the start path sleeps or polls.
+
+The ports a cluster first listens on (each node's Kafka listener and admin port, the
+controller's port) are kept for its lifetime, as a Kafka broker keeps its listener: a
+restarted node, and the cluster started again on the same data dir, listen where they did
+before, so that bootstrap lists and the addresses clients cached stay valid.
+
+Faults are signals (kill, stop, pause, resume) and the node's own fault switches, set through
+its admin port (isolate, heal, delay).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.formats.config import ADMIN_PORT_CONFIG
+from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive
+from cluster.tools.errors import ClusterError
+from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
+
+
+def read_ready_line(process: ForkedProcess, log_path: Path, timeout: float) -> dict:
+    """The one JSON line a process prints once it serves; waits on the pipe, never polls."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    line = process.stdout.readline() if ready else b""
+    process.stdout.close()
+    if not line:
+        lines = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
+        # Its stdout ended before a line: it exited (its status is the fork server's to collect,
+        # but its log's last line says why).
+        what = "exited before it was ready" if ready else f"did not start within {timeout:.0f}s"
+        last = f": {lines[-1].strip()}" if lines else ""
+        raise ClusterError(f"{log_path.stem} {what}{last} (its log: {log_path})")
+    return json.loads(line)
+
+
+def ensure_port_free(host: str, port: int, owner: str) -> None:
+    """Refuse at once, naming the port and its owner, when a kept port is taken by another process.
+
+    The probe binds as the servers do, with SO_REUSEADDR, so that connections of a process
+    that just exited, still in TIME_WAIT, do not count as taking the port.
+    """
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ClusterError(f"{owner} cannot listen on {host}:{port}: the port is in use by another process "
+                               f"(a cluster keeps the ports it first got; free the port, or use a new data dir)"
+                               ) from None
+
+
+@dataclass
+class KeptPorts:
+    """The ports a cluster's processes listened on, from the cluster.json of its last start."""
+    base_port: int = 0
+    controller: int = 0
+    nodes: dict[int, tuple[int, int]] | None = None  # node id -> (Kafka listener port, admin port)
+
+    @classmethod
+    def read(cls, data_dir: Path) -> "KeptPorts":
+        path = data_dir / "cluster.json"
+        if not path.exists():
+            return cls()
+        state = json.loads(path.read_text())
+        return cls(state.get("base_port", 0), state["controller"]["port"],
+                   {int(node_id): (node["port"], node.get("admin_port", 0)) for node_id, node in state["nodes"].items()})
+
+
+class LocalProcessBackend(Backend):
+    """Processes on this machine, in one process group, forked by the cluster's fork server."""
+
+    def __init__(self):
+        self.started_group = False  # this object started the controller, whose group the processes share
+        self.fork_server: ForkServer | None = None
+        self.kept = KeptPorts()
+
+    def bind(self, cluster) -> None:
+        super().bind(cluster)
+        self.kept = KeptPorts() if cluster.owns_data_dir else KeptPorts.read(cluster.data_dir)
+
+    # --- starting ---
+
+    def prepare_start(self) -> None:
+        state = self.cluster.data_dir / "cluster.json"
+        if state.exists():
+            pids = json.loads(state.read_text()).get("pids", [])
+            if any(pid_alive(pid) for pid in pids):
+                raise ClusterError(f"a cluster is already running in {self.cluster.data_dir} (kraftwerk down stops it)")
+
+    def start_controller(self, settings: list[str]) -> None:
+        cluster = self.cluster
+        log_path = cluster.data_dir / "logs" / "controller.log"
+        port = self.kept.controller
+        ensure_port_free(cluster.host, port, "the controller")
+        argv = ["--data-dir", str(cluster.data_dir / "controller"), "--host", cluster.host, "--port", str(port),
+                *settings]
+        # Its own process group, which every node joins: one killpg stops them all.
+        process = self._fork("controller", argv, log_path, lead_group=True)
+        cluster.controller_pid = process.pid
+        self.started_group = True
+        cluster.controller_port = read_ready_line(process, log_path, cluster.startup_timeout)["port"]
+
+    def spawn_node(self, node_id: int, settings: dict[str, str]) -> tuple[ForkedProcess, Path]:
+        cluster = self.cluster
+        log_path = cluster.data_dir / "logs" / f"node-{node_id}.log"
+        port, admin_port = self._node_ports(node_id)
+        ensure_port_free(cluster.host, port, f"node {node_id}")
+        ensure_port_free(cluster.host, admin_port, f"node {node_id} (admin port)")
+        argv = ["--node-id", str(node_id), "--data-dir", str(cluster.data_dir / f"node-{node_id}"),
+                "--host", cluster.host, "--port", str(port), "--controller", f"{cluster.host}:{cluster.controller_port}"]
+        for key, value in {**settings, ADMIN_PORT_CONFIG: str(admin_port)}.items():
+            argv += ["--set", f"{key}={value}"]
+        return self._fork("node", argv, log_path), log_path
+
+    def _node_ports(self, node_id: int) -> tuple[int, int]:
+        """(Kafka port, admin port) for node_id: where it listened before, else what --port asks for (0: any)."""
+        nodes, base_port = self.cluster.nodes, self.cluster.base_port
+        if node_id in nodes:
+            return nodes[node_id].port, nodes[node_id].admin_port
+        kept_port, kept_admin_port = (self.kept.nodes or {}).get(node_id, (0, 0))
+        if kept_port and base_port in (0, self.kept.base_port):
+            return kept_port, kept_admin_port
+        return (base_port + node_id - 1 if base_port else 0), kept_admin_port
+
+    def adopt_node(self, node_id: int, started: tuple[ForkedProcess, Path]) -> NodeProcess:
+        process, log_path = started
+        ready = read_ready_line(process, log_path, self.cluster.startup_timeout)
+        return NodeProcess(node_id, process.pid, ready["port"], self.cluster.data_dir / f"node-{node_id}",
+                           log_path, admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"])
+
+    def _fork(self, program: str, argv: list[str], log_path: Path, lead_group: bool = False) -> ForkedProcess:
+        """`python -m <program>` with argv, forked by this cluster's fork server."""
+        try:
+            return self._running_fork_server(lead_group).spawn(program, argv, log_path, lead_group=lead_group)
+        except ForkServerError as exc:
+            raise ClusterError(f"cannot start {log_path.stem}: {exc}") from None
+
+    def _running_fork_server(self, new_group: bool) -> ForkServer:
+        """This cluster's fork server, started when there is none running: with the cluster, in a group
+        of its own until it forks the controller; attached to a running cluster (`kraftwerk node
+        restart`, say), in the cluster's group, for nodes only."""
+        if self.fork_server is None or not self.fork_server.alive():
+            self._close_fork_server()
+            programs, group = (["controller", "node"], 0) if new_group else (["node"], self.cluster.controller_pid)
+            self.fork_server = ForkServer.start(programs, self.cluster.data_dir / "logs" / "fork-server.log", group)
+        return self.fork_server
+
+    def _close_fork_server(self) -> None:
+        if self.fork_server is not None:
+            self.fork_server.close()
+            self.fork_server = None
+
+    # --- where things are ---
+
+    @property
+    def controller_host(self) -> str:
+        return self.cluster.host
+
+    def node_host(self, node: NodeProcess) -> str:
+        return self.cluster.host
+
+    def running(self) -> bool:
+        return self.cluster.controller_pid is not None and pid_alive(self.cluster.controller_pid)
+
+    # --- faults ---
+
+    def kill(self, node: NodeProcess) -> None:
+        """SIGKILL."""
+        self._signal(node.pid, signal.SIGKILL)
+        self._reap(node.pid, STOP_GRACE_S)
+
+    def stop(self, node: NodeProcess) -> None:
+        """SIGTERM, after a SIGCONT that lets a paused node run to stop."""
+        self._signal(node.pid, signal.SIGCONT)
+        self._signal(node.pid, signal.SIGTERM)
+        self._reap(node.pid, STOP_GRACE_S)
+
+    def pause(self, node: NodeProcess) -> None:
+        """SIGSTOP: like a node stuck in a long pause."""
+        self._signal(node.pid, signal.SIGSTOP)
+
+    def resume(self, node: NodeProcess) -> None:
+        self._signal(node.pid, signal.SIGCONT)
+
+    def isolate(self, node: NodeProcess, parties: list[str | int]) -> dict:
+        """The node holds the traffic to and from the parties, as in a network partition."""
+        return self.cluster.node_control(node.node_id, "isolate", parties=list(parties))
+
+    def heal(self, node: NodeProcess) -> dict:
+        return self.cluster.node_control(node.node_id, "heal")
+
+    def delay(self, node: NodeProcess, delay_ms: int) -> dict:
+        """The node adds delay_ms to every response on its Kafka listener."""
+        return self.cluster.node_control(node.node_id, "delay", delay_ms=delay_ms)
+
+    def faults(self, node: NodeProcess) -> dict:
+        return self.cluster.node_control(node.node_id, "faults")
+
+    # --- stopping ---
+
+    def _in_group(self, pid: int) -> bool:
+        """True when pid is still one of this cluster's processes, not an unrelated one that reused a stale pid."""
+        return self._group_holds(pid) and _runs_kraftwerk_process(pid)
+
+    def _group_holds(self, pid: int) -> bool:
+        controller_pid = self.cluster.controller_pid
+        try:
+            return controller_pid is not None and os.getpgid(pid) == controller_pid
+        except ProcessLookupError:
+            return False
+
+    def _signal(self, pid: int, sig: int) -> None:
+        if self._in_group(pid):
+            _signal(pid, sig)
+
+    def stop_all(self) -> None:
+        """SIGTERM to every node then the controller; anything left in the group is killed."""
+        controller_pid, nodes = self.cluster.controller_pid, self.cluster.nodes
+        # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
+        group_is_ours = self.started_group or any(
+            self._in_group(pid) for pid in [controller_pid, *(n.pid for n in nodes.values())] if pid)
+        for node in nodes.values():
+            self._signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
+            self._signal(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for node in nodes.values():
+            self._reap(node.pid, deadline - time.monotonic())
+        if controller_pid and group_is_ours:
+            self._signal(controller_pid, signal.SIGTERM)
+            self._reap(controller_pid, deadline - time.monotonic())
+            try:
+                os.killpg(controller_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._close_fork_server()
+
+    def _reap(self, pid: int, timeout: float) -> None:
+        # Never our child (the fork server's, or of a cluster started by another `kraftwerk up`):
+        # wait on a pidfd. Only the group tells whether it is ours: a killed process loses its
+        # command line before it closes its sockets, and waiting is harmless.
+        if not self._group_holds(pid):
+            return  # gone already, or the pid now belongs to someone else
+        if not _wait_exit(pid, max(timeout, 0.1)):
+            self._signal(pid, signal.SIGKILL)
+            _wait_exit(pid, STOP_GRACE_S)
+
+    # --- state file ---
+
+    def state(self, shared: dict) -> dict:
+        cluster = self.cluster
+        return {**shared, "process_group": cluster.controller_pid,
+                "pids": [cluster.controller_pid, *(n.pid for n in cluster.nodes.values())]}
+
+    def node_from_state(self, node_id: int, recorded: dict) -> NodeProcess:
+        return NodeProcess(node_id, recorded["pid"], recorded["port"], Path(recorded["data_dir"]),
+                           Path(recorded["log_path"]), recorded.get("admin_port", 0),
+                           recorded.get("incarnation_id", ""))
+
+
+def _wait_exit(pid: int, timeout: float | None) -> bool:
+    """True once pid has exited; a pidfd becomes readable at exit, so nothing polls."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def _runs_kraftwerk_process(pid: int) -> bool:
+    """True when pid runs `python -m controller` or `python -m node`, or is (or was forked by) the fork server."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    modules = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == b"-m"}
+    return bool(modules & {b"controller", b"node", SERVER_MODULE.encode()})
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
