@@ -89,9 +89,9 @@ class AdminServer:
 
     async def replica_states(self, args: dict, conn) -> dict:
         """Each hosted partition's offsets; a leader adds what it knows of its followers."""
-        replicas = self.broker.replicas
         states = []
-        for (topic, index), partition_log in sorted(replicas.logs.items()):
+        for (topic, index), partition in sorted(self.broker.replicas.partitions.items()):
+            partition_log = partition.log
             info = self.broker.partition(topic, index)
             states.append({
                 "topic": topic, "partition": index,
@@ -101,7 +101,7 @@ class AdminServer:
                 "log_start_offset": partition_log.log_start_offset,
                 "log_end_offset": partition_log.log_end_offset,
                 "high_watermark": partition_log.high_watermark,
-                "follower_offsets": sorted(replicas.follower_offsets.get((topic, index), {}).items()),
+                "follower_offsets": sorted(partition.follower_offsets.items()),
             })
         return {"node_id": self.broker.node_id, "partitions": states}
 

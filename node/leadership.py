@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from cluster.formats.image import PartitionInfo
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.errors import ErrorCode
+from node.partition import Partition
 
 
 @dataclass(slots=True)
@@ -13,6 +14,7 @@ class LeaderCheck:
     error: ErrorCode
     info: PartitionInfo | None = None
     log: PartitionLog | None = None
+    partition: Partition | None = None  # (log is partition.log)
 
 
 def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> LeaderCheck:
@@ -29,12 +31,12 @@ def check_leader(broker, topic: str, partition: int, current_leader_epoch: int =
             return LeaderCheck(ErrorCode.UNKNOWN_LEADER_EPOCH, info)
     if info.leader != broker.node_id:
         return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
-    partition_log = broker.replicas.get_log(topic, partition)
-    if partition_log is None or broker.replicas.term_of((topic, partition)) != info.leader_epoch:
+    hosted = broker.replicas.partitions.get((topic, partition))
+    if hosted is None or hosted.leader_epoch != info.leader_epoch:
         # Led here by the image but not yet opened, or this term not yet taken: the metadata is
         # still being applied.
         return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
-    return LeaderCheck(ErrorCode.NONE, info, partition_log)
+    return LeaderCheck(ErrorCode.NONE, info, hosted.log, hosted)
 
 
 def leader_endpoints(broker, leader_ids) -> list[tuple[int, str, int, str | None]]:

@@ -28,6 +28,7 @@ from cluster.runtime import timeline
 from node.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from node.follower_fetch_answers import FetchedPartition, read_fetch_answer
 from node.leader_connection import LeaderConnection
+from node.partition import Partition
 from node.producer_state import PartitionProducers
 from node.replication_throttle import FOLLOWER, UNLIMITED, ReplicationThrottle
 
@@ -163,10 +164,10 @@ class ReplicaFetchers:
         for topic, partitions in response.responses:
             for data in partitions:
                 key = (topic, data[0])
-                partition_log = self.broker.replicas.get_log(*key)
+                partition = self.broker.replicas.partitions.get(key)
                 # The leader read from the offset its session holds for us: the last one we sent.
-                if self._still_following(leader, key, partition_log, session.fetch_offset_of(key)):
-                    failed |= not self._apply(leader, key, data, partition_log)
+                if self._still_following(leader, key, partition, session.fetch_offset_of(key)):
+                    failed |= not self._apply(leader, key, data, partition)
                     appended.add(key)
                     if key in throttled:
                         self.throttle.record(len(data[-1] or b""))
@@ -187,23 +188,24 @@ class ReplicaFetchers:
         to_send, forgotten = session.next_request(wanted, complete)
         return follower_fetch_request(self.broker.node_id, self.max_wait_ms, session, to_send, forgotten)
 
-    def _track_producers(self, key: tuple[str, int], batches: list[tuple[int, BatchHeader]]) -> None:
+    @staticmethod
+    def _track_producers(producers: PartitionProducers, batches: list[tuple[int, BatchHeader]]) -> None:
         """Idempotent producers' sequences, batch by batch, so that this replica can take over
         as leader and still recognise a retried batch."""
-        producers = self.broker.replicas.producers_of(key)
         for _, header in batches:
             if header.producer_id >= 0 and not header.is_control:
                 producers.record(header, header.base_offset)
 
-    def _still_following(self, leader: int, key: tuple[str, int], partition_log, fetch_offset) -> bool:
+    def _still_following(self, leader: int, key: tuple[str, int], partition: Partition | None, fetch_offset) -> bool:
         """A response is applied only while it still answers our question: the partition is
         followed from this leader (leadership may have moved, even to us, while the request was
         out) and our log ends where the request said (Kafka's fetcher checks the same)."""
         info = self.broker.partition(*key)
-        return (partition_log is not None and info is not None and info.leader == leader
-                and key in self.followed.get(leader, ()) and partition_log.log_end_offset == fetch_offset)
+        return (partition is not None and info is not None and info.leader == leader
+                and key in self.followed.get(leader, ()) and partition.log.log_end_offset == fetch_offset)
 
-    def _apply(self, leader: int, key: tuple[str, int], data: FetchedPartition, partition_log) -> bool:
+    def _apply(self, leader: int, key: tuple[str, int], data: FetchedPartition, partition: Partition) -> bool:
+        partition_log = partition.log
         _, error_code, high_watermark, log_start_offset, diverging_epoch, records = data
         if error_code == ErrorCode.OFFSET_OUT_OF_RANGE and log_start_offset > partition_log.log_end_offset:
             # Retention on the leader deleted everything we lack: start over where its log starts
@@ -211,7 +213,7 @@ class ReplicaFetchers:
             log.info("%s-%d: leader %d's log starts at %d, after ours ends at %d: starting over there",
                      *key, leader, log_start_offset, partition_log.log_end_offset)
             partition_log.truncate_fully_and_start_at(log_start_offset)
-            self.broker.replicas.producers[key] = PartitionProducers()
+            partition.producers = PartitionProducers()
             return True
         if error_code != ErrorCode.NONE:
             log.debug("fetching %s-%d from node %d: error %d", *key, leader, error_code)
@@ -221,12 +223,12 @@ class ReplicaFetchers:
             log.info("%s-%d diverged from leader %d after offset %d: truncating", *key, leader, end)
             partition_log.truncate_to(end)
             # Rare: rebuilt from what is left, so that a later leadership here knows every producer.
-            self.broker.replicas.producers[key] = PartitionProducers.from_log(partition_log)
+            partition.producers = PartitionProducers.from_log(partition_log)
             return True
         if records:
             batches = validate_batches(records)
             partition_log.append_as_follower(records, batches)
-            self._track_producers(key, batches)
+            self._track_producers(partition.producers, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
         return True
 

@@ -168,8 +168,7 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
                 fetch.log_start_offset = check.log.log_start_offset
                 continue
             if not fetch.follower_offset_taken:  # (read again after a wait: new data, nothing new of the follower)
-                broker.replicas.record_follower_offset((fetch.topic, fetch.request.partition), follower,
-                                                       fetch.request.fetch_offset)
+                check.partition.record_follower_offset(follower, fetch.request.fetch_offset, check.info)
                 fetch.follower_offset_taken = True
             max_offset = check.log.log_end_offset
             if _held_back(broker, fetch, follower, check.log):

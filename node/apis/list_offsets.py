@@ -52,7 +52,7 @@ def _lookup(broker, topic: str, part, version: int, from_client: bool):
     # Clients may know only what is committed; replicas and tools asking as one, the whole log.
     last_fetchable = partition_log.high_watermark if from_client else partition_log.log_end_offset
     if part.timestamp == LATEST_TIMESTAMP:
-        lagging = _lagging(broker, (topic, part.partition_index), partition_log, version, from_client)
+        lagging = _lagging(check.partition, version, from_client)
         return _answer(part, lagging) if lagging else _answer(part, offset=last_fetchable, info=check.info)
     if part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return _answer(part, offset=partition_log.log_start_offset, info=check.info)
@@ -67,14 +67,13 @@ def _lookup(broker, topic: str, part, version: int, from_client: bool):
     if 0 <= offset < last_fetchable:
         return _answer(part, timestamp=timestamp, offset=offset, info=check.info)
     # Nothing found below the high watermark: perhaps only because it lags this term's start.
-    return _answer(part, _lagging(broker, (topic, part.partition_index), partition_log, version, from_client))
+    return _answer(part, _lagging(check.partition, version, from_client))
 
 
-def _lagging(broker, key: tuple[str, int], partition_log, version: int, from_client: bool) -> ErrorCode:
+def _lagging(partition, version: int, from_client: bool) -> ErrorCode:
     """A new leader whose high watermark has not yet reached where its term began cannot say what
     is committed: clients are told to retry (Kafka's Partition.fetchOffsetForTimestamp)."""
-    epoch_start = broker.replicas.epoch_start_offsets.get(key, 0)
-    if not from_client or partition_log.high_watermark >= epoch_start:
+    if not from_client or partition.log.high_watermark >= partition.epoch_start_offset:
         return ErrorCode.NONE
     return ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
 

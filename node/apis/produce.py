@@ -33,6 +33,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.runtime import timeline
 from node import produce_answers
 from node.leadership import check_leader, leader_endpoints
+from node.partition import Partition
 from node.producer_state import SequenceError
 from node.wire_tuples import struct_array, struct_tuple
 
@@ -54,22 +55,21 @@ async def handle(broker, header, request):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
     leaders_named = []
     topics = []
-    awaiting: list[tuple[dict, tuple[str, int], int]] = []
+    awaiting: list[tuple[dict, Partition, int]] = []
     for topic_data in request.topic_data:
         name, topic_id = _topic_of(broker, topic_data, header.api_version)
         partitions = []
         for data in topic_data.partition_data:
-            answer, next_offset = _produce_partition(broker, name, data, request.acks, header.api_version,
-                                                     leaders_named)
+            answer, commit = _produce_partition(broker, name, data, request.acks, header.api_version, leaders_named)
             partitions.append(answer)
-            if request.acks == -1 and next_offset is not None:
-                awaiting.append((answer, (name, data.index), next_offset))
+            if request.acks == -1 and commit is not None:
+                awaiting.append((answer, *commit))
         topics.append((topic_data.name if header.api_version < 13 else None, topic_id, partitions))
     if request.acks == 0:
         return None
     if timeline.ENABLED:
         timeline.mark("produce appended")
-    await _wait_for_in_sync_replicas(broker, awaiting, request.timeout_ms)
+    await _wait_for_in_sync_replicas(awaiting, request.timeout_ms)
     if timeline.ENABLED:
         timeline.mark("produce committed")
     return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
@@ -96,13 +96,13 @@ _COMMIT_FAILURES = {
 }
 
 
-async def _wait_for_in_sync_replicas(broker, awaiting, timeout_ms: int) -> None:
+async def _wait_for_in_sync_replicas(awaiting, timeout_ms: int) -> None:
     """acks=all: answer once every in-sync replica has the batch (a purgatory of futures)."""
     if not awaiting:
         return
     # Registered before anything else runs, in the same step as the appends.
-    waiters = [(key, broker.replicas.commit_waiter(key, next_offset)) for _, key, next_offset in awaiting]
-    waits = [broker.replicas.wait_for_commit(key, waiter, timeout_ms / 1000) for key, waiter in waiters]
+    waiters = [(partition, partition.commit_waiter(next_offset)) for _, partition, next_offset in awaiting]
+    waits = [partition.wait_for_commit(waiter, timeout_ms / 1000) for partition, waiter in waiters]
     # (one partition, the usual case, is awaited directly: gather would make it a task of its own)
     outcomes = [await waits[0]] if len(waits) == 1 else await asyncio.gather(*waits)
     for (answer, _, _), error in zip(awaiting, outcomes):
@@ -121,7 +121,7 @@ def _topic_of(broker, topic_data, version):
 
 
 def _produce_partition(broker, topic: str | None, data, acks: int, version: int, leaders_named: list[int]):
-    """(partition response, the offset the high watermark must reach for acks=all, or None)."""
+    """(partition response, (the partition, the offset its high watermark must reach for acks=all) or None)."""
     index = data.index
     if topic is None:
         return _error(index, ErrorCode.UNKNOWN_TOPIC_ID), None
@@ -148,17 +148,17 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
     if len(records) > max_bytes:
         message = f"record batch exceeds max.message.bytes {max_bytes}"
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
-    if acks == -1 and len(check.info.isr) < broker.replicas.effective_min_isr((topic, index), configs):
+    if acks == -1 and len(check.info.isr) < check.partition.effective_min_isr(check.info, configs):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
     return _append_as_leader(broker, topic, index, check, records)
 
 
 def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
     """Append a validated partition's batch on this leader, unless an idempotent producer already
-    wrote it: (partition response, the offset the high watermark must reach, or None)."""
+    wrote it: (partition response, (the partition, the offset its high watermark must reach) or None)."""
     try:
         batches = validate_batches(records)
-        producers = broker.replicas.producers_of((topic, index))
+        producers = check.partition.producers
         duplicate = _duplicate_of(producers, batches)
         if duplicate is not None:
             header = batches[0][1]
@@ -166,7 +166,7 @@ def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
                      header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset_delta,
                      duplicate[0])
             # acks=all: answered once the whole original batch is on the in-sync replicas.
-            return _success(index, duplicate[0], check.log), duplicate[1] + 1
+            return _success(index, duplicate[0], check.log), (check.partition, duplicate[1] + 1)
         for _, header in batches:
             if header.producer_id >= 0:
                 producers.check(header)
@@ -185,10 +185,10 @@ def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
         log.error("cannot append to %s-%d: %s", topic, index, exc)
         return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), None
     _remember_sequences(producers, batches, appended.first_offset)
-    broker.replicas.appended_as_leader((topic, index))
+    check.partition.appended_as_leader(check.info)
     return {"index": index, "error_code": ErrorCode.NONE, "base_offset": appended.first_offset,
             "log_append_time_ms": appended.log_append_time, "log_start_offset": appended.log_start_offset,
-            "record_errors": [], "error_message": None}, appended.last_offset + 1
+            "record_errors": [], "error_message": None}, (check.partition, appended.last_offset + 1)
 
 
 def _one_batch(records, version: int) -> tuple[memoryview | None, tuple[ErrorCode, str] | None]:
