@@ -1,5 +1,8 @@
-"""Running a cluster: `Cluster` starts, stops and injects faults into a controller and its nodes,
-as processes on this machine; `DockerCluster` does the same with one container per process."""
+"""Running a cluster: `Cluster` (cluster.py) starts, stops and injects faults into a controller and
+its nodes through a backend (backend.py, the interface): as processes on this machine, forked by a
+fork server (local_backend.py, fork_client.py, fork_server.py); `DockerCluster` (docker_backend.py,
+docker_faults.py) does the same with one container per process. What is built on a Cluster
+(reassignment, adding and removing nodes, group tools, the failover check) is in cluster.tools."""
 from cluster.launch.backend import pid_alive
 from cluster.launch.cluster import Cluster, cluster_class
 from cluster.launch.docker_backend import DockerCluster

@@ -2,7 +2,9 @@
 
     REQUEST, RESPONSE   kafka.protocol message classes (our wire codecs)
     VERSIONS            (min, max) that the handler implements and ApiVersions advertises
-    async def handle(broker, header, request) -> RESPONSE instance, or None for no response
+    async def handle(broker, header, request) -> a RESPONSE instance; or an answer encoded around
+                        its record sets (node.spliced_response: SplicedResponse, EncodedResponse),
+                        as Produce, Fetch and Metadata give; or None for no response (acks=0)
 
 Each module's docstring opens with the API and the versions it serves, then says what it does,
 then where it differs from Kafka. A request reaches `handle` decoded and checked against its

@@ -7,7 +7,8 @@
 - persistence: appending the coordinator's records to `__consumer_offsets`, and replaying them.
 - records: the record formats. placement: a group's partition, and how the topic is created.
 
-Each module imports only modules listed after it. A group type of its own (KIP-848 consumer
-groups, KIP-932 share groups) is a module beside classic, which the coordinator routes to by
-the group's type; its offsets are the offset store's, as classic groups' are.
+Each module imports only modules listed after it. Classic groups are the only type so far; a
+group type of its own (KIP-848 consumer groups, KIP-932 share groups) goes in a module beside
+classic, for the coordinator to route to by the group's type, its offsets kept in the offset
+store as classic groups' are.
 """
