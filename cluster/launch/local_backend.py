@@ -29,8 +29,8 @@ from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive
-from cluster.tools.errors import ClusterError
 from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
+from cluster.tools.errors import ClusterError
 
 
 def read_ready_line(process: ForkedProcess, log_path: Path, timeout: float) -> dict:
