@@ -23,7 +23,7 @@ from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, clust
               help="broker config by Kafka's name, e.g. num.partitions=3 (repeatable)")
 @click.option("--rack-of", "racks", multiple=True, metavar="NODE=RACK", help="a node's broker.rack (repeatable)")
 @click.option("--backend", type=click.Choice(list(CLUSTER_CLASSES)), default=None,
-              help="processes on this machine, or a container per process on a docker network (README: Docker) "
+              help="processes on this machine, or a container per process on a docker network (docs/docker.md) "
                    "[default: process, or as before in DATA_DIR]")
 @click.option("--image", default=None, help="docker backend: the image to run [default: built from this checkout]")
 def up(nodes, port, host, data_dir, detach, settings, racks, backend, image):
@@ -112,7 +112,7 @@ def status(data_dir, as_json):
 
 
 def status_document(state: dict, cluster: Cluster) -> dict:
-    """The cluster's nodes and partitions as `kraftwerk status --json` prints them (the README shows the shape)."""
+    """The cluster's nodes and partitions as `kraftwerk status --json` prints them (docs/cli.md shows the shape)."""
     led: dict[int, int] = {}
     for topic in state["topics"]:
         for partition in topic["partitions"]:
