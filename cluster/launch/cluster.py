@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cluster.formats.control import ControlError, call_sync
-from cluster.launch.backend import READY_TIMEOUT_S, Backend, NodeProcess
+from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, NodeProcess, recorded_state
 from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
 from cluster.launch.local_backend import LocalProcessBackend
@@ -125,17 +125,16 @@ class Cluster:
             "bootstrap_servers": self.bootstrap_servers,
             "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
         })
-        temp = self.data_dir / "cluster.json.tmp"
+        temp = self.data_dir / f"{STATE_FILE}.tmp"
         temp.write_text(json.dumps(state, indent=2))
-        os.replace(temp, self.data_dir / "cluster.json")
+        os.replace(temp, self.data_dir / STATE_FILE)
 
     @classmethod
     def attach(cls, data_dir) -> "Cluster":
         """The cluster described by <data_dir>/cluster.json (started by `kraftwerk up`), on the backend it runs on."""
-        path = Path(data_dir) / "cluster.json"
-        if not path.exists():
+        state = recorded_state(data_dir)
+        if state is None:
             raise ClusterError(f"no cluster in {data_dir} (start one with kraftwerk up)")
-        state = json.loads(path.read_text())
         return cluster_class(state.get("backend", "process")).from_state(data_dir, state)
 
     @classmethod
@@ -377,8 +376,8 @@ class Cluster:
 
 def _recorded_node_ids(data_dir: Path) -> list[int]:
     """The node ids the cluster.json of the cluster's last start lists, sorted."""
-    path = data_dir / "cluster.json"
-    return sorted(int(node_id) for node_id in json.loads(path.read_text())["nodes"]) if path.exists() else []
+    state = recorded_state(data_dir)
+    return sorted(int(node_id) for node_id in state["nodes"]) if state is not None else []
 
 
 class DockerCluster(Cluster):

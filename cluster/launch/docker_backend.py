@@ -33,7 +33,7 @@ from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
-from cluster.launch.backend import READY_TIMEOUT_S, STOP_GRACE_S, Backend, NodeProcess
+from cluster.launch.backend import READY_TIMEOUT_S, STOP_GRACE_S, Backend, NodeProcess, recorded_state
 from cluster.launch.docker_faults import NETEM_MISSING, delay_commands, heal_commands, isolation_commands
 from cluster.tools.errors import ClusterError
 
@@ -423,9 +423,8 @@ class DockerBackend(Backend):
 def kept_subnet(data_dir: Path) -> ipaddress.IPv4Network | None:
     """The subnet of the docker cluster that last ran in data_dir: its nodes advertised addresses in
     it, so it is kept, as the process backend keeps its ports."""
-    path = data_dir / "cluster.json"
-    state = json.loads(path.read_text()) if path.exists() else {}
-    return ipaddress.ip_network(state["subnet"]) if state.get("backend") == "docker" else None
+    state = recorded_state(data_dir) or {}
+    return ipaddress.ip_network(state["subnet"]) if state.get("backend") == BACKEND else None
 
 
 def free_subnets(client, start: int = 0):
