@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.formats.errors import ErrorCode
 from cluster.formats.image import PartitionInfo
 from cluster.formats.partition_log import PartitionLog
-from cluster.formats.errors import ErrorCode
 from node.partition import Partition
 
 

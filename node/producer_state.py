@@ -39,20 +39,12 @@ class PartitionProducers:
         self.producers: dict[int, ProducerEntry] = {}
 
     @classmethod
-    def from_log(cls, partition_log, chunk_bytes: int = 8 << 20) -> "PartitionProducers":
+    def from_log(cls, partition_log) -> "PartitionProducers":
         """Rebuild sequence state from the batch headers of a log (after a restart)."""
-        from cluster.formats.records import iter_batch_headers
-
         producers = cls()
-        offset = partition_log.log_start_offset
-        while offset < partition_log.log_end_offset:
-            data = partition_log.read(offset, chunk_bytes, max_offset=partition_log.log_end_offset).records
-            if not data:
-                break
-            for _, header in iter_batch_headers(data):
-                if header.producer_id >= 0 and not header.is_control:
-                    producers.record(header, header.base_offset)
-                offset = header.next_offset
+        for _, _, header in partition_log.batch_headers():
+            if header.producer_id >= 0 and not header.is_control:
+                producers.record(header, header.base_offset)
         return producers
 
     def find_duplicate(self, header) -> tuple[int, int] | None:

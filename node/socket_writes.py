@@ -1,8 +1,8 @@
 """Writing a response's pieces to its connection: buffers through the transport, FileRegions
 from the page cache to the socket with sendfile(2), never through this process's memory.
 
-A large Fetch answer read into memory cost the node a fresh buffer per answer (a 64 MB one is
-16,000 page faults) and a copy each way; sent from the file it costs one copy, in the kernel.
+A large Fetch answer read into memory costs the node a fresh buffer per answer (a page fault
+per page of it) and a copy each way; sent from the file it costs one copy, in the kernel.
 
 The transport must hold nothing when a region's turn comes, or its bytes would overtake what
 was written before them: the writer waits until the transport has handed everything to the

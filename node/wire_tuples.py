@@ -3,9 +3,9 @@
 kafka.protocol's compiled encoder reads a struct array whose first element is a tuple by
 position, in the order of the struct's untagged fields for the version being encoded (the
 form messages were built in before its data classes). Building a tuple costs a fraction of a
-data class instance, whose constructor visits every field of every version: on the replica
-round trip of an acks=all write (a Fetch answer per follower, a Produce answer) that was about
-a third of the leader's encoding time.
+data class instance, whose constructor visits every field of every version, and the replica
+round trip of an acks=all write builds such structs for every answer (a Fetch answer per
+follower, a Produce answer).
 
 A tuple carries no tagged fields, so a struct with one set (a Fetch partition's diverging epoch
 or current leader, say) is built as a data class, and so is every other element of its array:

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from cluster.cli.app import attached, console, data_dir_option, json_option, parse_pairs, print_json
-from cluster.launch.cluster import Cluster, ClusterError, cluster_class
+from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, cluster_class
 
 
 @click.command()
@@ -22,7 +22,7 @@ from cluster.launch.cluster import Cluster, ClusterError, cluster_class
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="broker config by Kafka's name, e.g. num.partitions=3 (repeatable)")
 @click.option("--rack-of", "racks", multiple=True, metavar="NODE=RACK", help="a node's broker.rack (repeatable)")
-@click.option("--backend", type=click.Choice(["process", "docker"]), default=None,
+@click.option("--backend", type=click.Choice(list(CLUSTER_CLASSES)), default=None,
               help="processes on this machine, or a container per process on a docker network (docs/docker.md) "
                    "[default: process, or as before in DATA_DIR]")
 @click.option("--image", default=None, help="docker backend: the image to run [default: built from this checkout]")

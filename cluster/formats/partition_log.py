@@ -16,13 +16,14 @@ import struct
 import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Iterator
 
 from cluster.formats import records
 from cluster.formats.files import created_directory, write_atomically
 from cluster.formats.leader_epochs import LeaderEpochCache
 from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX
 from cluster.formats.records import (
-    ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, read_header, set_base_offset,
+    ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, iter_batch_headers, read_header, set_base_offset,
     set_partition_leader_epoch, validate_batches,
 )
 from cluster.formats.segment import FileRegion, Segment, SegmentWalker, wall_clock_ms
@@ -36,6 +37,8 @@ READ_AHEAD_BYTES = 64 * 1024
 TAIL_BYTES = 16 * 1024
 # Offsets in a segment's index are int32 relative to its base offset.
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
+# What PartitionLog.batch_headers reads at a time: large reads, but a bounded amount in memory.
+BATCHES_CHUNK_BYTES = 8 << 20
 
 
 class OffsetOutOfRangeError(Exception):
@@ -301,6 +304,21 @@ class PartitionLog:
         # One segment's read is handed on as read (a view of its window), not copied.
         records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return ReadResult(records, self.high_watermark, self.log_start_offset, self.log_end_offset)
+
+    def batch_headers(self, chunk_bytes: int = BATCHES_CHUNK_BYTES) -> Iterator[tuple[bytes, int, BatchHeader]]:
+        """(data, position, header) of every whole batch from the log start to the log end, oldest
+        first: the batch is data[position:position + header.size], in bytes read chunk_bytes at a
+        time. For state rebuilt from a log when it is opened or taken over (producer sequences, a
+        group coordinator's groups), which needs the whole log, not only what is below the high
+        watermark; most of it needs the headers alone, so no batch is cut out of its chunk here."""
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            data = self.read(offset, chunk_bytes, max_offset=self.log_end_offset).records
+            if not data:
+                return
+            for position, header in iter_batch_headers(data):
+                offset = header.next_offset
+                yield data, position, header
 
     def _segment_index_for(self, offset: int) -> int:
         bases = [segment.base_offset for segment in self.segments]

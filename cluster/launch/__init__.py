@@ -4,8 +4,7 @@ fork server (local_backend.py, fork_client.py, fork_server.py); `DockerCluster` 
 docker_faults.py) does the same with one container per process. What is built on a Cluster
 (reassignment, adding and removing nodes, group tools, the failover check) is in cluster.tools."""
 from cluster.launch.backend import pid_alive
-from cluster.launch.cluster import Cluster, cluster_class
-from cluster.launch.docker_backend import DockerCluster
+from cluster.launch.cluster import Cluster, DockerCluster, cluster_class
 from cluster.tools.errors import ClusterError
 
 __all__ = ["Cluster", "ClusterError", "DockerCluster", "cluster_class", "pid_alive"]

@@ -13,12 +13,20 @@ and port), and asks it for what every backend shares (the control channels, the 
 """
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
 READY_TIMEOUT_S = 30
 STOP_GRACE_S = 10
+STATE_FILE = "cluster.json"  # in the data dir: what runs where, written at every start and change
+
+
+def recorded_state(data_dir) -> dict | None:
+    """What the data dir's cluster.json records of the cluster last started there; None if none was."""
+    path = Path(data_dir) / STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def process_state(pid: int) -> str | None:

@@ -2,9 +2,10 @@
 
 `Cluster` knows what a cluster is made of and the order things happen in; its backend
 (cluster/launch/backend.py) runs the processes: on this machine (the default,
-cluster/launch/local_backend.py) or in containers (cluster/launch/docker_backend.py's
-DockerCluster). `cluster.json` in the data dir records what runs where, so that other commands
-and `Cluster.attach` find a cluster started with `kraftwerk up --detach`.
+cluster/launch/local_backend.py) or, for `DockerCluster`, in containers
+(cluster/launch/docker_backend.py). `cluster.json` in the data dir records what runs where and on
+which backend, so that other commands and `Cluster.attach` find a cluster started with
+`kraftwerk up --detach` and get the class of its backend from CLUSTER_CLASSES.
 
 Moving partitions and adding or removing nodes are cluster/tools/reassignment.py and
 membership.py; consumer-group rebalances on demand are cluster/tools/group_tools.py. The
@@ -21,12 +22,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cluster.formats.control import ControlError, call_sync
-from cluster.launch.backend import READY_TIMEOUT_S, Backend, NodeProcess
+from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, NodeProcess, recorded_state
+from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
+from cluster.launch.docker_backend import DockerBackend
 from cluster.launch.local_backend import LocalProcessBackend
 from cluster.tools import membership, reassignment
 from cluster.tools.errors import ClusterError
 
-__all__ = ["Cluster", "ClusterError", "NodeProcess", "cluster_class"]
+__all__ = ["CLUSTER_CLASSES", "Cluster", "ClusterError", "DockerCluster", "NodeProcess", "cluster_class"]
 
 
 class Cluster:
@@ -122,17 +125,16 @@ class Cluster:
             "bootstrap_servers": self.bootstrap_servers,
             "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
         })
-        temp = self.data_dir / "cluster.json.tmp"
+        temp = self.data_dir / f"{STATE_FILE}.tmp"
         temp.write_text(json.dumps(state, indent=2))
-        os.replace(temp, self.data_dir / "cluster.json")
+        os.replace(temp, self.data_dir / STATE_FILE)
 
     @classmethod
     def attach(cls, data_dir) -> "Cluster":
         """The cluster described by <data_dir>/cluster.json (started by `kraftwerk up`), on the backend it runs on."""
-        path = Path(data_dir) / "cluster.json"
-        if not path.exists():
+        state = recorded_state(data_dir)
+        if state is None:
             raise ClusterError(f"no cluster in {data_dir} (start one with kraftwerk up)")
-        state = json.loads(path.read_text())
         return cluster_class(state.get("backend", "process")).from_state(data_dir, state)
 
     @classmethod
@@ -374,16 +376,54 @@ class Cluster:
 
 def _recorded_node_ids(data_dir: Path) -> list[int]:
     """The node ids the cluster.json of the cluster's last start lists, sorted."""
-    path = data_dir / "cluster.json"
-    return sorted(int(node_id) for node_id in json.loads(path.read_text())["nodes"]) if path.exists() else []
+    state = recorded_state(data_dir)
+    return sorted(int(node_id) for node_id in state["nodes"]) if state is not None else []
+
+
+class DockerCluster(Cluster):
+    """A cluster whose controller and nodes run in containers: `with DockerCluster(nodes=3) as c: ...`.
+
+    Same API as Cluster; `port` and `host` do not apply (every node listens on 9092 at its own
+    address). `image` defaults to one built from this checkout.
+    """
+
+    backend = DOCKER_BACKEND
+
+    def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
+                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None):
+        super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
+                         startup_timeout=startup_timeout, racks=racks, runner=DockerBackend(image))
+
+    @classmethod
+    def from_state(cls, data_dir, state: dict) -> "DockerCluster":
+        cluster = super().from_state(data_dir, state)
+        cluster.runner.image = state.get("image")
+        return cluster
+
+    @property
+    def name(self) -> str:
+        """The name of the cluster's docker network, and the prefix of its containers' names."""
+        return self.runner.name
+
+    @property
+    def image(self) -> str | None:
+        return self.runner.image
+
+    @property
+    def subnet(self):
+        return self.runner.subnet
+
+    @property
+    def controller_ip(self) -> str:
+        return self.runner.controller_ip
+
+
+# The class of each backend, by the name `kraftwerk up --backend` takes and cluster.json records.
+CLUSTER_CLASSES: dict[str, type[Cluster]] = {Cluster.backend: Cluster, DockerCluster.backend: DockerCluster}
 
 
 def cluster_class(backend: str = "process") -> type[Cluster]:
-    """Cluster for processes on this machine; DockerCluster for one container per process.
-
-    The classes are Cluster and its subclasses, each naming its backend; cluster.launch's
-    __init__ imports every module that defines one."""
-    kinds = {kind.backend: kind for kind in (*Cluster.__subclasses__(), Cluster)}
-    if backend not in kinds:
-        raise ClusterError(f"unknown backend {backend!r}: expected process or docker")
-    return kinds[backend]
+    """Cluster for processes on this machine; DockerCluster for one container per process."""
+    if backend not in CLUSTER_CLASSES:
+        raise ClusterError(f"unknown backend {backend!r}: expected {' or '.join(CLUSTER_CLASSES)}")
+    return CLUSTER_CLASSES[backend]

@@ -1,6 +1,6 @@
 """The docker backend: each process of a cluster in its own container, faults carried out by the kernel.
 
-`kraftwerk up --backend docker` and `DockerCluster(nodes=3)` run the controller and every node as
+`kraftwerk up --backend docker` and `DockerCluster(nodes=3)` (cluster/launch/cluster.py) run the controller and every node as
 containers of the kraftwerk image (docker/Dockerfile) on a network of the cluster's own, each with
 its own network namespace, host name (`controller`, `node-1`, ...) and fixed address. A node
 listens on port 9092 and advertises its address, which clients on the host reach directly (Linux
@@ -33,8 +33,7 @@ from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError, call_sync
-from cluster.launch.backend import READY_TIMEOUT_S, STOP_GRACE_S, Backend, NodeProcess
-from cluster.launch.cluster import Cluster
+from cluster.launch.backend import READY_TIMEOUT_S, STOP_GRACE_S, Backend, NodeProcess, recorded_state
 from cluster.launch.docker_faults import NETEM_MISSING, delay_commands, heal_commands, isolation_commands
 from cluster.tools.errors import ClusterError
 
@@ -421,50 +420,11 @@ class DockerBackend(Backend):
         remove_labelled(self.name, self.docker)
 
 
-class DockerCluster(Cluster):
-    """A cluster whose controller and nodes run in containers: `with DockerCluster(nodes=3) as c: ...`.
-
-    Same API as Cluster; `port` and `host` do not apply (every node listens on 9092 at its own
-    address). `image` defaults to one built from this checkout.
-    """
-
-    backend = BACKEND
-
-    def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
-                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None):
-        super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
-                         startup_timeout=startup_timeout, racks=racks, runner=DockerBackend(image))
-
-    @classmethod
-    def from_state(cls, data_dir, state: dict) -> "DockerCluster":
-        cluster = super().from_state(data_dir, state)
-        cluster.runner.image = state.get("image")
-        return cluster
-
-    @property
-    def name(self) -> str:
-        """The name of the cluster's docker network, and the prefix of its containers' names."""
-        return self.runner.name
-
-    @property
-    def image(self) -> str | None:
-        return self.runner.image
-
-    @property
-    def subnet(self):
-        return self.runner.subnet
-
-    @property
-    def controller_ip(self) -> str:
-        return self.runner.controller_ip
-
-
 def kept_subnet(data_dir: Path) -> ipaddress.IPv4Network | None:
     """The subnet of the docker cluster that last ran in data_dir: its nodes advertised addresses in
     it, so it is kept, as the process backend keeps its ports."""
-    path = data_dir / "cluster.json"
-    state = json.loads(path.read_text()) if path.exists() else {}
-    return ipaddress.ip_network(state["subnet"]) if state.get("backend") == "docker" else None
+    state = recorded_state(data_dir) or {}
+    return ipaddress.ip_network(state["subnet"]) if state.get("backend") == BACKEND else None
 
 
 def free_subnets(client, start: int = 0):

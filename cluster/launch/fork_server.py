@@ -1,10 +1,10 @@
 """Start the controller and node processes by forking one that has already imported their code.
 
-Importing a node's modules (kafka-python's protocol classes above all) takes a fresh Python
-about a quarter of a second of CPU, which on a small machine made a 9-node start wait seconds
-for nine processes doing the same imports. The launcher instead starts one fork server per
-cluster, `python -m cluster.launch.fork_server`, which imports each program once and forks a process
-for each one asked for. A forked process runs the program's own `main` exactly as
+Importing a node's modules (kafka-python's protocol classes above all) is most of what a fresh
+Python spends before it serves, and on a small machine N processes doing the same imports wait
+for one another. The launcher instead starts one fork server per cluster,
+`python -m cluster.launch.fork_server`, which imports each program once and forks a process for
+each one asked for. A forked process runs the program's own `main` exactly as
 `python -m controller` / `python -m node` would, with its own pid, stdout (the pipe the
 launcher reads its ready line from) and stderr (its log file), both handed over with the request.
 
@@ -20,10 +20,10 @@ it; nothing it forked depends on it.
 
 Start-up is mostly these imports, so the server makes them cheap. Neither program uses
 kafka-python's clients, only its protocol and record modules: the `kafka` package's __init__
-(which imports the admin client, consumer and producer, a tenth of a second) stays unrun until
+(which imports the admin client, consumer and producer) stays unrun until
 something takes a name from the package itself. The collector is off while it imports (see
 main). And where PYTHONDONTWRITEBYTECODE is set, which would make every start compile all of
-kraftwerk from source again (another tenth of a second), the server and what it forks keep
+kraftwerk from source again, the server and what it forks keep
 bytecode under `~/.cache/kraftwerk/pycache` (`$XDG_CACHE_HOME` is honoured), outside the source
 tree, unless PYTHONPYCACHEPREFIX names a place already.
 """

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
-from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive
-from cluster.tools.errors import ClusterError
+from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive, recorded_state
 from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
+from cluster.tools.errors import ClusterError
 
 
 def read_ready_line(process: ForkedProcess, log_path: Path, timeout: float) -> dict:
@@ -77,10 +77,9 @@ class KeptPorts:
 
     @classmethod
     def read(cls, data_dir: Path) -> "KeptPorts":
-        path = data_dir / "cluster.json"
-        if not path.exists():
+        state = recorded_state(data_dir)
+        if state is None:
             return cls()
-        state = json.loads(path.read_text())
         return cls(state.get("base_port", 0), state["controller"]["port"],
                    {int(node_id): (node["port"], node.get("admin_port", 0)) for node_id, node in state["nodes"].items()})
 
@@ -100,11 +99,9 @@ class LocalProcessBackend(Backend):
     # --- starting ---
 
     def prepare_start(self) -> None:
-        state = self.cluster.data_dir / "cluster.json"
-        if state.exists():
-            pids = json.loads(state.read_text()).get("pids", [])
-            if any(pid_alive(pid) for pid in pids):
-                raise ClusterError(f"a cluster is already running in {self.cluster.data_dir} (kraftwerk down stops it)")
+        state = recorded_state(self.cluster.data_dir)
+        if state is not None and any(pid_alive(pid) for pid in state.get("pids", [])):
+            raise ClusterError(f"a cluster is already running in {self.cluster.data_dir} (kraftwerk down stops it)")
 
     def start_controller(self, settings: list[str]) -> None:
         cluster = self.cluster

@@ -209,8 +209,8 @@ def _held_back(broker, fetch: PartitionFetch, follower: int, partition_log) -> b
 async def _down_convert(broker, fetches: list[PartitionFetch], version: int, follower: int) -> None:
     """Turn what each partition read into the legacy message set an old fetcher reads.
 
-    Converting decodes every record (about 100 ms per MiB); it runs on a worker thread so
-    that the node keeps answering other clients meanwhile. What it converts was read already.
+    Converting decodes every record, far more work per byte than anything else a fetch does;
+    it runs on a worker thread so that the node keeps answering other clients meanwhile. What it converts was read already.
     """
     magic = 0 if version <= LAST_MAGIC_0_VERSION else 1
     to_convert = []

@@ -11,12 +11,10 @@ import time
 from collections.abc import Iterator
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.records import encode_batch, iter_batch_headers, iter_records
+from cluster.formats.records import encode_batch, iter_records
 from node.groups.placement import OFFSETS_TOPIC
 
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
-
-READ_CHUNK_BYTES = 8 << 20
 
 # What a failed __consumer_offsets append means to a group client (Kafka's GroupMetadataManager).
 APPEND_ERRORS_FOR_GROUPS = {
@@ -69,14 +67,8 @@ class GroupLog:
 def replay(partition_log) -> Iterator[tuple[bytes | None, bytes | None]]:
     """The (key, value) of every record in a partition's log, oldest first. Control batches and
     compressed ones are skipped: the coordinator writes neither."""
-    offset = partition_log.log_start_offset
-    while offset < partition_log.log_end_offset:
-        data = partition_log.read(offset, READ_CHUNK_BYTES, max_offset=partition_log.log_end_offset).records
-        if not data:
-            break
-        for position, header in iter_batch_headers(data):
-            offset = header.next_offset
-            if header.is_control or header.compression:
-                continue
-            for record in iter_records(memoryview(data)[position:position + header.size]):
-                yield record.key, record.value
+    for data, position, header in partition_log.batch_headers():
+        if header.is_control or header.compression:
+            continue
+        for record in iter_records(memoryview(data)[position:position + header.size]):
+            yield record.key, record.value

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from cluster.launch import ClusterError
+from cluster.launch import ClusterError, DockerCluster
 
 docker_backend = pytest.importorskip("cluster.launch.docker_backend")
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install 'kraftwerk[docker]')")
@@ -52,7 +52,7 @@ def image():
 def docker_cluster(image, tmp_path_factory):
     config = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS), "group.initial.rebalance.delay.ms": "0",
               "replica.socket.timeout.ms": str(REPLICA_SOCKET_TIMEOUT_MS)}
-    with docker_backend.DockerCluster(nodes=3, data_dir=tmp_path_factory.mktemp("docker") / "kraftwerk",
+    with DockerCluster(nodes=3, data_dir=tmp_path_factory.mktemp("docker") / "kraftwerk",
                                       node_config=config, image=image) as cluster:
         yield cluster
     assert not docker_backend.shared_client().containers.list(
@@ -311,7 +311,7 @@ def test_cli_up_down_up_keeps_topics_and_messages(image, tmp_path):
 
 @pytest.mark.kraftwerk(backend="docker", nodes=1)
 def test_the_pytest_fixture_runs_a_docker_backed_cluster(image, kraftwerk_cluster):
-    assert isinstance(kraftwerk_cluster, docker_backend.DockerCluster)
+    assert isinstance(kraftwerk_cluster, DockerCluster)
     assert kraftwerk_cluster.nodes[1].alive()
     kraftwerk_cluster.create_topic("fixture", partitions=1, replication_factor=1)
     values = [f"fixture {i}".encode() for i in range(5)]

@@ -430,3 +430,13 @@ def test_a_read_of_just_written_data_keeps_to_the_high_watermark_and_max_bytes(t
     log.high_watermark = 2
     assert offsets_of(log.read(0, len(first)).records) == [(0, 0)]
     assert offsets_of(log.read(0, 1 << 20).records) == [(0, 0), (1, 1)]
+
+
+def test_batch_headers_walk_the_whole_log_in_chunks_above_the_high_watermark_too(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", config=LogConfig(segment_bytes=400))
+    fill(log, 20)
+    log.high_watermark = 10  # a replica's log: what is above the high watermark is rebuilt from too
+    walked = [(header.base_offset, [record.value for record in iter_records(data[position:position + header.size])])
+              for data, position, header in log.batch_headers(chunk_bytes=150)]
+    assert walked == [(2 * i, [b"value-%d-0" % i, b"value-%d-1" % i]) for i in range(20)]
+    assert len(log.segments) > 1
