@@ -11,7 +11,6 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Callable, Iterable, Iterator
 
-from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataDelta
 from cluster.formats.metadata_log import METADATA_PARTITION_DIR
 from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
@@ -271,29 +270,6 @@ class ReplicaManager:
             partition = partitions.get(key)
             if partition is not None:
                 partition.drop_fetch_waiter(future)
-
-    # --- for partitions found by key ---
-
-    def appended_as_leader(self, key: Key) -> None:
-        partition = self.partitions.get(key)
-        if partition is not None:
-            partition.appended_as_leader()
-
-    def effective_min_isr(self, key: Key) -> int:
-        """min.insync.replicas, but never more than there are replicas (hosted here or not)."""
-        return isr_rules.effective_min_isr(int(self.broker.topic_config(key[0], "min.insync.replicas")),
-                                           self.broker.partition(*key))
-
-    async def wait_until_committed(self, key: Key, next_offset: int, timeout_s: float) -> ErrorCode:
-        """acks=all: NONE once the high watermark reaches next_offset with enough replicas in sync;
-        else why not (see Partition.commit_waiter)."""
-        partition = self.partitions.get(key)
-        if partition is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return await partition.wait_for_commit(partition.commit_waiter(next_offset), timeout_s)
-
-    def record_follower_offset(self, key: Key, follower: int, log_end_offset: int) -> None:
-        self.partitions[key].record_follower_offset(follower, log_end_offset, self.broker.partition(*key))
 
     # --- ISR shrink ---
 

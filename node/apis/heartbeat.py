@@ -15,6 +15,6 @@ VERSIONS = (0, 4)
 
 
 async def handle(broker, header, request):
-    error = broker.groups.owns(request.group_id) or broker.groups.heartbeat(
+    error = broker.groups.owns(request.group_id) or broker.groups.classic.heartbeat(
         request.group_id, request.generation_id, request.member_id)
     return RESPONSE[header.api_version](throttle_time_ms=0, error_code=error)

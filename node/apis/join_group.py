@@ -19,7 +19,7 @@ async def handle(broker, header, request):
     owner = broker.groups.owns(request.group_id)
     if owner:
         return _response(version, error=owner, member_id=request.member_id)
-    result = await broker.groups.join(
+    result = await broker.groups.classic.join(
         request.group_id, request.member_id, request.group_instance_id if version >= 5 else None,
         header.client_id or "", header.client_host, request.session_timeout_ms,
         request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms, request.protocol_type,

@@ -20,7 +20,7 @@ async def handle(broker, header, request):
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]
     owner = broker.groups.owns(request.group_id)
-    errors = [owner] * len(leaving) if owner else broker.groups.leave(request.group_id, leaving)
+    errors = [owner] * len(leaving) if owner else broker.groups.classic.leave(request.group_id, leaving)
     if version < 3:
         return RESPONSE[version](throttle_time_ms=0, error_code=errors[0], members=[])
     return RESPONSE[version](throttle_time_ms=0, error_code=owner or ErrorCode.NONE, members=[

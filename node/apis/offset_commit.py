@@ -31,7 +31,7 @@ DEFAULT_TIMESTAMP = -1  # a version 1 partition without a timestamp of its own: 
 
 async def handle(broker, header, request):
     version = header.api_version
-    error = broker.groups.owns(request.group_id) or broker.groups.check_commit(
+    error = broker.groups.owns(request.group_id) or broker.groups.classic.check_commit(
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
         request.group_instance_id if version >= 7 else None)
     now = int(time.time() * 1000)

@@ -27,7 +27,7 @@ async def handle(broker, header, request):
         error = ErrorCode.GROUP_ID_NOT_FOUND
     if error:
         return RESPONSE[0](error_code=error, throttle_time_ms=0, topics=[])
-    subscribed = coordinator.subscribed_topics(group)
+    subscribed = coordinator.classic.subscribed_topics(group)
     topics, deletable = [], []
     for topic in request.topics:
         codes = []

@@ -19,7 +19,7 @@ async def handle(broker, header, request):
     if owner:
         error, assignment = owner, b""
     else:
-        error, assignment = await broker.groups.sync(
+        error, assignment = await broker.groups.classic.sync(
             request.group_id, request.generation_id, request.member_id,
             {a.member_id: bytes(a.assignment) for a in request.assignments})
     group = broker.groups.group(request.group_id)

@@ -1,8 +1,8 @@
 """The group coordinator: the groups of the `__consumer_offsets` partitions this node leads.
 
-What the group APIs call. It holds the group map, answers whether this node coordinates a
-group, routes each request to the membership of the group's type (classic groups:
-node.groups.classic) and to the offset store (node.groups.offsets), and loads or drops a
+What the group APIs call first. It holds the group map, answers whether this node coordinates a
+group, and holds the membership of each group type (`classic`: node.groups.classic, which the
+classic group APIs call) and the offset store (node.groups.offsets); it loads or drops a
 partition's groups as this node gains or loses its leadership, replaying the partition's
 records (node.groups.persistence). As in Kafka, the GroupCoordinator in front is kept apart
 from what the group metadata and offset managers behind it do.
@@ -15,7 +15,7 @@ import time
 
 from cluster.formats.errors import ErrorCode
 from node.groups import placement
-from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership, JoinResult
+from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership
 from node.groups.offsets import OffsetStore, Position
 from node.groups.persistence import GroupError, GroupLog, replay
 from node.groups.records import CommittedOffset, decode_key, group_key
@@ -96,23 +96,7 @@ class GroupCoordinator:
             self._drop(group)
             group.resign()
 
-    # --- classic group membership ---
-
-    async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
-                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], require_known_member: bool) -> JoinResult:
-        return await self.classic.join(group_id, member_id, instance_id, client_id, client_host, session_timeout_ms,
-                                       rebalance_timeout_ms, protocol_type, protocols, require_known_member)
-
-    async def sync(self, group_id: str, generation: int, member_id: str,
-                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
-        return await self.classic.sync(group_id, generation, member_id, assignments)
-
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
-        return self.classic.heartbeat(group_id, generation, member_id)
-
-    def leave(self, group_id: str, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
-        return self.classic.leave(group_id, members)
+    # --- the group's life ---
 
     def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
         """Start a rebalance of a group with members, as a member joining it would (see
@@ -137,9 +121,6 @@ class GroupCoordinator:
 
     # --- offsets ---
 
-    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        return self.classic.check_commit(group_id, generation, member_id, instance_id)
-
     async def commit(self, group_id: str, offsets: dict[Position, CommittedOffset]) -> None:
         """A commit from outside the group protocol creates the group it commits for, as in Kafka."""
         await self.offsets.commit(self.group(group_id, create=True), offsets)
@@ -149,9 +130,6 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, positions: list[Position]) -> None:
         self.offsets.delete(self.groups[group_id], positions)
-
-    def subscribed_topics(self, group: ClassicGroup) -> set[str] | None:
-        return self.classic.subscribed_topics(group)
 
     def forget_deleted_topics(self, deleted: set[str]) -> None:
         """Tombstone the offsets of deleted topics, as Kafka does on topic deletion."""

@@ -11,8 +11,10 @@ import time
 from collections.abc import Iterator
 
 from cluster.formats.errors import ErrorCode
+from cluster.formats.image import PartitionInfo
 from cluster.formats.records import encode_batch, iter_records
 from node.groups.placement import OFFSETS_TOPIC
+from node.partition import Partition
 
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
 
@@ -42,26 +44,33 @@ class GroupLog:
 
     def append(self, partition: int, records: list[Record]) -> int:
         """Append to a __consumer_offsets partition; returns the offset after the batch."""
-        key = (OFFSETS_TOPIC, partition)
-        partition_log = self.broker.replicas.get_log(*key)
-        info = self.broker.partition(*key)
-        if partition_log is None or info is None or info.leader != self.broker.node_id:
-            raise GroupError(ErrorCode.NOT_COORDINATOR)
-        partition_log.append(encode_batch(records, timestamp=int(time.time() * 1000)), leader_epoch=info.leader_epoch)
-        self.broker.replicas.appended_as_leader(key)
-        return partition_log.log_end_offset
+        return self._append(*self._led_here(partition), records)
 
     async def append_replicated(self, partition: int, records: list[Record]) -> None:
         """Append with acks=all, as Kafka writes offsets: answered once every in-sync replica has it."""
-        key = (OFFSETS_TOPIC, partition)
-        info = self.broker.partition(*key)
-        if info is not None and len(info.isr) < self.broker.replicas.effective_min_isr(key):
+        hosted, info = self._led_here(partition)
+        if len(info.isr) < hosted.effective_min_isr(info):
             raise GroupError(APPEND_ERRORS_FOR_GROUPS[ErrorCode.NOT_ENOUGH_REPLICAS])
-        next_offset = self.append(partition, records)
-        error = await self.broker.replicas.wait_until_committed(
-            key, next_offset, self.broker.config.get_int("offsets.commit.timeout.ms") / 1000)
+        waiter = hosted.commit_waiter(self._append(hosted, info, records))
+        error = await hosted.wait_for_commit(waiter, self.broker.config.get_int("offsets.commit.timeout.ms") / 1000)
         if error:
             raise GroupError(APPEND_ERRORS_FOR_GROUPS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
+
+    def _led_here(self, partition: int) -> tuple[Partition, PartitionInfo]:
+        """The __consumer_offsets partition and its image, if this node leads it (as Kafka's
+        appendRecordsToLeader, leadership is checked before anything else)."""
+        key = (OFFSETS_TOPIC, partition)
+        hosted = self.broker.replicas.partitions.get(key)
+        info = self.broker.partition(*key)
+        if hosted is None or info is None or info.leader != self.broker.node_id:
+            raise GroupError(ErrorCode.NOT_COORDINATOR)
+        return hosted, info
+
+    @staticmethod
+    def _append(hosted: Partition, info: PartitionInfo, records: list[Record]) -> int:
+        hosted.log.append(encode_batch(records, timestamp=int(time.time() * 1000)), leader_epoch=info.leader_epoch)
+        hosted.appended_as_leader(info)
+        return hosted.log.log_end_offset
 
 
 def replay(partition_log) -> Iterator[tuple[bytes | None, bytes | None]]:

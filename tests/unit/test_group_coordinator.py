@@ -7,7 +7,11 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.partition_log import PartitionLog
 from node.groups.classic import DEAD, EMPTY, STABLE
 from node.groups.coordinator import GroupCoordinator
+from node.fetch_sessions import FetchSessionCache
+from node.groups.placement import OFFSETS_TOPIC
 from node.groups.records import CommittedOffset
+from node.partition import Partition
+from node.producer_state import PartitionProducers
 
 NODE_ID = 1
 SESSION_MS = 10_000
@@ -16,33 +20,26 @@ SESSION_MS = 10_000
 class OneReplica:
     """The replica manager of a node that is the only replica of the one `__consumer_offsets` partition."""
 
-    def __init__(self, partition_log: PartitionLog):
-        self.partition_log = partition_log
-
-    def get_log(self, topic, partition):
-        return self.partition_log
-
-    def appended_as_leader(self, key):
-        pass
-
-    def effective_min_isr(self, key):
-        return 1
-
-    async def wait_until_committed(self, key, offset, timeout_s):
-        return ErrorCode.NONE
+    def __init__(self, partition_log: PartitionLog, broker):
+        key = (OFFSETS_TOPIC, 0)
+        self.partitions = {key: Partition(key, partition_log, PartitionProducers(), broker)}
 
 
 class LeaderBroker:
     def __init__(self, partition_log: PartitionLog):
         self.node_id = NODE_ID
         self.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1"})
-        self.replicas = OneReplica(partition_log)
+        self.fetch_sessions = FetchSessionCache()
+        self.replicas = OneReplica(partition_log, self)
 
     def topic(self, name):
         return None
 
+    def topic_config(self, topic, name):
+        return self.config.topic_default(name)
+
     def partition(self, topic, index):
-        return SimpleNamespace(leader=NODE_ID, leader_epoch=0, isr=[NODE_ID])
+        return SimpleNamespace(leader=NODE_ID, leader_epoch=0, isr=[NODE_ID], replicas=[NODE_ID])
 
 
 def coordinator_of(partition_log: PartitionLog) -> GroupCoordinator:
@@ -52,10 +49,10 @@ def coordinator_of(partition_log: PartitionLog) -> GroupCoordinator:
 
 
 async def join_and_sync(coordinator: GroupCoordinator, group_id: str, assignment: bytes) -> str:
-    joined = await coordinator.join(group_id, "", None, "client", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer",
+    joined = await coordinator.classic.join(group_id, "", None, "client", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer",
                                     [("range", b"subscription")], require_known_member=False)
     assert joined.error == ErrorCode.NONE and joined.leader == joined.member_id
-    error, assigned = await coordinator.sync(group_id, joined.generation, joined.member_id,
+    error, assigned = await coordinator.classic.sync(group_id, joined.generation, joined.member_id,
                                              {joined.member_id: assignment})
     assert (error, assigned) == (ErrorCode.NONE, assignment)
     return joined.member_id
@@ -107,7 +104,7 @@ def test_losing_the_partition_sends_waiting_members_to_the_new_coordinator(tmp_p
         await coordinator.commit("g", {("t", 0): CommittedOffset(5)})
         group = coordinator.group("g")
         # A second member's join waits for the first member to rejoin.
-        second = asyncio.ensure_future(coordinator.join(
+        second = asyncio.ensure_future(coordinator.classic.join(
             "g", "", None, "client", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer", [("range", b"")],
             require_known_member=False))
         await asyncio.sleep(0)

@@ -85,7 +85,7 @@ def test_a_follower_fetching_but_not_reading_what_was_appended_leaves_that_parti
         session = await follower_fetch(broker, 2, 0, 0, {0: 0, 1: 0})
         await follower_fetch(broker, 3, 0, 0, {0: 0, 1: 0})
         broker.replicas.get_log("orders", 1).append(encode_batch([(None, b"v")], timestamp=1000), leader_epoch=0)
-        broker.replicas.appended_as_leader(("orders", 1))
+        broker.replicas.partitions["orders", 1].appended_as_leader()
         await asyncio.sleep(2 * LAG_MS / 1000)
         # Node 2 keeps its session going but never asks for the new record; node 3 is silent.
         await follower_fetch(broker, 2, session, 1, {})

@@ -55,10 +55,11 @@ def test_a_follower_joins_the_isr_only_with_everything_written_before_the_term_b
         broker, topic, proposed = await leader_in_waiting(tmp_path)
         await lead_with_a_lagging_high_watermark(broker, topic)
 
-        broker.replicas.record_follower_offset(("orders", 0), 2, 8)  # past our HW, short of offset 10
+        hosted = broker.replicas.partitions["orders", 0]
+        hosted.record_follower_offset(2, 8, broker.partition("orders", 0))  # past our HW, short of offset 10
         await asyncio.sleep(0)
         assert proposed == []
-        broker.replicas.record_follower_offset(("orders", 0), 2, 10)
+        hosted.record_follower_offset(2, 10, broker.partition("orders", 0))
         for _ in range(3):
             await asyncio.sleep(0)
         assert proposed == [[1, 2, 3]]

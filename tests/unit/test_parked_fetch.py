@@ -35,7 +35,7 @@ def values_answered(spliced) -> dict[int, list[bytes]]:
 
 def append(broker, partition: int, value: bytes) -> None:
     broker.replicas.get_log("orders", partition).append(encode_batch([(None, value)], timestamp=1000), leader_epoch=0)
-    broker.replicas.appended_as_leader(("orders", partition))
+    broker.replicas.partitions["orders", partition].appended_as_leader()
 
 
 def test_an_append_just_after_the_wait_ran_out_is_not_lost_to_the_session(tmp_path):
