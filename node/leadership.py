@@ -13,8 +13,11 @@ from node.partition import Partition
 class LeaderCheck:
     error: ErrorCode
     info: PartitionInfo | None = None
-    log: PartitionLog | None = None
-    partition: Partition | None = None  # (log is partition.log)
+    partition: Partition | None = None  # the hosted partition, when this node leads it at that epoch
+
+    @property
+    def log(self) -> PartitionLog | None:
+        return self.partition.log if self.partition is not None else None
 
 
 def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> LeaderCheck:
@@ -36,7 +39,7 @@ def check_leader(broker, topic: str, partition: int, current_leader_epoch: int =
         # Led here by the image but not yet opened, or this term not yet taken: the metadata is
         # still being applied.
         return LeaderCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER, info)
-    return LeaderCheck(ErrorCode.NONE, info, hosted.log, hosted)
+    return LeaderCheck(ErrorCode.NONE, info, hosted)
 
 
 def leader_endpoints(broker, leader_ids) -> list[tuple[int, str, int, str | None]]:

@@ -159,27 +159,28 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
             if check.error in _NAMES_THE_LEADER and check.info is not None:
                 fetch.leader = (check.info.leader, check.info.leader_epoch)
             continue
+        partition_log = check.partition.log
         limit = min(fetch.request.partition_max_bytes, max_bytes - total)
         max_offset = None
         if follower >= 0:
-            fetch.diverging = _divergence(check.log, fetch.request)
+            fetch.diverging = _divergence(partition_log, fetch.request)
             if fetch.diverging is not None:
-                fetch.high_watermark = check.log.high_watermark
-                fetch.log_start_offset = check.log.log_start_offset
+                fetch.high_watermark = partition_log.high_watermark
+                fetch.log_start_offset = partition_log.log_start_offset
                 continue
             if not fetch.follower_offset_taken:  # (read again after a wait: new data, nothing new of the follower)
                 check.partition.record_follower_offset(follower, fetch.request.fetch_offset, check.info)
                 fetch.follower_offset_taken = True
-            max_offset = check.log.log_end_offset
-            if _held_back(broker, fetch, follower, check.log):
+            max_offset = partition_log.log_end_offset
+            if _held_back(broker, fetch, follower, partition_log):
                 continue
         try:
-            result = check.log.read(fetch.request.fetch_offset, max(limit, 1), max_offset=max_offset,
-                                    region_from=region_from)
+            result = partition_log.read(fetch.request.fetch_offset, max(limit, 1), max_offset=max_offset,
+                                       region_from=region_from)
         except OffsetOutOfRangeError:
             fetch.error = ErrorCode.OFFSET_OUT_OF_RANGE
-            fetch.high_watermark = check.log.high_watermark
-            fetch.log_start_offset = check.log.log_start_offset
+            fetch.high_watermark = partition_log.high_watermark
+            fetch.log_start_offset = partition_log.log_start_offset
             continue
         # Only the first partition with data may exceed the limits (KIP-74), so that a
         # batch larger than max.partition.fetch.bytes can still be consumed.
