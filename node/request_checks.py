@@ -70,9 +70,7 @@ def struct_check(struct, version: int) -> Check | None:
     source = "\n".join(["def check(request):", *body, "    return None"])
     namespace: dict = {}
     exec(compile(source, f"<request check {struct.name} v{version}>", "exec"), namespace)
-    check = namespace["check"]
-    check.source = source
-    return check
+    return namespace["check"]
 
 
 def _struct_lines(struct, version: int, item: str, path: str, indent: str, depth: int) -> list[str]:

@@ -14,7 +14,6 @@ methods here of the same names hand over to them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -22,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cluster.formats.control import ControlError, call_sync
+from cluster.formats.files import write_atomically
 from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, NodeProcess, recorded_state
 from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
@@ -125,9 +125,7 @@ class Cluster:
             "bootstrap_servers": self.bootstrap_servers,
             "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
         })
-        temp = self.data_dir / f"{STATE_FILE}.tmp"
-        temp.write_text(json.dumps(state, indent=2))
-        os.replace(temp, self.data_dir / STATE_FILE)
+        write_atomically(self.data_dir / STATE_FILE, json.dumps(state, indent=2))
 
     @classmethod
     def attach(cls, data_dir) -> "Cluster":

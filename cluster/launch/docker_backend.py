@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
-from cluster.formats.control import ControlError, call_sync
-from cluster.launch.backend import READY_TIMEOUT_S, STOP_GRACE_S, Backend, NodeProcess, recorded_state
+from cluster.formats.control import ControlError
+from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, recorded_state
 from cluster.launch.docker_faults import NETEM_MISSING, delay_commands, heal_commands, isolation_commands
 from cluster.tools.errors import ClusterError
 

@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 from cluster.launch import Cluster
-from cluster.tools.planner import leader_counts, replica_counts
+from cluster.tools.planner import replica_counts
 from tests.integration.test_cli import KRAFTWERK
 
 TOPIC = "payments"

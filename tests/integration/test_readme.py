@@ -26,7 +26,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
