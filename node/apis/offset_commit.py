@@ -53,14 +53,21 @@ async def handle(broker, header, request):
     if accepted:
         try:
             await broker.groups.commit(request.group_id, accepted)
-        except (GroupError, OSError) as exc:
+        except GroupError as exc:
+            broker.groups.refused(request.group_id, "offsets", exc.code)
+            results = _failed(results, exc.code)
+        except OSError as exc:
             log.error("cannot store offsets of group %s: %s", request.group_id, exc)
-            failed = exc.code if isinstance(exc, GroupError) else ErrorCode.COORDINATOR_NOT_AVAILABLE
-            results = [(t, n, [(p, c or failed) for p, c in codes]) for t, n, codes in results]
+            results = _failed(results, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return RESPONSE[version](throttle_time_ms=0, topics=[
         Topic(name=name if version < 10 else None, topic_id=getattr(topic, "topic_id", None), partitions=[
             Topic.OffsetCommitResponsePartition(partition_index=p, error_code=c) for p, c in codes])
         for topic, name, codes in results])
+
+
+def _failed(results, error: ErrorCode):
+    """Every partition the commit was to store answered with the error that refused the write."""
+    return [(topic, name, [(p, c or error) for p, c in codes]) for topic, name, codes in results]
 
 
 def _commit_timestamp(part, version: int, now: int) -> int:

@@ -76,7 +76,11 @@ class ClassicGroup:
         self.state_timestamp = int(time.time() * 1000)
 
     def add_member(self, member: ClassicMember) -> ClassicMember:
-        """Every member that joins enters the group here."""
+        """Every member that joins enters the group here. The first one fixes the group's protocol
+        type at once, as in Kafka: members joining before the first rebalance completes are
+        checked against it."""
+        if not self.members:
+            self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
         return member
 
@@ -181,6 +185,7 @@ class ClassicMembership:
         return await future
 
     def _protocols_compatible(self, group: ClassicGroup, protocol_type: str, protocols) -> bool:
+        """Kafka's supportsProtocols: the group's protocol type, and one protocol every member offers."""
         if not protocols or not protocol_type:
             return False
         if not group.members:
@@ -250,7 +255,6 @@ class ClassicMembership:
             group.transition(EMPTY)
             self._safe_persist(group)
             return
-        group.protocol_type = next(iter(group.members.values())).protocol_type
         group.protocol = self._select_protocol(group)
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
@@ -427,7 +431,7 @@ class ClassicMembership:
         try:
             await self.group_log.append_replicated(group.partition, [group.record()])
         except GroupError as exc:
-            log.error("cannot store group %s: error %d", group.group_id, exc.code)
+            self.directory.refused(group.group_id, "the assignment", exc.code)
             return exc.code
         except OSError as exc:
             log.error("cannot store group %s: %s", group.group_id, exc)
@@ -437,7 +441,9 @@ class ClassicMembership:
     def _safe_persist(self, group: ClassicGroup) -> None:
         try:
             self._persist_group(group)
-        except (GroupError, OSError) as exc:
+        except GroupError as exc:
+            self.directory.refused(group.group_id, "the empty generation", exc.code)
+        except OSError as exc:
             log.error("cannot store group %s: %s", group.group_id, exc)
 
     # --- what the offset store asks of a classic group ---

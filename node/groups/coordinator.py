@@ -31,6 +31,7 @@ class GroupCoordinator:
         self.group_log = GroupLog(broker)
         self.classic = ClassicMembership(broker.config, self, self.group_log)
         self.offsets = OffsetStore(self.group_log)
+        self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
 
     # --- placement ---
 
@@ -49,6 +50,19 @@ class GroupCoordinator:
         if partition not in self.loaded_partitions:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
+
+    def refused(self, group_id: str, what: str, code: ErrorCode) -> None:
+        """A group write refused with an error its client retries on (this node stopped coordinating the
+        group, or its partition lost replicas) is normal during failover: logged once per group and
+        error until the coordinator moves again."""
+        if self._refusals_told.get(group_id) != code:
+            self._refusals_told[group_id] = code
+            log.info("cannot store %s of group %s: %s; its clients retry or find the new coordinator",
+                     what, group_id, code.name)
+
+    def _forget_refusals(self, partition: int) -> None:
+        for group_id in [g for g in self._refusals_told if self.partition_of(g) == partition]:
+            del self._refusals_told[group_id]
 
     # --- the group map ---
 
@@ -71,6 +85,7 @@ class GroupCoordinator:
         for key, value in replay(partition_log):
             self._apply_record(partition, key, value)
         self.loaded_partitions.add(partition)
+        self._forget_refusals(partition)
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
                  placement.OFFSETS_TOPIC, partition)
 
@@ -92,6 +107,7 @@ class GroupCoordinator:
 
     def unload_partition(self, partition: int) -> None:
         self.loaded_partitions.discard(partition)
+        self._forget_refusals(partition)
         for group in [g for g in self.groups.values() if g.partition == partition]:
             self._drop(group)
             group.resign()

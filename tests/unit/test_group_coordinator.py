@@ -114,3 +114,27 @@ def test_losing_the_partition_sends_waiting_members_to_the_new_coordinator(tmp_p
         assert coordinator.owns("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
     asyncio.run(run())
+
+
+def test_members_joining_during_the_first_rebalance_share_its_generation(tmp_path):
+    """Each member that joins while the group's first rebalance waits out its initial delay is in
+    the group's first generation, not refused with INCONSISTENT_GROUP_PROTOCOL."""
+    async def run():
+        partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+        broker = LeaderBroker(partition_log)
+        broker.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1",
+                                      "group.initial.rebalance.delay.ms": "50"})
+        coordinator = GroupCoordinator(broker)
+        coordinator.load_partition(0, partition_log)
+
+        def join(client):
+            return coordinator.classic.join("g", "", None, client, "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer",
+                                            [("cooperative-sticky", b"s"), ("range", b"r")], require_known_member=False)
+
+        joined = await asyncio.gather(*(join(f"client-{i}") for i in range(3)))
+        assert [j.error for j in joined] == [ErrorCode.NONE] * 3
+        assert {(j.generation, j.protocol_type, j.protocol) for j in joined} == {(1, "consumer", "cooperative-sticky")}
+        assert len({j.member_id for j in joined}) == 3
+        coordinator.group("g").cancel_timers()
+
+    asyncio.run(run())
