@@ -69,11 +69,9 @@ def _reassignment_record(image, brokers, name: str, index: int, target: list | N
             raise RequestError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT)
         change = _reverted(partition, name, image.topic_configs(name).get("unclean.leader.election.enable") == "true")
     else:
-        target = checked_replicas(image, brokers, index, target, None)
-        fenced = sorted(set(target) - set(brokers))
-        if fenced:
-            raise RequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                               f"The manual partition assignment includes broker {fenced[0]}, which is fenced.")
+        # Kafka checks a target as any manual assignment, but does not require its nodes to be up: a
+        # replica on a fenced node catches up (and the move completes) once the node is back.
+        target = checked_replicas(image, sorted(set(image.brokers) | set(brokers)), index, target, None)
         change = _towards(partition, target)
     change = settle(image, partition, change)
     if not change:

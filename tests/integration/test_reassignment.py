@@ -299,15 +299,24 @@ def test_a_node_rate_set_through_incremental_alter_configs_throttles_a_move(clus
         set_configs(cluster, broker, str(source), {"num.partitions": "3"})
 
 
-def test_a_fenced_node_cannot_be_a_target(cluster, admin):
+def test_a_move_to_a_fenced_node_completes_once_the_node_is_back(cluster, admin):
+    """As in Kafka, a target need only be registered: the move waits for the node to come back."""
     cluster.create_topic("to-fenced", replication_factor=1)
     source = partition_state(cluster, "to-fenced")["leader"]
     target = source % 4 + 1
+    values = produce(cluster, "to-fenced", 20)
     cluster.kill_node(target)
     try:
-        assert cluster.reassign({("to-fenced", 0): [target]}) == {("to-fenced", 0): "INVALID_REPLICA_ASSIGNMENT"}
+        assert cluster.reassign({("to-fenced", 0): [target]}) == {("to-fenced", 0): None}
+        assert cluster.list_reassignments() == {("to-fenced", 0): {
+            "replicas": [target, source], "adding_replicas": [target], "removing_replicas": [source]}}
+        assert partition_state(cluster, "to-fenced")["leader"] == source
     finally:
         cluster.restart_node(target)
+    assert cluster.wait_reassigned([("to-fenced", 0)], timeout=60)
+    state = partition_state(cluster, "to-fenced")
+    assert (state["replicas"], state["isr"], state["leader"]) == ([target], [target], target)
+    assert consume(cluster, "to-fenced", len(values)) == values
 
 
 def test_the_cli_refuses_a_bad_plan_and_names_refused_partitions(cluster, tmp_path):
