@@ -9,6 +9,7 @@ import click
 
 from cluster.cli.app import attached, console, data_dir_option
 from cluster.launch.cluster import ClusterError
+from cluster.tools.failover_check import DEFAULT_STRATEGY, FAULTS, FailoverCheck
 
 
 @click.command()
@@ -72,8 +73,8 @@ def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
 
 @click.command("check-failover")
 @click.option("--duration", type=float, default=60, show_default=True, help="seconds of writes under faults")
-@click.option("--seed", type=int, default=None, help="replay the faults of an earlier run")
-@click.option("--faults", default="kill,stop,pause,isolate", show_default=True,
+@click.option("--seed", type=int, default=None, help="replay the faults and changes of an earlier run")
+@click.option("--faults", default=",".join(FAULTS), show_default=True,
               help="comma-separated faults the nemesis picks from")
 @click.option("--hold", default="2-5", show_default=True, callback=_seconds_range,
               help="MIN-MAX seconds each fault lasts")
@@ -81,19 +82,29 @@ def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
               help="MIN-MAX seconds between faults, once every replica is back in sync")
 @click.option("--producers", type=int, default=2, show_default=True)
 @click.option("--partitions", type=int, default=3, show_default=True)
+@click.option("--group-members", type=int, default=3, show_default=True,
+              help="members of a consumer group reading the topic meanwhile (0: no group)")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True,
+              help="the members' partition.assignment.strategy (e.g. cooperative-sticky)")
+@click.option("--rebalance", is_flag=True,
+              help="also add a node and run the planner's moves, then remove a node, during the run")
 @click.option("--topic", default=None, help="a new topic to write [default: kraftwerk-failover-check-<time>]")
 @data_dir_option
-def check_failover(duration, seed, faults, hold, gap, producers, partitions, topic, data_dir):
-    """Write numbered messages with acks=all while random nodes are killed, stopped, paused and
-    isolated one at a time; then check that every acknowledged message is there once and in order.
-    Exits 1 if any was lost, duplicated, moved or reordered."""
-    from cluster.tools.failover_check import FailoverCheck, render
+def check_failover(duration, seed, faults, hold, gap, producers, partitions, group_members, strategy, rebalance,
+                   topic, data_dir):
+    """Write numbered messages with acks=all, and read them in a consumer group, while random nodes are
+    killed, stopped, paused, isolated and delayed one at a time (and, with --rebalance, a node is added
+    and one removed); then check that every acknowledged message is there once and in order, and the
+    group read them all. Exits 1 if any was lost, duplicated, moved or reordered, the group missed one,
+    a client saw an error failover does not explain, or the cluster logged at ERROR."""
+    from cluster.tools.failover_report import render
 
     cluster = attached(data_dir)
     try:
         check = FailoverCheck(cluster, duration_s=duration, seed=seed,
                               faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
                               hold_s=hold, gap_s=gap, producers=producers, partitions=partitions,
+                              group_members=group_members, strategy=strategy, rebalance=rebalance,
                               topic=topic or f"kraftwerk-failover-check-{int(time.time())}", log=console.print)
         report = check.run()
     except (ValueError, ClusterError) as exc:

@@ -13,6 +13,7 @@ from cluster.cli.app import attached, console, data_dir_option, json_option, pri
 from cluster.cli.errors import fail
 from cluster.launch.cluster import Cluster, ClusterError
 from cluster.tools.planner import PlannerError, balance_plan, leader_counts, replica_counts
+from cluster.tools.reassignment import elect_preferred
 from cluster.tools.reassignment_plan import plan_document
 
 MB = 1 << 20
@@ -77,7 +78,7 @@ def rebalance(dry_run, throttle, plan_out, data_dir):
         return
     try:
         _run_with_progress(cluster, moves, rate)
-        _elect_preferred(cluster, list(moves))
+        elect_preferred(cluster, list(moves))
     except ClusterError as exc:
         fail(str(exc))
     after = cluster.assignment()
@@ -139,21 +140,6 @@ def _partition_bytes(cluster: Cluster, node_id: int, key: tuple[str, int]) -> in
     if directory is None or not directory.is_dir():
         return 0
     return sum(segment.stat().st_size for segment in directory.glob("*.log"))
-
-
-def _elect_preferred(cluster: Cluster, partitions: list[tuple[str, int]]) -> None:
-    """The first replica of each moved partition leads it again (ElectLeaders, preferred)."""
-    from kafka import KafkaAdminClient
-
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        # Partitions led by their first replica already answer ELECTION_NOT_NEEDED: not a failure.
-        admin.elect_leaders(0, by_topic, raise_errors=False)
-    finally:
-        admin.close()
 
 
 @click.command()

@@ -1,13 +1,17 @@
-"""The failover checker: acks=all writers against a nemesis, then an audit of every partition.
+"""The failover checker: acks=all writers and a consumer group against a nemesis, then an audit.
 
 Producers write numbered messages ("<producer>:<partition>:<sequence>") with acks=all to a
-replicated topic while a nemesis hits one random node at a time with a random fault (kill,
-stop, pause, isolate) and heals it. Afterwards every partition is read from its start and
-checked: each acknowledged message is present exactly once at its acknowledged offset, each
-producer's messages in a partition are in order, and the gaps between acknowledgements show
-how long writes were unavailable. Every message found wrong is reported with where it was
-acknowledged, when, during which fault, and what the partition holds there now; every failed
-send with the client's error. The seed replays the nemesis's choices of fault, node and times.
+replicated topic, and the members of a consumer group read it (cluster/tools/group_readers.py),
+while a nemesis hits one random node at a time with a random fault (kill, stop, pause, isolate,
+delay) and heals it. Meanwhile members of the group restart, and with `rebalance` a node is
+added and the planner's moves run, then a node is removed. Afterwards every partition is read
+from its start and checked: each acknowledged message is present exactly once at its
+acknowledged offset, each producer's messages in a partition are in order, the group read every
+acknowledged message, read nothing the log does not hold, and never committed past the log's
+end; the gaps between acknowledgements show how long writes were unavailable. Every message found
+wrong is reported with where it was acknowledged, when, during which fault, and what the
+partition holds there now; every error a client saw, expected during failover or not; every
+line the cluster logged at ERROR meanwhile. The seed replays the choices of fault, node and times.
 """
 from __future__ import annotations
 
@@ -22,11 +26,20 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from cluster.formats.control import ControlError
 from cluster.launch.cluster import Cluster, ClusterError
+from cluster.tools import reassignment
+from cluster.tools.group_readers import ClientError, GroupAudit, GroupReaders, committed_offsets
+from cluster.tools.planner import PlannerError, balance_plan
 
-FAULTS = ("kill", "stop", "pause", "isolate")
-# The Cluster call that injects each fault, and the one that heals it.
-INJECT = {"kill": "kill_node", "stop": "stop_node", "pause": "pause_node", "isolate": "isolate_node"}
-HEAL = {"kill": "restart_node", "stop": "restart_node", "pause": "resume_node", "isolate": "heal_node"}
+FAULTS = ("kill", "stop", "pause", "isolate", "delay")
+DELAY_MS = 500
+# The Cluster call (with its arguments after the node) that injects each fault, and the one that heals it.
+INJECT = {"kill": ("kill_node",), "stop": ("stop_node",), "pause": ("pause_node",), "isolate": ("isolate_node",),
+          "delay": ("delay_node", DELAY_MS)}
+HEAL = {"kill": ("restart_node",), "stop": ("restart_node",), "pause": ("resume_node",), "isolate": ("heal_node",),
+        "delay": ("heal_node",)}
+DEFAULT_STRATEGY = "range,roundrobin"  # librdkafka's default partition.assignment.strategy
+REBALANCE_THROTTLE_BYTES_PER_S = 50 << 20
+CHANGE_TIMEOUT_S = 300
 DEFAULT_TOPIC = "kraftwerk-failover-check"
 UNAVAILABLE_AFTER_S = 1.0  # a gap between acknowledgements longer than this is reported
 SEND_INTERVAL_S = 0.01
@@ -45,6 +58,16 @@ class FaultRecord:
     started_s: float
     healed_s: float | None = None
     error: str | None = None  # the cluster refused to inject or heal it
+
+
+@dataclass
+class ChangeRecord:
+    """A change of the group's or the cluster's membership during the run."""
+    change: str
+    started_s: float
+    detail: str = ""
+    finished_s: float | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -73,6 +96,7 @@ class Failure:
     error: str  # the client's exception class, e.g. OutOfOrderSequenceNumberError
     detail: str  # its message, with the broker's error message when there is one
     at_s: float
+    expected: bool  # a retriable error, which failover causes on Kafka too
 
 
 @dataclass
@@ -105,11 +129,24 @@ class Report:
     in_sync_at_end: bool = True
     evidence: list[Evidence] = field(default_factory=list)
     unread: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (read up to, end offset)
+    changes: list[ChangeRecord] = field(default_factory=list)
+    group: GroupAudit | None = None
+    client_errors: list[ClientError] = field(default_factory=list)
+    cluster_errors: list[str] = field(default_factory=list)  # lines the cluster logged at ERROR during the run
+
+    @property
+    def writes_ok(self) -> bool:
+        # A partition that could not be read to its end cannot vouch for its acknowledged messages.
+        return not (self.lost or self.duplicated or self.misplaced or self.reordered or self.unread)
+
+    @property
+    def unexpected_errors(self) -> list[ClientError]:
+        return [error for error in self.client_errors if not error.expected]
 
     @property
     def ok(self) -> bool:
-        # A partition that could not be read to its end cannot vouch for its acknowledged messages.
-        return not (self.lost or self.duplicated or self.misplaced or self.reordered or self.unread)
+        return (self.writes_ok and (self.group is None or self.group.ok) and not self.unexpected_errors
+                and not self.cluster_errors and not any(change.error for change in self.changes))
 
     @property
     def failed(self) -> Counter:
@@ -134,7 +171,8 @@ class FailoverCheck:
     def __init__(self, cluster: Cluster, duration_s: float = 60, seed: int | None = None,
                  faults: tuple[str, ...] = FAULTS, producers: int = 2, partitions: int = 3,
                  topic: str = DEFAULT_TOPIC, hold_s: tuple[float, float] = (2.0, 5.0),
-                 gap_s: tuple[float, float] = (1.0, 3.0), log=print):
+                 gap_s: tuple[float, float] = (1.0, 3.0), group_members: int = 3,
+                 strategy: str = DEFAULT_STRATEGY, rebalance: bool = False, log=print):
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULTS)}")
@@ -142,6 +180,7 @@ class FailoverCheck:
         self.duration_s = duration_s
         self.seed = seed if seed is not None else random.randrange(1 << 31)
         self.random = random.Random(self.seed)
+        self.change_random = random.Random(self.seed + 1)  # the changes run in a thread of their own
         self.faults = faults
         self.partitions = partitions
         self.topic = topic
@@ -150,6 +189,12 @@ class FailoverCheck:
         self.log = log
         self.producers = [_Producer(f"p{i}", partitions) for i in range(producers)]
         self.fault_log: list[FaultRecord] = []
+        self.group_members, self.strategy, self.rebalance = group_members, strategy, rebalance
+        self.readers: GroupReaders | None = None
+        self.change_log: list[ChangeRecord] = []
+        self._busy_nodes: set[int] = set()  # faulted, or being added or removed: left alone by the others
+        self._busy_lock = threading.Lock()
+        self._deck: list[str] = []
         self._stop = threading.Event()
         self._started = 0.0
         self._sending_stopped_s = 0.0
@@ -160,22 +205,34 @@ class FailoverCheck:
     # --- running ---
 
     def run(self) -> Report:
-        self.log(f"failover check: seed {self.seed}, {self.duration_s:.0f}s, faults {', '.join(self.faults)}")
+        group = f", a group of {self.group_members} ({self.strategy})" if self.group_members else ""
+        self.log(f"failover check: seed {self.seed}, {self.duration_s:.0f}s, faults {', '.join(self.faults)}{group}"
+                 f"{', with a node added, a rebalance and a node removed' if self.rebalance else ''}")
         self._create_topic()
+        logs = _LogWatch(self.cluster)
         self._started = time.monotonic()
-        writers = [threading.Thread(target=self._write, args=(p,), name=f"writer-{p.name}") for p in self.producers]
-        for writer in writers:
-            writer.start()
+        if self.group_members:
+            self.readers = GroupReaders(self.cluster.bootstrap_servers, self.topic, f"{self.topic}-readers",
+                                        self.group_members, self.strategy, self.elapsed).start()
+        threads = [threading.Thread(target=self._write, args=(p,), name=f"writer-{p.name}") for p in self.producers]
+        changes = threading.Thread(target=self._changes, name="changes")
+        for thread in [*threads, changes]:
+            thread.start()
         try:
             self._nemesis()
         finally:
             self._stop.set()
             self._sending_stopped_s = self.elapsed()
-            for writer in writers:
-                writer.join(FLUSH_TIMEOUT_S + 30)
+            for thread in threads:
+                thread.join(FLUSH_TIMEOUT_S + 30)
+            changes.join(CHANGE_TIMEOUT_S + 30)
             self._heal_everything()
         in_sync = self._wait_until_healthy()
-        return self._audit(in_sync)
+        try:
+            return self._audit(in_sync, logs)
+        finally:
+            if self.readers:
+                self.readers.stop()
 
     def _create_topic(self) -> None:
         replicas = min(3, len(self.cluster.nodes))
@@ -222,7 +279,8 @@ class FailoverCheck:
             producer.acks[value] = Ack(metadata.partition, metadata.offset, self.elapsed())
 
     def _failed(self, producer: _Producer, partition: int, value: str, error) -> None:
-        failure = Failure(partition, value, type(error).__name__, str(error), self.elapsed())
+        failure = Failure(partition, value, type(error).__name__, str(error), self.elapsed(),
+                          expected=bool(getattr(error, "retriable", False)))
         with producer.lock:
             producer.failures.append(failure)
 
@@ -234,21 +292,47 @@ class FailoverCheck:
             hold_s = self.random.uniform(*self.hold_s)
             if time.monotonic() + hold_s + 2 > deadline:
                 break
-            record = FaultRecord(self.random.choice(self.faults), self.random.choice(sorted(self.cluster.nodes)),
-                                 self.elapsed())
+            fault = self._next_fault()
+            node = self._take_node(self.random)
+            if node is None:
+                continue  # every node is being added or removed
+            record = FaultRecord(fault, node, self.elapsed())
             self.fault_log.append(record)
             self.log(f"{record.started_s:6.1f}s  {record.fault} node {record.node}")
             if self._act(record, INJECT[record.fault]):
                 self._stop.wait(hold_s)
             self._heal(record)
+            self._release_node(node)
             self._wait_until_healthy()
         self._stop.wait(max(0.0, deadline - time.monotonic()))
 
-    def _act(self, record: FaultRecord, action: str) -> bool:
+    def _next_fault(self) -> str:
+        """Faults are dealt from a shuffled deck, so that a short run still meets every one."""
+        if not self._deck:
+            self._deck = self.random.sample(self.faults, len(self.faults))
+        return self._deck.pop()
+
+    def _take_node(self, chooser: random.Random, among: list[int] | None = None) -> int | None:
+        """A random node that no fault or change is busy with, now busy; None when there is none."""
+        with self._busy_lock:
+            free = [n for n in sorted(among if among is not None else list(self.cluster.nodes))
+                    if n not in self._busy_nodes]
+            if not free:
+                return None
+            node = chooser.choice(free)
+            self._busy_nodes.add(node)
+            return node
+
+    def _release_node(self, node: int) -> None:
+        with self._busy_lock:
+            self._busy_nodes.discard(node)
+
+    def _act(self, record: FaultRecord, call: tuple) -> bool:
         """One Cluster call of a fault; a refusal is kept in the fault log rather than ending the run,
         so that the audit still tells what happened to the messages."""
+        action, *arguments = call
         try:
-            getattr(self.cluster, action)(record.node)
+            getattr(self.cluster, action)(record.node, *arguments)
             return True
         except (ClusterError, ControlError, OSError) as exc:
             record.error = f"{action}: {exc}"
@@ -270,6 +354,70 @@ class FailoverCheck:
             return True
         self.log(f"warning: replicas of {self.topic} not all in sync after {HEALTHY_TIMEOUT_S}s")
         return False
+
+    # --- changes of the group and of the cluster ---
+
+    def _changes(self) -> None:
+        """Members restart (with a group); with rebalance a node is added and the planner's moves run,
+        then a node is removed: each at its fraction of the run, beside the faults."""
+        schedule = []
+        if self.readers:
+            schedule += [(0.35, self._restart_member), (0.75, self._restart_member)]
+        if self.rebalance:
+            schedule += [(0.2, self._grow_and_rebalance), (0.55, self._remove_a_node)]
+        for fraction, change in sorted(schedule, key=lambda item: item[0]):
+            if self._stop.wait(max(0.0, self._started + fraction * self.duration_s - time.monotonic())):
+                return
+            change()
+
+    def _change(self, name: str, action) -> None:
+        record = ChangeRecord(name, self.elapsed())
+        self.change_log.append(record)
+        self.log(f"{record.started_s:6.1f}s  {name}")
+        try:
+            record.detail = action()
+        except (ClusterError, ControlError, PlannerError, KafkaError, OSError) as exc:
+            record.error = str(exc)
+            self.log(f"warning: {name} failed: {exc}")
+        record.finished_s = self.elapsed()
+        self.log(f"{record.finished_s:6.1f}s  {record.detail or name + ' failed'}")
+
+    def _restart_member(self) -> None:
+        index = self.change_random.randrange(len(self.readers.members))
+        old = self.readers.members[index].name
+        self._change(f"restart group member {old}",
+                     lambda: f"member {old} left, {self.readers.restart_one(index)} joined")
+
+    def _grow_and_rebalance(self) -> None:
+        with self._busy_lock:
+            arriving = max(self.cluster.nodes) + 1
+            self._busy_nodes.add(arriving)
+
+        def grow() -> str:
+            node_id = self.cluster.add_node()
+            moves = balance_plan(self.cluster.assignment(), sorted(self.cluster.nodes), self.cluster.racks)
+            reassignment.run_plan(self.cluster, moves, REBALANCE_THROTTLE_BYTES_PER_S, CHANGE_TIMEOUT_S)
+            reassignment.elect_preferred(self.cluster, list(moves))
+            return f"node {node_id} added, {len(moves)} partitions moved"
+
+        try:
+            self._change("add a node and rebalance", grow)
+        finally:
+            self._release_node(arriving)
+
+    def _remove_a_node(self) -> None:
+        node = self._take_node(self.change_random)
+        if node is None:
+            return
+
+        def remove() -> str:
+            self.cluster.remove_node(node, REBALANCE_THROTTLE_BYTES_PER_S, CHANGE_TIMEOUT_S)
+            return f"node {node} removed"
+
+        try:
+            self._change(f"remove node {node}", remove)
+        finally:
+            self._release_node(node)
 
     # --- the audit ---
 
@@ -293,7 +441,7 @@ class FailoverCheck:
         finally:
             consumer.close()
 
-    def _audit(self, in_sync: bool) -> Report:
+    def _audit(self, in_sync: bool, logs: _LogWatch) -> Report:
         log, unread = self._read_partitions()
         for partition, (position, end) in unread.items():
             self.log(f"warning: partition {partition} read only up to offset {position} of {end}")
@@ -316,16 +464,53 @@ class FailoverCheck:
             for value in values
         ]
         last_heal_s = max((r.healed_s or 0.0 for r in self.fault_log), default=0.0)
+        failures = sorted((f for p in self.producers for f in p.failures), key=lambda f: f.at_s)
+        client_errors = [ClientError(f"producer {f.value.split(':')[0]}", f.error, f.detail, f.at_s, f.expected)
+                         for f in failures]
+        group = self._audit_group(set(acks), log) if self.readers else None
+        if self.readers:
+            client_errors = sorted([*client_errors, *self.readers.errors], key=lambda e: e.at_s)
         return Report(
             seed=self.seed, topic=self.topic, duration_s=self._sending_stopped_s, faults=self.fault_log,
             sent=sum(p.sent for p in self.producers), acknowledged=len(acks),
-            failures=sorted((f for p in self.producers for f in p.failures), key=lambda f: f.at_s),
+            failures=failures,
             lost=lost, duplicated=duplicated, misplaced=misplaced, reordered=reordered,
             unacknowledged_present=sorted(v for v in offsets_of if v not in acks),
             windows=_unavailable_windows(acks, self.partitions, self._sending_stopped_s), last_heal_s=last_heal_s,
             acknowledged_after_last_heal=sum(1 for a in acks.values() if a.at_s > last_heal_s),
-            in_sync_at_end=in_sync, evidence=evidence, unread=unread,
+            in_sync_at_end=in_sync, evidence=evidence, unread=unread, changes=self.change_log, group=group,
+            client_errors=client_errors, cluster_errors=logs.errors_since_start(),
         )
+
+    def _audit_group(self, acknowledged: set[str], log: dict[int, list[tuple[int, str]]]) -> GroupAudit:
+        """The group reads on until it has read every partition to its end, leaves, and is audited."""
+        ends = {partition: (records[-1][0] + 1 if records else 0) for partition, records in log.items()}
+        caught_up = self.readers.wait_caught_up(ends)
+        if not caught_up:
+            self.log("warning: the group did not read every partition to its end in time")
+        self.readers.stop()
+        final = committed_offsets(self.cluster.bootstrap_servers, self.topic, self.readers.group, self.partitions)
+        return self.readers.audit(acknowledged, log, ends, caught_up, final)
+
+
+class _LogWatch:
+    """The lines the cluster's processes log at ERROR from now on (the local backend's log files)."""
+
+    def __init__(self, cluster: Cluster):
+        self.directory = cluster.data_dir / "logs"
+        self.sizes = {path: path.stat().st_size for path in self._logs()}
+
+    def _logs(self) -> list:
+        return sorted(self.directory.glob("*.log")) if self.directory.is_dir() else []
+
+    def errors_since_start(self) -> list[str]:
+        lines = []
+        for path in self._logs():
+            with open(path, "rb") as log_file:
+                log_file.seek(self.sizes.get(path, 0))
+                text = log_file.read().decode(errors="replace")
+            lines += [f"{path.stem}: {line}" for line in text.splitlines() if " ERROR " in line]
+        return lines
 
 
 def _reordered(log: dict[int, list[tuple[int, str]]]) -> list[str]:
@@ -352,107 +537,3 @@ def _unavailable_windows(acks: dict[str, Ack], partitions: int, sending_stopped_
             if end - start > UNAVAILABLE_AFTER_S:
                 windows.append(Window(partition, start, end))
     return sorted(windows, key=lambda w: w.start_s)
-
-
-def render(report: Report):
-    """The fault log, the unavailability windows, failed sends and the verdict, as rich renderables."""
-    from rich.console import Group
-    from rich.text import Text
-
-    parts = [_fault_table(report), _window_table(report)]
-    if report.failures:
-        parts.append(_failure_table(report))
-    if report.evidence:
-        parts.append(_evidence_table(report))
-    parts.extend(Text(line) for line in _summary(report))
-    verdict = Text("PASS: every acknowledged message is present once, in order" if report.ok
-                   else "FAIL: acknowledged messages were lost, duplicated, moved or reordered, or not all read",
-                   style="green" if report.ok else "bold red")
-    return Group(*parts, verdict)
-
-
-def _fault_table(report: Report):
-    from rich.table import Table
-
-    refusals = any(record.error for record in report.faults)
-    faults = Table(title=f"faults (seed {report.seed})")
-    for column in ("at", "fault", "node", "healed at", *(("refused",) if refusals else ())):
-        faults.add_column(column)
-    for record in report.faults:
-        healed = f"{record.healed_s:.1f}s" if record.healed_s is not None else "-"
-        faults.add_row(f"{record.started_s:.1f}s", record.fault, str(record.node), healed,
-                       *((record.error or "",) if refusals else ()))
-    return faults
-
-
-def _during(report: Report, start_s: float, end_s: float) -> str:
-    """The faults that overlapped a stretch of the run."""
-    return ", ".join(f"{r.fault} {r.node}" for r in report.faults
-                     if r.started_s <= end_s and (r.healed_s or report.duration_s) >= start_s) or "-"
-
-
-def _window_table(report: Report):
-    from rich.table import Table
-
-    windows = Table(title=f"writes unavailable for more than {UNAVAILABLE_AFTER_S:.0f}s")
-    for column in ("partition", "from", "to", "length", "during"):
-        windows.add_column(column)
-    for window in report.windows:
-        windows.add_row(str(window.partition), f"{window.start_s:.1f}s", f"{window.end_s:.1f}s",
-                        f"{window.length_s:.2f}s", _during(report, window.start_s, window.end_s))
-    return windows
-
-
-def _failure_table(report: Report):
-    """Failed sends grouped by partition and error, with the faults they fell into."""
-    from rich.table import Table
-
-    groups: dict[tuple[int, str], list[Failure]] = {}
-    for failure in report.failures:
-        groups.setdefault((failure.partition, failure.error), []).append(failure)
-    table = Table(title="sends that failed (each may or may not have been written)")
-    for column in ("partition", "error", "count", "from", "to", "during", "first message"):
-        table.add_column(column)
-    for (partition, name), failures in sorted(groups.items(), key=lambda g: g[1][0].at_s):
-        first, last = failures[0], failures[-1]
-        table.add_row(str(partition), name, str(len(failures)), f"{first.at_s:.1f}s", f"{last.at_s:.1f}s",
-                      _during(report, first.at_s, last.at_s), f"{first.value}: {first.detail}")
-    return table
-
-
-def _evidence_table(report: Report, limit: int = 40):
-    """Each message the audit found wrong: where it was acknowledged, where it is, and what replaced it."""
-    from rich.table import Table
-
-    table = Table(title="messages not where they were acknowledged")
-    for column in ("message", "problem", "acknowledged at", "when", "during", "read back at", "now at that offset"):
-        table.add_column(column)
-    for item in report.evidence[:limit]:
-        acked = f"{item.ack.partition}/{item.ack.offset}" if item.ack else "never"
-        when = f"{item.ack.at_s:.2f}s" if item.ack else "-"
-        during = _during(report, item.ack.at_s, item.ack.at_s) if item.ack else "-"
-        found = ", ".join(f"{p}/{o}" for p, o in item.found) or "nowhere"
-        table.add_row(item.value, item.problem, acked, when, during, found, item.at_acknowledged_offset or "-")
-    if len(report.evidence) > limit:
-        table.caption = f"{len(report.evidence) - limit} more not shown"
-    return table
-
-
-def _summary(report: Report) -> list[str]:
-    failed = ", ".join(f"{count} {name}" for name, count in report.failed.items()) or "none"
-    lines = [
-        f"{report.sent} sent, {report.acknowledged} acknowledged, failed sends: {failed}",
-        f"lost {len(report.lost)}, duplicated {len(report.duplicated)}, at another offset {len(report.misplaced)}, "
-        f"out of order {len(report.reordered)}; {len(report.unacknowledged_present)} unacknowledged but written",
-        f"longest unavailability {report.longest_unavailable_s:.2f}s (producer request.timeout.ms "
-        f"{PRODUCER_REQUEST_TIMEOUT_MS}); {report.acknowledged_after_last_heal} acknowledged after the last "
-        "fault was healed",
-    ]
-    if not report.in_sync_at_end:
-        lines.append(f"warning: not every replica of {report.topic} was back in sync before the read-back")
-    for partition, (position, end) in sorted(report.unread.items()):
-        lines.append(f"partition {partition}: read only up to offset {position} of {end}")
-    written = report.unacknowledged_present
-    if written:
-        lines.append(f"unacknowledged but written: {', '.join(written[:20])}{' ...' if len(written) > 20 else ''}")
-    return lines

@@ -74,6 +74,21 @@ def run_plan(cluster, moves: Moves, throttle_bytes_per_s: int | None = None, tim
         raise ClusterError(f"{len(list_reassignments(cluster))} partitions were still moving after {timeout:.0f}s")
 
 
+def elect_preferred(cluster, partitions: list[tuple[str, int]]) -> None:
+    """The first replica of each moved partition leads it again (ElectLeaders, preferred)."""
+    from kafka import KafkaAdminClient
+
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        # Partitions led by their first replica already answer ELECTION_NOT_NEEDED: not a failure.
+        admin.elect_leaders(0, by_topic, raise_errors=False)
+    finally:
+        admin.close()
+
+
 # --- replication throttles ---
 
 def throttle_moves(cluster, moves: Moves, rate: int) -> None:
