@@ -289,18 +289,23 @@ def _response(broker, fetches: list[PartitionFetch], version: int,
     if writable(fetches, version):
         return fetch_answer_pieces(fetches, version, session_id)
     by_topic: dict = {}
-    record_sets: list = []
     for fetch in fetches:
-        key = fetch.topic_id if version >= 13 else fetch.topic
-        records = fetch.records
-        if records:
-            record_sets.append(records)
-            records = marker(len(record_sets) - 1)
-        by_topic.setdefault(key, []).append(_partition_data(fetch, records))
+        by_topic.setdefault(fetch.topic_id if version >= 13 else fetch.topic, []).append(fetch)
+    # Markers are numbered in the order the encoder writes them: topic by topic, which is not the
+    # request's order when it interleaves topics (as followers' fetches do).
+    record_sets: list = []
+    topics = []
     name_or_id = "topic_id" if version >= 13 else "topic"
-    topics = [struct_tuple(TopicResponse, version, {name_or_id: key,
-                                                    "partitions": struct_array(PartitionData, version, partitions)})
-              for key, partitions in by_topic.items()]
+    for key, topic_fetches in by_topic.items():
+        partitions = []
+        for fetch in topic_fetches:
+            records = fetch.records
+            if records:
+                record_sets.append(records)
+                records = marker(len(record_sets) - 1)
+            partitions.append(_partition_data(fetch, records))
+        topics.append(struct_tuple(TopicResponse, version, {
+            name_or_id: key, "partitions": struct_array(PartitionData, version, partitions)}))
     leaders = [f.leader[0] for f in fetches if f.leader]
     extra = {}
     endpoints = leader_endpoints(broker, leaders) if leaders else []

@@ -23,9 +23,10 @@ RECORD_SETS = {("orders", 0): os.urandom(126), ("orders", 1): b"", ("orders", 2)
                ("payments", 0): os.urandom(20_000), ("payments", 1): os.urandom(128)}
 
 
-def partition_fetches(records_of, tagged: bool = False) -> list[fetch.PartitionFetch]:
+def partition_fetches(records_of, tagged: bool = False, interleaved: bool = False) -> list[fetch.PartitionFetch]:
     """One fetch per record set; with `tagged`, one names its leader and one a diverging epoch
-    (fields a Fetch answer carries as tagged fields from v12)."""
+    (fields a Fetch answer carries as tagged fields from v12); `interleaved` alternates the topics,
+    as a follower's fetch of several topics may."""
     fetches = []
     for (topic, partition), records in RECORD_SETS.items():
         request = FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=0,
@@ -37,7 +38,7 @@ def partition_fetches(records_of, tagged: bool = False) -> list[fetch.PartitionF
     if tagged:
         fetches[1].leader = (3, 9)
         fetches[2].diverging = (4, 120)
-    return fetches
+    return [fetches[i] for i in (0, 3, 1, 4, 2)] if interleaved else fetches
 
 
 class KnownLeaders:
@@ -74,15 +75,16 @@ def encoded_with_data_classes(fetches: list[fetch.PartitionFetch], version: int)
     return bytes(response.encode(version=version))
 
 
+@pytest.mark.parametrize("interleaved", [False, True], ids=["topic by topic", "topics interleaved"])
 @pytest.mark.parametrize("tagged", [False, True], ids=["as tuples", "with tagged fields"])
 @pytest.mark.parametrize("version", range(fetch.VERSIONS[0], fetch.VERSIONS[1] + 1))
-def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(version, tagged):
-    spliced = fetch._response(KnownLeaders, partition_fetches(memoryview, tagged), version, SESSION_ID)
+def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(version, tagged, interleaved):
+    spliced = fetch._response(KnownLeaders, partition_fetches(memoryview, tagged, interleaved), version, SESSION_ID)
     # Flexible versions without tagged fields are written by hand; the rest spliced into kafka.protocol's.
     assert isinstance(spliced, EncodedResponse if version >= 12 and not tagged else SplicedResponse)
     wire = b"".join(bytes(piece) for piece in spliced.encode_pieces(version))
 
-    assert wire == encoded_with_data_classes(partition_fetches(bytes, tagged), version)
+    assert wire == encoded_with_data_classes(partition_fetches(bytes, tagged, interleaved), version)
 
     decoded = FetchResponse.decode(wire, version=version)
     records = [bytes(p.records or b"") for t in decoded.responses for p in t.partitions]
