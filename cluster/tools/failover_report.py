@@ -117,8 +117,13 @@ def _client_error_table(report: Report):
     for (client, name), errors in sorted(groups.items(), key=lambda g: (g[1][0].expected, g[1][0].at_s)):
         first, last = errors[0], errors[-1]
         table.add_row(client, name, "yes" if first.expected else "[bold red]no[/]", str(len(errors)),
-                      f"{first.at_s:.1f}s", f"{last.at_s:.1f}s", _during(report, first.at_s, last.at_s), first.detail)
+                      f"{first.at_s:.1f}s", f"{last.at_s:.1f}s", _shortened(_during(report, first.at_s, last.at_s)),
+                      _shortened(first.detail))
     return table
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _evidence_table(report: Report, limit: int = 40):
