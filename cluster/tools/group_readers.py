@@ -78,8 +78,6 @@ class GroupReaders:
     """`members` consumers of one classic group reading `topic` from its start."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, members: int, strategy: str, elapsed):
-        from confluent_kafka import Consumer  # noqa: F401  (fail at once when the library is missing)
-
         self.bootstrap, self.topic, self.group, self.strategy = bootstrap, topic, group, strategy
         self.elapsed = elapsed
         self.members = [_Member(f"m{i}") for i in range(members)]
@@ -158,13 +156,13 @@ class GroupReaders:
                 self._progress.notify_all()
 
     def _committed(self, member: _Member, error, partitions) -> None:
-        if error is not None:
-            self._error(member, error)
-        with self._lock:
-            self.commits.extend((tp.partition, tp.offset) for tp in partitions if tp.error is None and tp.offset >= 0)
-        for tp in partitions:
-            if tp.error is not None:
-                self._error(member, tp.error)
+        if error is None:
+            with self._lock:
+                self.commits.extend((tp.partition, tp.offset) for tp in partitions
+                                    if tp.error is None and tp.offset >= 0)
+        # A commit refused as a whole carries its error on every partition too: counted once.
+        for failure in [error] if error is not None else [tp.error for tp in partitions if tp.error is not None]:
+            self._error(member, failure)
 
     def _error(self, member: _Member, error) -> None:
         name = error.name()
