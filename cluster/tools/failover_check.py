@@ -214,6 +214,15 @@ class FailoverCheck:
         if self.group_members:
             self.readers = GroupReaders(self.cluster.bootstrap_servers, self.topic, f"{self.topic}-readers",
                                         self.group_members, self.strategy, self.elapsed).start()
+        try:
+            self._run_under_faults()
+            return self._audit(self._wait_until_healthy(), logs)
+        finally:
+            if self.readers:
+                self.readers.stop()
+
+    def _run_under_faults(self) -> None:
+        """Writers, changes and the nemesis until the run's end; then every fault healed."""
         threads = [threading.Thread(target=self._write, args=(p,), name=f"writer-{p.name}") for p in self.producers]
         changes = threading.Thread(target=self._changes, name="changes")
         for thread in [*threads, changes]:
@@ -227,12 +236,6 @@ class FailoverCheck:
                 thread.join(FLUSH_TIMEOUT_S + 30)
             changes.join(CHANGE_TIMEOUT_S + 30)
             self._heal_everything()
-        in_sync = self._wait_until_healthy()
-        try:
-            return self._audit(in_sync, logs)
-        finally:
-            if self.readers:
-                self.readers.stop()
 
     def _create_topic(self) -> None:
         replicas = min(3, len(self.cluster.nodes))
