@@ -5,23 +5,25 @@
 // Output, one JSON object a line:
 //   {"partition": 0, "offset": 0, "value": "..."}    each message read
 //   {"error": "...", "namespace": "...", ...}        each ERROR KafkaJS logs, and a crash
-//   {"rebalance": "..."}                             a heartbeat answered REBALANCE_IN_PROGRESS
+//   {"rebalance": "..."}                             a Heartbeat or SyncGroup answered REBALANCE_IN_PROGRESS
 //   {"closed": true, "consumed": 10}                 once the member has left the group
 const { Kafka, logLevel, PartitionAssigners } = require('kafkajs')
 
 const [bootstrap, topic, group, assigner, sessionTimeout, heartbeatInterval] = process.argv.slice(2)
 const ASSIGNERS = { roundrobin: PartitionAssigners.roundRobin }
-// KafkaJS's Connection logs every error a broker answers at ERROR, the heartbeat answer with
-// which every Kafka coordinator tells each member that a rebalance started included: that one
-// is how the protocol works, not a failure.
+// KafkaJS's Connection logs every error a broker answers at ERROR, REBALANCE_IN_PROGRESS
+// included, with which a Kafka coordinator tells members that a rebalance started: answering
+// their Heartbeat, and their pending SyncGroup when a member joins or leaves before the
+// assignment is synced. Those answers are how the protocol works, not failures; KafkaJS rejoins.
 const REBALANCING = 'The group is rebalancing, so a rejoin is needed'
+const TOLD_TO_REJOIN = /^Response (Heartbeat|SyncGroup)\(/
 
 const print = line => process.stdout.write(JSON.stringify(line) + '\n')
 
 // Every entry KafkaJS logs at ERROR, with what it said of the error.
 const logCreator = () => ({ namespace, log }) => {
   const { message, error, ...rest } = log
-  if (namespace === 'Connection' && message.startsWith('Response Heartbeat(') && error === REBALANCING) {
+  if (namespace === 'Connection' && TOLD_TO_REJOIN.test(message) && error === REBALANCING) {
     print({ rebalance: message })
     return
   }
