@@ -14,7 +14,6 @@ import asyncio
 import importlib
 import json
 import logging
-import shutil
 import signal
 import subprocess
 import threading
@@ -26,9 +25,9 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from tests.integration.js_programs import JS_DIR
 from tests.integration.observe import committed
 
-JS_DIR = Path(__file__).resolve().parents[1] / "clients" / "js"
 # The shortest session Kafka's group.min.session.timeout.ms allows; heartbeats often enough
 # that members hear of a rebalance within a fraction of a second.
 SESSION_TIMEOUT_MS = 6000
@@ -42,13 +41,6 @@ class Record:
     partition: int
     offset: int
     value: bytes
-
-
-def kafkajs_missing() -> str | None:
-    """Why KafkaJS cannot run here, or None when it can."""
-    if shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").exists():
-        return "KafkaJS is not installed (scripts/dev-setup runs npm ci in tests/clients/js)"
-    return None
 
 
 class Member:

@@ -29,8 +29,9 @@ from cluster.launch import Cluster
 from tests.integration import go_programs
 from tests.integration.group_members import (
     AIOKAFKA_ASSIGNORS, KAFKA_PYTHON_ASSIGNORS, AiokafkaMember, ConfluentMember, KafkaJSMember, KafkaPythonMember,
-    Producer, SaramaMember, assignor, kafkajs_missing, wait_for_coordinator, wait_until,
+    Producer, SaramaMember, assignor, wait_for_coordinator, wait_until,
 )
+from tests.integration.js_programs import kafkajs_missing
 from tests.integration.observe import committed, logged_errors
 
 PARTITIONS = 6
