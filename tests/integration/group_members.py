@@ -342,6 +342,15 @@ class Producer:
             self._producer.close()
 
 
+def client_errors(records: list[logging.LogRecord]) -> list[str]:
+    """The log records at ERROR or above of the clients running in this process, but one: when
+    kafka-python closes, it cancels its requests in flight, and it logs the cancellation of a
+    metadata refresh at ERROR (of a fetch, at INFO). Only its own close cancels a request; a
+    connection the broker drops fails with KafkaConnectionError, logged at ERROR too."""
+    return [f"{r.name}: {r.getMessage()}" for r in records if r.levelno >= logging.ERROR
+            and not (r.name == "kafka.cluster" and r.getMessage() == "Metadata refresh: failed Cancelled")]
+
+
 def wait_for_coordinator(cluster, group: str, timeout: float = 30.0) -> None:
     """Waits until the group's coordinator answers for it. The first group of a cluster creates
     `__consumer_offsets`, whose partitions answer COORDINATOR_LOAD_IN_PROGRESS until their

@@ -18,7 +18,6 @@ the ends of the partitions.
 from __future__ import annotations
 
 import functools
-import logging
 import uuid
 from collections import Counter
 from contextlib import ExitStack
@@ -29,7 +28,7 @@ from cluster.launch import Cluster
 from tests.integration import go_programs
 from tests.integration.group_members import (
     AIOKAFKA_ASSIGNORS, KAFKA_PYTHON_ASSIGNORS, AiokafkaMember, ConfluentMember, KafkaJSMember, KafkaPythonMember,
-    Producer, SaramaMember, assignor, wait_for_coordinator, wait_until,
+    Producer, SaramaMember, assignor, client_errors, wait_for_coordinator, wait_until,
 )
 from tests.integration.js_programs import kafkajs_missing
 from tests.integration.observe import committed, logged_errors
@@ -143,7 +142,7 @@ def test_every_member_reads_its_share_without_error(cluster, member_class, clien
                    "every message read", members)
     # Every member has closed: what each read and reported is complete.
     assert {m.name: m.errors() for m in members} == {m.name: [] for m in members}
-    assert [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert client_errors(caplog.records) == []
     assert [m.name for m in members if not m.records()] == [], "members that were given no partition"
     read = [record for member in members for record in member.records()]
     assert {(r.partition, r.offset): r.value for r in read} == written
