@@ -43,7 +43,7 @@ STRATEGIES = {
     "kafka-python": list(KAFKA_PYTHON_ASSIGNORS),
     "aiokafka": list(AIOKAFKA_ASSIGNORS),
     "kafkajs": ["roundrobin"],  # KafkaJS has one assigner of its own
-    "sarama": ["range", "roundrobin"],  # Sarama 1.22 has no sticky strategy (it came with 1.23)
+    "sarama": ["range", "roundrobin"],  # Sarama 1.22 has no sticky strategy (later releases do)
 }
 SCENARIOS = ["together", "staggered", "restarting"]
 MATRIX = [pytest.param(client, strategy, scenario, id=f"{client}-{strategy}-{scenario}")
