@@ -10,7 +10,11 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 GO_DIR = Path(__file__).resolve().parents[1] / "clients" / "go"
 GOCODE = Path("/usr/share/gocode")
@@ -41,6 +45,20 @@ def build(out_dir: Path) -> dict[str, Path]:
     if result.returncode != 0:
         raise RuntimeError(f"go build failed:\n{result.stderr}")
     return {path.name: path for path in binaries.iterdir()}
+
+
+@contextmanager
+def built():
+    """Every program built into a temporary directory, removed afterwards (name -> binary); skips
+    the test when the toolchain or the libraries are missing."""
+    reason = missing_toolchain()
+    if reason:
+        pytest.skip(reason)
+    out_dir = Path(tempfile.mkdtemp(prefix="kraftwerk-go-"))
+    try:
+        yield build(out_dir)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def run(binary: Path, *args: str, timeout: float = 90) -> list[dict]:

@@ -9,16 +9,15 @@ import subprocess
 import uuid
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from tests.integration.js_programs import JS_DIR, kafkajs_missing
 from tests.integration.messages import Consumed, Delivered, assert_read_back_exactly, make_messages
 
 PARTITIONS = 6
-JS_DIR = Path(__file__).resolve().parents[1] / "clients" / "js"
 
 
 @pytest.fixture(scope="module")
@@ -207,8 +206,7 @@ def _consume_with_kcat(bootstrap: str, topic: str, count: int) -> list[Consumed]
     return consumed
 
 
-@pytest.mark.skipif(shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").exists(),
-                    reason="KafkaJS is not installed (scripts/dev-setup runs npm ci in tests/clients/js)")
+@pytest.mark.skipif(kafkajs_missing() is not None, reason=str(kafkajs_missing()))
 def test_kafkajs_round_trip(shared_cluster):
     topic = new_topic(shared_cluster)
     messages = make_messages("kafkajs")

@@ -12,12 +12,9 @@ and message timestamps are checked too.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -33,14 +30,8 @@ TIMESTAMP_BASE = (int(time.time()) - 3600) * 1000
 
 @pytest.fixture(scope="module")
 def go_bin():
-    reason = go_programs.missing_toolchain()
-    if reason:
-        pytest.skip(reason)
-    out_dir = Path(tempfile.mkdtemp(prefix="kraftwerk-go-"))
-    try:
-        yield go_programs.build(out_dir)
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+    with go_programs.built() as binaries:
+        yield binaries
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -23,13 +21,13 @@ from kafka.structs import OffsetAndMetadata
 
 from cluster.launch import Cluster
 from node.groups.placement import partition_for_group
+from tests.integration.js_programs import JS_DIR, kafkajs_missing
 from tests.integration.observe import committed
 from tests.integration.wire import exchange, exchange_once
 
 PARTITIONS = 6
 MESSAGES = 600
 FIRST_SESSION = 250
-JS_DIR = Path(__file__).resolve().parents[1] / "clients" / "js"
 # Kafka's group.min.session.timeout.ms; consumers that die are noticed after their session timeout.
 SESSION_TIMEOUT_MS = 6000
 
@@ -133,8 +131,9 @@ def aiokafka_session(cluster, topic, group, count):
 
 
 def kafkajs_session(cluster, topic, group, count):
-    if shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").exists():
-        pytest.skip("KafkaJS is not installed (scripts/dev-setup runs npm ci in tests/clients/js)")
+    reason = kafkajs_missing()
+    if reason:
+        pytest.skip(reason)
     result = subprocess.run(["node", str(JS_DIR / "group.js"), cluster.bootstrap_servers, topic, group, str(count)],
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
