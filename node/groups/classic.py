@@ -69,6 +69,7 @@ class ClassicGroup:
     pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     join_deadline: asyncio.TimerHandle | None = None
     initial_delay: bool = False
+    joined_during_delay: bool = False  # a new member arrived while the initial delay ran
     state_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def transition(self, state: str) -> None:
@@ -167,6 +168,7 @@ class ClassicMembership:
             self._arm_session(group, member)
             return self._join_result(group, member)
         if member is None:
+            group.joined_during_delay |= group.initial_delay
             member = group.add_member(ClassicMember(member_id, instance_id, client_id, client_host, session_timeout_ms,
                                                     rebalance_timeout_ms, protocol_type, protocols))
         else:
@@ -224,13 +226,23 @@ class ClassicMembership:
         if group.join_deadline:
             group.join_deadline.cancel()
         if was_empty and self.initial_delay_ms > 0:
-            group.initial_delay = True
-            group.join_deadline = loop.call_later(self.initial_delay_ms / 1000, self._end_initial_delay, group)
+            group.initial_delay, group.joined_during_delay = True, False
+            rebalance_timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            group.join_deadline = loop.call_later(self.initial_delay_ms / 1000, self._end_initial_delay, group,
+                                                  max(rebalance_timeout - self.initial_delay_ms, 0))
         else:
             timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
             group.join_deadline = loop.call_later(timeout / 1000, self._complete_join, group)
 
-    def _end_initial_delay(self, group: ClassicGroup) -> None:
+    def _end_initial_delay(self, group: ClassicGroup, remaining_ms: int) -> None:
+        """As Kafka's InitialDelayedJoin: while members keep arriving, the delay starts again, for
+        at most the rebalance timeout in all."""
+        if group.joined_during_delay and remaining_ms > 0:
+            group.joined_during_delay = False
+            delay_ms = min(self.initial_delay_ms, remaining_ms)
+            group.join_deadline = asyncio.get_running_loop().call_later(
+                delay_ms / 1000, self._end_initial_delay, group, remaining_ms - delay_ms)
+            return
         group.initial_delay = False
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.join_deadline = asyncio.get_running_loop().call_later(timeout / 1000, self._complete_join, group)

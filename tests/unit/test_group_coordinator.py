@@ -138,3 +138,30 @@ def test_members_joining_during_the_first_rebalance_share_its_generation(tmp_pat
         coordinator.group("g").cancel_timers()
 
     asyncio.run(run())
+
+
+def test_the_initial_delay_starts_again_while_members_keep_arriving(tmp_path):
+    """As Kafka's InitialDelayedJoin: a member arriving during the delay extends it by another delay."""
+    async def run():
+        partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+        broker = LeaderBroker(partition_log)
+        broker.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1",
+                                      "group.initial.rebalance.delay.ms": "100"})
+        coordinator = GroupCoordinator(broker)
+        coordinator.load_partition(0, partition_log)
+        loop = asyncio.get_running_loop()
+
+        async def join(client):
+            joined = await coordinator.classic.join("g", "", None, client, "/127.0.0.1", SESSION_MS, SESSION_MS,
+                                                    "consumer", [("range", b"")], require_known_member=False)
+            return joined, loop.time()
+
+        started = loop.time()
+        first = asyncio.ensure_future(join("first"))
+        await asyncio.sleep(0.08)
+        (joined_first, first_at), (joined_second, _) = await asyncio.gather(first, join("second"))
+        assert (joined_first.generation, joined_second.generation) == (1, 1)
+        assert first_at - started >= 0.19  # one delay from the first join, then another for the second
+        coordinator.group("g").cancel_timers()
+
+    asyncio.run(run())
