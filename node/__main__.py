@@ -173,7 +173,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Even
         loop.add_signal_handler(sig, stop.set)
     retention = asyncio.create_task(broker.replicas.run_retention(config.get_int("log.retention.check.interval.ms")))
     isr_expiration = asyncio.create_task(broker.replicas.run_isr_expiration())
-    checkpoints = asyncio.create_task(broker.replicas.run_high_watermark_checkpoints(
+    checkpoints = asyncio.create_task(broker.replicas.run_checkpoints(
         config.get_int("replica.high.watermark.checkpoint.interval.ms")))
     offset_expiry = asyncio.create_task(broker.groups.run_offset_expiry(
         config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))

@@ -29,7 +29,8 @@ def start_epoch(partition_log: PartitionLog, leader_epoch: int) -> None:
 
 class Partition:
     __slots__ = ("key", "log", "producers", "leader_epoch", "epoch_start_offset", "follower_offsets",
-                 "progress", "isr_request", "_commit_waiters", "_fetch_waiters", "hosted", "_broker")
+                 "follower_log_starts", "progress", "isr_request", "_commit_waiters", "_low_watermark_waiters",
+                 "_fetch_waiters", "hosted", "_broker")
 
     def __init__(self, key: tuple[str, int], partition_log: PartitionLog, producers: PartitionProducers, broker):
         self.key = key
@@ -43,11 +44,15 @@ class Partition:
         self.epoch_start_offset = 0
         # Led here: each follower's log end offset, and when it was last caught up (for ISR shrink).
         self.follower_offsets: dict[int, int] = {}
+        # Led here: each follower's log start offset, as its fetches tell it (for DeleteRecords).
+        self.follower_log_starts: dict[int, int] = {}
         self.progress: dict[int, FollowerProgress] = {}
         # The ISR asked of the controller and not yet in the image (see isr_rules.maximal_isr).
         self.isr_request: list[int] | None = None
         # acks=all produce requests waiting for the high watermark to pass their last offset.
         self._commit_waiters: list[tuple[int, asyncio.Future]] = []
+        # DeleteRecords requests waiting for every live replica's log start offset to pass theirs.
+        self._low_watermark_waiters: list[tuple[int, asyncio.Future]] = []
         # Fetch requests parked until this partition has news.
         self._fetch_waiters: set[asyncio.Future] | None = None
         # False once removed: the answer to an ISR change asked before then has nothing to act on.
@@ -66,7 +71,7 @@ class Partition:
         if self.leader_epoch != info.leader_epoch:
             # A new term: what followers told an earlier leader says nothing about this one.
             self.leader_epoch = info.leader_epoch
-            self.follower_offsets = {}
+            self.follower_offsets, self.follower_log_starts = {}, {}
             # acks=all writes of an earlier term may be truncated by now: never let a later term's
             # high watermark answer them (Kafka fails them with NOT_LEADER_OR_FOLLOWER).
             self.fail_commit_waiters()
@@ -171,7 +176,9 @@ class Partition:
                 self._commit_waiters = [(o, w) for o, w in self._commit_waiters if w is not waiter]
 
     def fail_commit_waiters(self) -> None:
-        waiting, self._commit_waiters = self._commit_waiters, []
+        """Every acks=all write and DeleteRecords waiting here is answered NOT_LEADER_OR_FOLLOWER."""
+        waiting = self._commit_waiters + self._low_watermark_waiters
+        self._commit_waiters, self._low_watermark_waiters = [], []
         for _, waiter in waiting:
             if not waiter.done():
                 waiter.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -193,11 +200,52 @@ class Partition:
         return isr_rules.enough_replicas_error(isr_rules.maximal_isr(info, self.isr_request),
                                                self.effective_min_isr(info))
 
+    # --- DeleteRecords ---
+
+    def low_watermark(self) -> int:
+        """Led here: the lowest log start offset of this replica and the followers on live nodes
+        (Kafka's lowWatermarkIfLeader); -1 while such a follower has not told its own."""
+        low = self.log.log_start_offset
+        info = self.info()
+        for follower in (info.replicas if info else ()):
+            if follower != self._broker.node_id and self._broker.is_alive(follower):
+                low = min(low, self.follower_log_starts.get(follower, -1))
+        return low
+
+    def low_watermark_waiter(self, offset: int) -> asyncio.Future:
+        """A future answered NONE once the low watermark reaches offset, or NOT_LEADER_OR_FOLLOWER
+        if the partition goes or a new term begins."""
+        waiter = asyncio.get_running_loop().create_future()
+        if self.low_watermark() >= offset:
+            waiter.set_result(ErrorCode.NONE)
+        else:
+            self._low_watermark_waiters.append((offset, waiter))
+        return waiter
+
+    def forget_low_watermark_waiter(self, waiter: asyncio.Future) -> None:
+        self._low_watermark_waiters = [(o, w) for o, w in self._low_watermark_waiters if w is not waiter]
+
+    def _release_low_watermark_waiters(self) -> None:
+        low = self.low_watermark()
+        still = []
+        for offset, waiter in self._low_watermark_waiters:
+            if offset <= low:
+                if not waiter.done():
+                    waiter.set_result(ErrorCode.NONE)
+            else:
+                still.append((offset, waiter))
+        self._low_watermark_waiters = still
+
     # --- followers, seen from the leader ---
 
-    def record_follower_offset(self, follower: int, log_end_offset: int, info: PartitionInfo | None) -> None:
-        """A follower fetched from log_end_offset: it holds everything before it. `info`: the
-        partition as the image has it now."""
+    def record_follower_offset(self, follower: int, log_end_offset: int, info: PartitionInfo | None,
+                               log_start_offset: int = -1) -> None:
+        """A follower fetched from log_end_offset: it holds everything before it, from
+        log_start_offset. `info`: the partition as the image has it now."""
+        if self.follower_log_starts.get(follower) != log_start_offset:
+            self.follower_log_starts[follower] = log_start_offset
+            if self._low_watermark_waiters:
+                self._release_low_watermark_waiters()
         offsets = self.follower_offsets
         moved = offsets.get(follower) != log_end_offset
         offsets[follower] = log_end_offset

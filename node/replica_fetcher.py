@@ -230,6 +230,8 @@ class ReplicaFetchers:
             partition_log.append_as_follower(records, batches)
             self._track_producers(partition.producers, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
+        # Records the leader deleted (DeleteRecords) go here too, as far as this replica is committed.
+        partition_log.advance_log_start_offset(log_start_offset)
         return True
 
 

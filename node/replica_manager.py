@@ -1,11 +1,11 @@
 """The partitions this node hosts, one node.partition.Partition each: created and deleted as the
-metadata image says, their high watermarks checkpointed, their ISRs watched for lagging followers."""
+metadata image says, their high watermarks and log start offsets checkpointed
+(node.log_checkpoints), their ISRs watched for lagging followers."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import shutil
-import threading
 from collections import deque
 from functools import partial
 from pathlib import Path
@@ -13,13 +13,13 @@ from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from cluster.formats.image import MetadataDelta
 from cluster.formats.metadata_log import METADATA_PARTITION_DIR
-from cluster.formats.offset_checkpoint import HIGH_WATERMARK_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX, parse_partition_dir_name
 from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.runtime.time_slices import TimeSlice, gently
 from node import isr_rules
 from node.groups.placement import OFFSETS_TOPIC
 from node.isr_members import IsrMembers
+from node.log_checkpoints import LogCheckpoints
 from node.partition import Partition, start_epoch
 from node.producer_state import PartitionProducers
 
@@ -57,10 +57,8 @@ class ReplicaManager:
         # Whether partition directories no topic owns have been looked for since the controller's
         # metadata came (topics deleted while this node was down leave such directories).
         self._orphans_checked = False
-        # High watermarks as last checkpointed, for logs opened after a restart.
-        self._checkpoint_path = Path(broker.log_dir) / HIGH_WATERMARK_CHECKPOINT
-        self._checkpointed = read_offset_checkpoint(self._checkpoint_path)
-        self._checkpoint_writing = threading.Lock()
+        # High watermarks and log start offsets as last checkpointed, for logs opened after a restart.
+        self.checkpoints = LogCheckpoints(broker.log_dir)
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         hosted = self.partitions.get((topic, partition))
@@ -152,6 +150,7 @@ class ReplicaManager:
             if partition_log.topic_id not in (None, topic_id):
                 partition_log.delete()
                 partition_log = PartitionLog(directory, topic_id=topic_id, config=config)
+            partition_log.advance_log_start_offset(self.checkpoints.log_starts.offsets.get(key, 0))
             if info.leader == self.broker.node_id:
                 start_epoch(partition_log, info.leader_epoch)
             opened.append((key, partition_log, PartitionProducers.from_log(partition_log)))
@@ -162,7 +161,7 @@ class ReplicaManager:
         if len(info.replicas) > 1:
             # A replica's log may end in writes that were never committed: its high watermark
             # starts where the last checkpoint put it, as in Kafka, and peers raise it from there.
-            checkpointed = self._checkpointed.get(key, partition_log.log_start_offset)
+            checkpointed = self.checkpoints.high_watermarks.offsets.get(key, partition_log.log_start_offset)
             partition_log.high_watermark = max(partition_log.log_start_offset,
                                                min(checkpointed, partition_log.log_end_offset))
         partition = self.partitions[key] = Partition(key, partition_log, producers, self.broker)
@@ -213,42 +212,33 @@ class ReplicaManager:
 
     def close(self) -> None:
         try:
-            self.checkpoint_high_watermarks()
+            self.write_checkpoints()
         except OSError as exc:
-            log.error("cannot checkpoint high watermarks: %s", exc)
+            log.error("cannot write the offset checkpoints: %s", exc)
         for partition in self.partitions.values():
             partition.log.close()
         self.partitions.clear()
 
-    def checkpoint_high_watermarks(self) -> None:
-        """Write every hosted partition's high watermark to replication-offset-checkpoint, if any moved."""
-        offsets = self._high_watermarks_to_checkpoint()
-        if offsets is not None:
-            self._write_checkpoint(offsets)
+    def write_checkpoints(self) -> None:
+        """Write the checkpoint files whose offsets moved, now, in this thread."""
+        self.checkpoints.write(self.checkpoints.due(self.partitions))
 
-    def _write_checkpoint(self, offsets: dict[Key, int]) -> None:
-        with self._checkpoint_writing:  # a periodic write in a thread may still run when the node stops
-            write_offset_checkpoint(self._checkpoint_path, offsets)
+    async def write_checkpoints_in_thread(self) -> None:
+        due = self.checkpoints.due(self.partitions)
+        if not due:
+            return
+        try:
+            await asyncio.to_thread(self.checkpoints.write, due)
+        except OSError as exc:
+            self.checkpoints.failed(due)
+            log.error("cannot write the offset checkpoints: %s", exc)
 
-    def _high_watermarks_to_checkpoint(self) -> dict[Key, int] | None:
-        offsets = {key: partition.log.high_watermark for key, partition in self.partitions.items()}
-        if offsets == self._checkpointed:
-            return None
-        self._checkpointed = offsets
-        return offsets
-
-    async def run_high_watermark_checkpoints(self, interval_ms: int) -> None:
+    async def run_checkpoints(self, interval_ms: int) -> None:
         """Every replica.high.watermark.checkpoint.interval.ms, as Kafka's checkpoint task does; the
-        file is written in a worker thread (one line per hosted partition)."""
+        files are written in a worker thread (one line per partition)."""
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            offsets = self._high_watermarks_to_checkpoint()
-            try:
-                if offsets is not None:
-                    await asyncio.to_thread(self._write_checkpoint, offsets)
-            except OSError as exc:
-                self._checkpointed = {}  # written again next time
-                log.error("cannot checkpoint high watermarks: %s", exc)
+            await self.write_checkpoints_in_thread()
 
     # --- waiting for new data ---
 

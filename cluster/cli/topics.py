@@ -1,4 +1,4 @@
-"""`kraftwerk topic create|list|describe|delete`."""
+"""`kraftwerk topic create|list|describe|delete|delete-records`."""
 from __future__ import annotations
 
 import uuid
@@ -8,7 +8,7 @@ from rich.table import Table
 
 from cluster.cli.app import admin_client, bootstrap_option, console, data_dir_option, json_option, parse_pairs, \
     print_json
-from cluster.cli.errors import fail, topic_error
+from cluster.cli.errors import fail, kafka_exception_text, topic_error
 from cluster.formats.topic_ids import topic_id_to_kafka_string
 
 
@@ -93,3 +93,32 @@ def topic_delete(name, data_dir, bootstrap_server):
     if deleted["error_code"]:
         fail(topic_error(name, deleted["error_code"], deleted.get("error_message")))
     click.echo(f"deleted topic {name}")
+
+
+@topic.command("delete-records")
+@click.argument("name")
+@click.option("--partition", "partitions", type=int, multiple=True,
+              help="a partition to delete from (repeatable) [default: every partition]")
+@click.option("--before", type=int, required=True,
+              help="delete every record before this offset; -1: before the high watermark (everything committed)")
+@data_dir_option
+@bootstrap_option
+def topic_delete_records(name, partitions, before, data_dir, bootstrap_server):
+    """Delete the records of topic NAME before an offset (DeleteRecords, as kafka-delete-records.sh)."""
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    with admin_client(data_dir, bootstrap_server) as admin:
+        if not partitions:
+            described = admin.describe_topics([name])[0]
+            if described["error_code"]:
+                fail(topic_error(name, described["error_code"]))
+            partitions = sorted(p["partition_index"] for p in described["partitions"])
+        for partition in partitions:
+            key = TopicPartition(name, partition)
+            try:
+                low_watermark = admin.delete_records({key: before}, timeout_ms=30_000)[key]["low_watermark"]
+            except KafkaError as exc:
+                fail(f"topic '{name}' partition {partition}: cannot delete before offset {before}: "
+                     f"{kafka_exception_text(exc)}")
+            click.echo(f"{name}-{partition}: records before offset {low_watermark} deleted")

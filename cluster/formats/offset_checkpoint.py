@@ -7,6 +7,7 @@ from pathlib import Path
 from cluster.formats.files import write_atomically
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 VERSION = 0
 
 

@@ -414,6 +414,19 @@ class PartitionLog:
         self.log_start_offset = self.high_watermark = offset
         self.leader_epochs.truncate_from_end(0)
 
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset`, never past the high watermark, and delete the
+        segments wholly below it (DeleteRecords, a follower learning its leader's start, a start
+        checkpointed before a restart). True if it moved."""
+        offset = min(offset, self.high_watermark)
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            self.segments.pop(0).delete_files()
+        self.leader_epochs.truncate_from_start(offset)
+        return True
+
     def enforce_retention(self, now_ms: int | None = None) -> int:
         now = wall_clock_ms() if now_ms is None else now_ms
         deleted = 0

@@ -65,6 +65,7 @@ API_MODULES = (
     "alter_partition_reassignments",
     "list_partition_reassignments",
     "unregister_broker",
+    "delete_records",
 )
 
 

@@ -169,7 +169,8 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
                 fetch.log_start_offset = partition_log.log_start_offset
                 continue
             if not fetch.follower_offset_taken:  # (read again after a wait: new data, nothing new of the follower)
-                check.partition.record_follower_offset(follower, fetch.request.fetch_offset, check.info)
+                check.partition.record_follower_offset(follower, fetch.request.fetch_offset, check.info,
+                                                       getattr(fetch.request, "log_start_offset", -1))
                 fetch.follower_offset_taken = True
             max_offset = partition_log.log_end_offset
             if _held_back(broker, fetch, follower, partition_log):
