@@ -204,6 +204,12 @@ def requests_for(version_of, topic_id):
     def unregister_broker(v):
         return UnregisterBrokerRequest[v](broker_id=99)
 
+    def delete_records(v):
+        T = admin_api.DeleteRecordsRequest[v].DeleteRecordsTopic
+        # Offset 0: nothing is deleted, and the topic keeps what the other requests read.
+        return admin_api.DeleteRecordsRequest[v](topics=[T(name=TOPIC, partitions=[
+            T.DeleteRecordsPartition(partition_index=0, offset=0)])], timeout_ms=5000)
+
     return {
         0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
         3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
@@ -226,6 +232,7 @@ def requests_for(version_of, topic_id):
         45: (alter_partition_reassignments, admin_api.AlterPartitionReassignmentsResponse),
         46: (list_partition_reassignments, admin_api.ListPartitionReassignmentsResponse),
         64: (unregister_broker, UnregisterBrokerResponse),
+        21: (delete_records, admin_api.DeleteRecordsResponse),
     }
 
 
