@@ -55,13 +55,15 @@ def topic_list(data_dir, bootstrap_server):
 
 @topic.command("describe")
 @click.argument("name")
+@click.option("--sizes", is_flag=True, help="also each replica's size on disk (DescribeLogDirs of every node)")
 @data_dir_option
 @bootstrap_option
 @json_option
-def topic_describe(name, data_dir, bootstrap_server, as_json):
+def topic_describe(name, sizes, data_dir, bootstrap_server, as_json):
     """Partitions of topic NAME with leaders, replicas and ISR."""
     with admin_client(data_dir, bootstrap_server) as admin:
         described = admin.describe_topics([name])[0]
+        replica_sizes = _replica_sizes(admin, name) if sizes and not described["error_code"] else None
     if described["error_code"]:
         fail(topic_error(name, described["error_code"]))
     # Kafka's tools print topic ids in Kafka's base64 form, as `status` does.
@@ -70,16 +72,31 @@ def topic_describe(name, data_dir, bootstrap_server, as_json):
         {"partition": p["partition_index"], "leader": p["leader_id"], "leader_epoch": p["leader_epoch"],
          "replicas": p["replica_nodes"], "isr": p["isr_nodes"]}
         for p in sorted(described["partitions"], key=lambda p: p["partition_index"])]}
+    if replica_sizes is not None:
+        for partition in document["partitions"]:
+            partition["sizes"] = replica_sizes.get(partition["partition"], {})
     if as_json:
         print_json(document)
         return
     table = Table(title=f"{name} ({document['topic_id']})")
-    for column in ("partition", "leader", "replicas", "isr"):
+    for column in ("partition", "leader", "replicas", "isr", *(("bytes per replica",) if sizes else ())):
         table.add_column(column)
     for partition in document["partitions"]:
+        extra = (", ".join(f"{node}: {size:,}" for node, size in sorted(partition["sizes"].items())),) if sizes else ()
         table.add_row(str(partition["partition"]), str(partition["leader"]),
-                      ",".join(map(str, partition["replicas"])), ",".join(map(str, partition["isr"])))
+                      ",".join(map(str, partition["replicas"])), ",".join(map(str, partition["isr"])), *extra)
     console.print(table)
+
+
+def _replica_sizes(admin, topic: str) -> dict[int, dict[int, int]]:
+    """partition -> {node id: bytes of its log}, as each node's DescribeLogDirs answers."""
+    sizes: dict[int, dict[int, int]] = {}
+    for answer in admin.describe_log_dirs([topic]):
+        for log_dir in answer["log_dirs"]:
+            for described in log_dir["topics"]:
+                for partition in described["partitions"]:
+                    sizes.setdefault(partition["partition_index"], {})[answer["broker"]] = partition["partition_size"]
+    return sizes
 
 
 @topic.command("delete")

@@ -66,6 +66,7 @@ API_MODULES = (
     "list_partition_reassignments",
     "unregister_broker",
     "delete_records",
+    "describe_log_dirs",
 )
 
 

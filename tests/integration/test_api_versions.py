@@ -204,6 +204,10 @@ def requests_for(version_of, topic_id):
     def unregister_broker(v):
         return UnregisterBrokerRequest[v](broker_id=99)
 
+    def describe_log_dirs(v):
+        T = admin_api.DescribeLogDirsRequest[v].DescribableLogDirTopic
+        return admin_api.DescribeLogDirsRequest[v](topics=[T(topic=TOPIC, partitions=[0])])
+
     def delete_records(v):
         T = admin_api.DeleteRecordsRequest[v].DeleteRecordsTopic
         # Offset 0: nothing is deleted, and the topic keeps what the other requests read.
@@ -233,6 +237,7 @@ def requests_for(version_of, topic_id):
         46: (list_partition_reassignments, admin_api.ListPartitionReassignmentsResponse),
         64: (unregister_broker, UnregisterBrokerResponse),
         21: (delete_records, admin_api.DeleteRecordsResponse),
+        35: (describe_log_dirs, admin_api.DescribeLogDirsResponse),
     }
 
 

@@ -202,3 +202,35 @@ def test_the_cli_deletes_records_of_every_partition_or_one(cluster):
         "the range of offsets maintained by the server for the given topic/partition. (OFFSET_OUT_OF_RANGE)\n"))
     missing = kraftwerk(cluster, "topic", "delete-records", "no-such-topic", "--before", "1")
     assert (missing.returncode, missing.stderr) == (1, "Error: topic 'no-such-topic' does not exist.\n")
+
+
+def log_bytes(cluster, node_id: int, topic: str) -> int:
+    return sum(p.stat().st_size for p in (cluster.nodes[node_id].data_dir / f"{topic}-0").glob("*.log"))
+
+
+def test_log_dirs_describe_each_replicas_size_before_and_after_a_deletion(cluster):
+    filled_topic(cluster, "described-sizes")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        def sizes() -> dict[int, int]:
+            found = {}
+            for answer in admin.describe_log_dirs(["described-sizes"]):
+                (log_dir,) = answer["log_dirs"]
+                assert log_dir["error_code"] == 0
+                assert log_dir["log_dir"] == str(cluster.nodes[answer["broker"]].data_dir)
+                for topic in log_dir["topics"]:
+                    assert topic["name"] == "described-sizes"
+                    found.update({answer["broker"]: p["partition_size"] for p in topic["partitions"]})
+            return found
+
+        before = sizes()
+        assert before == {n: log_bytes(cluster, n, "described-sizes") for n in (1, 2, 3)}
+        admin.delete_records({TopicPartition("described-sizes", 0): 150}, timeout_ms=30_000)
+        after = sizes()
+    finally:
+        admin.close()
+    assert after == {n: log_bytes(cluster, n, "described-sizes") for n in (1, 2, 3)}
+    assert all(after[n] < before[n] for n in (1, 2, 3))
+    described = kraftwerk(cluster, "topic", "describe", "described-sizes", "--sizes", "--json")
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout)["partitions"][0]["sizes"] == {str(n): after[n] for n in (1, 2, 3)}
