@@ -175,12 +175,13 @@ async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Even
     isr_expiration = asyncio.create_task(broker.replicas.run_isr_expiration())
     checkpoints = asyncio.create_task(broker.replicas.run_checkpoints(
         config.get_int("replica.high.watermark.checkpoint.interval.ms")))
+    cleaner = asyncio.create_task(broker.cleaner.run())
     offset_expiry = asyncio.create_task(broker.groups.run_offset_expiry(
         config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     await broker.metadata.controlled_shutdown()
-    await cancel_and_wait([retention, isr_expiration, checkpoints, offset_expiry])
+    await cancel_and_wait([retention, isr_expiration, checkpoints, cleaner, offset_expiry])
     await server.close()
     await admin.close()
     await broker.close()

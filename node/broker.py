@@ -11,6 +11,7 @@ from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
 from node.faults import Faults
 from node.fetch_sessions import FetchSessionCache
 from node.groups.coordinator import GroupCoordinator
+from node.log_cleaner import LogCleaner
 from node.metadata_sync import MetadataSync
 from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers
@@ -48,6 +49,7 @@ class Broker:
         self.metadata = MetadataSync(self)
         self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupCoordinator(self)
+        self.cleaner = LogCleaner(self)
         self.fetchers = ReplicaFetchers(self)
         self.leader_throttle = ReplicationThrottle(self, LEADER)
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),

@@ -226,7 +226,7 @@ class ReplicaFetchers:
             partition.producers = PartitionProducers.from_log(partition_log)
             return True
         if records:
-            batches = validate_batches(records)
+            batches = validate_batches(records, replicated=True)
             partition_log.append_as_follower(records, batches)
             self._track_producers(partition.producers, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)

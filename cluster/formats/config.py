@@ -30,6 +30,15 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.index.interval.bytes": "4096",
     "log.message.timestamp.type": "CreateTime",
     "log.cleanup.policy": "delete",
+    "log.cleaner.enable": "true",
+    "log.cleaner.threads": "1",
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.dedupe.buffer.size": "134217728",
+    "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",
+    "log.cleaner.delete.retention.ms": "86400000",
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": "9223372036854775807",
     "compression.type": "producer",
     "unclean.leader.election.enable": "false",
     # Kafka: 30000; a follower that stops catching up leaves the ISR sooner, so acks=all stalls less.
@@ -55,6 +64,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.retention.check.interval.ms": "600000",
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "1",
+    "offsets.topic.segment.bytes": "104857600",
     "offsets.commit.timeout.ms": "5000",
     # Replication throttles (bytes/s); Kafka's default, Long.MAX_VALUE, is no throttle.
     "leader.replication.throttled.rate": "9223372036854775807",
@@ -70,6 +80,10 @@ ADMIN_PORT_CONFIG = "kraftwerk.admin.port"
 # Topic config name -> the broker config that supplies its default.
 TOPIC_CONFIG_DEFAULTS_FROM_BROKER: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "compression.type": "compression.type",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
@@ -84,16 +98,12 @@ TOPIC_CONFIG_DEFAULTS_FROM_BROKER: dict[str, str] = {
 
 # Topic configs Kafka has that take a fixed default rather than a broker one.
 TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, str] = {
-    "delete.retention.ms": "86400000",
     "file.delete.delay.ms": "60000",
     "flush.messages": "9223372036854775807",
     "flush.ms": "9223372036854775807",
-    "max.compaction.lag.ms": "9223372036854775807",
     "message.timestamp.after.max.ms": "9223372036854775807",
     "message.timestamp.before.max.ms": "9223372036854775807",
     "message.timestamp.difference.max.ms": "9223372036854775807",
-    "min.cleanable.dirty.ratio": "0.5",
-    "min.compaction.lag.ms": "0",
     "preallocate": "false",
     "segment.index.bytes": "10485760",
     "segment.jitter.ms": "0",

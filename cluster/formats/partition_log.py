@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cluster.formats import records
+from cluster.formats.cleaned_segments import recover_interrupted_cleaning
 from cluster.formats.files import created_directory, write_atomically
 from cluster.formats.leader_epochs import LeaderEpochCache
 from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX
@@ -138,6 +139,7 @@ class PartitionLog:
                          f"version: 0\ntopic_id: {topic_id_to_kafka_string(topic_id)}\n")
 
     def _load_segments(self) -> None:
+        recover_interrupted_cleaning(self.directory)
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         if not bases:
             self.segments = [self._new_segment(0)]
@@ -209,8 +211,8 @@ class PartitionLog:
 
     def append_as_follower(self, data, batches: list[tuple[int, BatchHeader]] | None = None) -> int:
         """Append batches that already carry their offsets (metadata log copies, replication).
-        `batches`: validate_batches(data), when the caller has it already."""
-        found = validate_batches(data) if batches is None else batches
+        `batches`: validate_batches(data, replicated=True), when the caller has it already."""
+        found = validate_batches(data, replicated=True) if batches is None else batches
         next_offset = self.log_end_offset
         for _, header in found:
             if header.base_offset < next_offset:

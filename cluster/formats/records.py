@@ -148,8 +148,10 @@ def compute_crc(batch) -> int:
     return crc32c.crc32c(view[CRC_START:])
 
 
-def validate_batch(batch, pos: int = 0, end: int | None = None) -> BatchHeader:
-    """Validate one batch starting at pos whose extent must end exactly at end (or buffer end)."""
+def validate_batch(batch, pos: int = 0, end: int | None = None, replicated: bool = False) -> BatchHeader:
+    """Validate one batch starting at pos whose extent must end exactly at end (or buffer end).
+    A `replicated` batch (a leader's, a log's) may have lost records to compaction: gaps between
+    its offsets, or no records at all (a producer's last batch kept empty)."""
     view = memoryview(batch)
     end = len(view) if end is None else end
     if end - pos < HEADER_SIZE:
@@ -161,6 +163,10 @@ def validate_batch(batch, pos: int = 0, end: int | None = None) -> BatchHeader:
         raise CorruptRecordError("record batch length does not match the bytes sent")
     if crc32c.crc32c(view[pos + CRC_START:pos + header.size]) != header.crc:
         raise CorruptRecordError("record batch CRC mismatch")
+    if replicated:
+        if header.record_count < 0 or header.last_offset_delta < max(header.record_count - 1, 0):
+            raise CorruptRecordError("record count and last offset delta disagree")
+        return header
     if header.record_count <= 0 or header.last_offset_delta < 0:
         raise CorruptRecordError("record batch declares no records")
     if not header.compression and header.last_offset_delta != header.record_count - 1:
@@ -168,8 +174,9 @@ def validate_batch(batch, pos: int = 0, end: int | None = None) -> BatchHeader:
     return header
 
 
-def validate_batches(data) -> list[tuple[int, BatchHeader]]:
-    """Validate a produce payload: one or more whole batches filling data exactly."""
+def validate_batches(data, replicated: bool = False) -> list[tuple[int, BatchHeader]]:
+    """Validate a produce payload (or, `replicated`, a leader's batches): one or more whole
+    batches filling data exactly."""
     view = memoryview(data)
     found = []
     pos = 0
@@ -177,7 +184,7 @@ def validate_batches(data) -> list[tuple[int, BatchHeader]]:
         if len(view) - pos < LOG_OVERHEAD:
             raise CorruptRecordError("trailing bytes after the last record batch")
         _, length = peek_offset_and_length(view, pos)
-        header = validate_batch(view, pos, min(len(view), pos + LOG_OVERHEAD + max(length, 0)))
+        header = validate_batch(view, pos, min(len(view), pos + LOG_OVERHEAD + max(length, 0)), replicated)
         found.append((pos, header))
         pos += header.size
     if not found:
@@ -332,12 +339,14 @@ def _frame_record(body: bytearray, timestamp_delta: int, offset_delta: int, key:
 
 def seal_batch(body: bytes | bytearray, count: int, *, base_offset: int, timestamp: int,
                max_timestamp: int | None = None, leader_epoch: int = 0, attributes: int = 0,
-               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE) -> bytes:
-    """Put the header and CRC-32C in front of a body of count framed (or compressed) records."""
+               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
+               last_offset_delta: int | None = None) -> bytes:
+    """Put the header and CRC-32C in front of a body of count framed (or compressed) records, at
+    consecutive offsets unless last_offset_delta says where the batch ends (a compacted batch)."""
     batch = bytearray(HEADER_SIZE) + body
     _HEADER.pack_into(
         batch, 0, base_offset, len(batch) - LOG_OVERHEAD, leader_epoch, 2, 0, attributes,
-        count - 1, timestamp, timestamp if max_timestamp is None else max_timestamp,
+        count - 1 if last_offset_delta is None else last_offset_delta, timestamp, timestamp if max_timestamp is None else max_timestamp,
         producer_id, producer_epoch, base_sequence, count,
     )
     struct.pack_into(">I", batch, 17, compute_crc(batch))

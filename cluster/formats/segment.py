@@ -173,10 +173,15 @@ class Segment:
             return 0
         return self.position_for(self.base_offset + self.time_index[i - 1][1] + 1)
 
+    def index_bytes(self) -> bytes:
+        return b"".join(_INDEX_ENTRY.pack(o, p) for o, p in zip(self.index_offsets, self.index_positions))
+
+    def time_index_bytes(self) -> bytes:
+        return b"".join(_TIME_INDEX_ENTRY.pack(t, o) for t, o in self.time_index)
+
     def rewrite_indexes(self) -> None:
-        self.path(".index").write_bytes(b"".join(
-            _INDEX_ENTRY.pack(o, p) for o, p in zip(self.index_offsets, self.index_positions)))
-        self.path(".timeindex").write_bytes(b"".join(_TIME_INDEX_ENTRY.pack(t, o) for t, o in self.time_index))
+        self.path(".index").write_bytes(self.index_bytes())
+        self.path(".timeindex").write_bytes(self.time_index_bytes())
 
     def delete_files(self) -> None:
         self.close()

@@ -2,8 +2,8 @@
 
 acks=0 gets no answer, acks=1 is answered once the leader has appended, acks=all once every
 in-sync replica has the batch (and NOT_ENOUGH_REPLICAS when fewer than min.insync.replicas are
-in sync). The handler never decodes magic-2 records: cluster.formats.records validates batch
-headers and CRCs and the log assigns offsets by rewriting each batch's base offset in place. A
+in sync). The handler never decodes magic-2 records (but for the keys of a compacted topic's, each
+of which must have one: INVALID_RECORD): cluster.formats.records validates batch headers and CRCs and the log assigns offsets by rewriting each batch's base offset in place. A
 NOT_LEADER_OR_FOLLOWER answer names the current leader (v10+).
 
 Versions 0-2 carry legacy message sets (magic 0 and 1). Kafka checks nothing about them before
@@ -26,6 +26,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from cluster.formats import message_sets
 from cluster.formats.compression import DecompressedTooLargeError
+from cluster.formats.log_cleaner import has_keyless_record
 from cluster.formats.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
@@ -148,6 +149,10 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
     if len(records) > max_bytes:
         message = f"record batch exceeds max.message.bytes {max_bytes}"
         return _error(index, ErrorCode.MESSAGE_TOO_LARGE, message), None
+    if "compact" in configs["cleanup.policy"]:
+        refused = _keyless(records, topic, index)
+        if refused:
+            return _error(index, *refused), None
     if acks == -1 and len(check.info.isr) < check.partition.effective_min_isr(check.info, configs):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
     return _append_as_leader(broker, topic, index, check, records)
@@ -233,6 +238,20 @@ def _old_version_records(raw, configs, max_bytes: int):
     if converted.largest_message > max_bytes:
         return None, (ErrorCode.MESSAGE_TOO_LARGE, f"a message exceeds max.message.bytes {max_bytes}")
     return converted.batch, None
+
+
+def _keyless(records, topic: str, index: int) -> tuple[ErrorCode, str] | None:
+    """A compacted topic's records each need a key (the one per-record look of this path, for
+    compacted topics only, as Kafka's LogValidator)."""
+    try:
+        if not has_keyless_record(records, message_sets.MAX_DECOMPRESSED_BYTES):
+            return None
+    except (CorruptRecordError, IndexError, ValueError) as exc:
+        return ErrorCode.CORRUPT_MESSAGE, str(exc) or "a record runs past the end of its batch"
+    except DecompressedTooLargeError as exc:
+        return ErrorCode.MESSAGE_TOO_LARGE, str(exc)
+    return (ErrorCode.INVALID_RECORD,
+            f"Compacted topic cannot accept message without key in topic partition {topic}-{index}.")
 
 
 def _duplicate_of(producers, batches) -> tuple[int, int] | None:

@@ -6,7 +6,7 @@ partition count, as in Kafka; every node computes the same answer from the same 
 from __future__ import annotations
 
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"}
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "producer"}
 
 
 def topic_to_create(config, live_brokers: int) -> dict:
@@ -15,7 +15,8 @@ def topic_to_create(config, live_brokers: int) -> dict:
     configs, never num.partitions (a group's partition is its hash modulo the count)."""
     factor = min(config.get_int("offsets.topic.replication.factor"), live_brokers)
     return {"name": OFFSETS_TOPIC, "num_partitions": config.get_int("offsets.topic.num.partitions"),
-            "replication_factor": factor, "assignments": None, "configs": OFFSETS_TOPIC_CONFIGS}
+            "replication_factor": factor, "assignments": None,
+            "configs": {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": config.get("offsets.topic.segment.bytes")}}
 
 
 def java_string_hash(text: str) -> int:

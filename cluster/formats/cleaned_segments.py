@@ -1,0 +1,106 @@
+"""The log's side of a cleaning (cluster.formats.log_cleaner): what may be cleaned, swapping the
+cleaned segments in, and finishing or discarding a swap that a crash interrupted.
+
+A swap is crash-safe as Kafka's: the cleaned files are renamed from `.cleaned` to `.swap` first;
+then the segments they replace are deleted and the `.swap` files renamed to their final names.
+A log opened with `.cleaned` files left deletes them (the cleaning is done again); with `.swap`
+files left, it deletes whatever segments they overlap and completes the renames.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cluster.formats.log_cleaner import CLEANED, SEGMENT_SUFFIXES, SWAP, CleanedGroup, CleaningJob, SegmentFile
+from cluster.formats.records import iter_batch_headers
+from cluster.formats.segment import Segment, segment_file_name, wall_clock_ms
+
+
+def recover_interrupted_cleaning(directory: Path) -> None:
+    """Before a log's segments are loaded."""
+    for leftover in directory.glob(f"*{CLEANED}"):
+        leftover.unlink(missing_ok=True)
+    for swap in sorted(directory.glob(f"*.log{SWAP}")):
+        base = int(swap.name.split(".")[0])
+        end = _next_offset(swap.read_bytes(), base)
+        for log_file in directory.glob("*.log"):
+            if log_file.stem.isdigit() and base <= int(log_file.stem) < end:
+                for suffix in SEGMENT_SUFFIXES:
+                    (directory / segment_file_name(int(log_file.stem), suffix)).unlink(missing_ok=True)
+        for suffix in SEGMENT_SUFFIXES:
+            finished = directory / segment_file_name(base, suffix)
+            if (directory / (finished.name + SWAP)).exists():
+                os.replace(directory / (finished.name + SWAP), finished)
+
+
+def _next_offset(data: bytes, base: int) -> int:
+    end = base + 1
+    for _, header in iter_batch_headers(data):
+        end = header.next_offset
+    return end
+
+
+def cleaning_job(log, first_dirty_offset: int, min_compaction_lag_ms: int, **settings) -> CleaningJob | None:
+    """The segments a cleaning may rewrite, up to the first uncleanable offset: the active segment,
+    the high watermark and segments newer than min.compaction.lag.ms are not cleaned (Kafka's
+    cleanableOffsets). None when nothing is dirty."""
+    now = wall_clock_ms()
+    first_uncleanable = min(log.active.base_offset, log.high_watermark)
+    for segment in log.segments[:-1]:
+        if min_compaction_lag_ms > 0 and segment.max_timestamp > now - min_compaction_lag_ms:
+            first_uncleanable = min(first_uncleanable, segment.base_offset)
+            break
+    first_dirty = max(first_dirty_offset, log.log_start_offset)
+    segments = [SegmentFile(s.base_offset, s.path(".log"), s.size, _modified_ms(s)) for s in log.segments[:-1]
+                if s.base_offset < first_uncleanable]
+    if first_dirty >= first_uncleanable or not segments:
+        return None
+    return CleaningJob(segments, first_dirty, first_uncleanable, now_ms=now, **settings)
+
+
+def dirty_ratio(log, first_dirty_offset: int) -> float:
+    """Dirty bytes (non-active segments at or past the first dirty offset) over all non-active bytes."""
+    clean = dirty = 0
+    for segment in log.segments[:-1]:
+        if segment.next_offset <= first_dirty_offset:
+            clean += segment.size
+        else:
+            dirty += segment.size
+    return dirty / (clean + dirty) if clean + dirty else 0.0
+
+
+def swap_cleaned(log, cleaned: CleanedGroup) -> bool:
+    """Put a cleaned segment in place of those it replaces, if they are still the log's (retention,
+    DeleteRecords or a truncation may have removed them meanwhile); False, and its files deleted,
+    if not."""
+    bases = [s.base_offset for s in log.segments]
+    first = bases.index(cleaned.source_bases[0]) if cleaned.source_bases[0] in bases else -1
+    replaced = log.segments[first:first + len(cleaned.source_bases)] if first >= 0 else []
+    if [s.base_offset for s in replaced] != cleaned.source_bases or first + len(replaced) >= len(log.segments):
+        discard_cleaned(cleaned)
+        return False
+    for suffix in SEGMENT_SUFFIXES:
+        os.replace(cleaned.path(suffix), cleaned.path(suffix, SWAP))
+    for segment in replaced:
+        segment.delete_files()
+    for suffix in SEGMENT_SUFFIXES:
+        os.replace(cleaned.path(suffix, SWAP), cleaned.directory / segment_file_name(cleaned.source_bases[0], suffix))
+    swapped = Segment(cleaned.directory, cleaned.source_bases[0])
+    swapped.open()
+    swapped.size = os.fstat(swapped.fd).st_size
+    next_base = log.segments[first + len(replaced)].base_offset
+    if not swapped.load_indexes(next_base):
+        swapped.rebuild_indexes(log.config.index_interval_bytes, validate=False)
+        swapped.next_offset = next_base
+    os.utime(swapped.path(".log"), ns=(cleaned.modified_ms * 1_000_000, cleaned.modified_ms * 1_000_000))
+    log.segments[first:first + len(replaced)] = [swapped]
+    return True
+
+
+def discard_cleaned(cleaned: CleanedGroup) -> None:
+    for suffix in SEGMENT_SUFFIXES:
+        cleaned.path(suffix).unlink(missing_ok=True)
+
+
+def _modified_ms(segment: Segment) -> int:
+    return int(os.fstat(segment.fd).st_mtime * 1000) if segment.fd >= 0 else wall_clock_ms()
