@@ -8,13 +8,14 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition as ConfluentPartition
+from confluent_kafka import Consumer, Producer, TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import InvalidRecordError
 
 from cluster.formats.log_cleaner import Throttle, batches, records_body
 from cluster.formats.records import decode_records
 from cluster.launch import Cluster
+from node.groups.placement import partition_for_group
 from tests.integration.observe import committed, logged_errors
 
 KEYS = 12
@@ -170,8 +171,6 @@ def test_consumer_offsets_are_compacted_and_read_back_after_a_coordinator_restar
     for offset in range(1, 1501):
         consumer.commit(offsets=[ConfluentPartition("committed-often", 0, offset)], asynchronous=False)
     consumer.close()
-    from node.groups.placement import partition_for_group
-
     partition = partition_for_group("commits-often", 3)
     coordinator = next(p for t in cluster.status()["topics"] if t["name"] == "__consumer_offsets"
                        for p in t["partitions"] if p["partition"] == partition)["leader"]
