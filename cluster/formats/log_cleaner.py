@@ -309,6 +309,7 @@ def main() -> None:
     # by the module's own.
     from cluster.formats import log_cleaner
 
+    os.nice(10)  # behind the node's own work when they share a core: produce and fetch come first
     job = pickle.load(sys.stdin.buffer)
     pickle.dump(log_cleaner.clean(job), sys.stdout.buffer)
 
