@@ -102,8 +102,15 @@ class AdminServer:
                 "log_end_offset": partition_log.log_end_offset,
                 "high_watermark": partition_log.high_watermark,
                 "follower_offsets": sorted(partition.follower_offsets.items()),
+                "cleaned_up_to": self._cleaned_up_to(topic, index),
             })
         return {"node_id": self.broker.node_id, "partitions": states}
+
+    def _cleaned_up_to(self, topic: str, index: int) -> int | None:
+        """Where a compacted log's next cleaning starts (the cleaner's checkpoint); None if not compacted."""
+        if "compact" not in self.broker.topic_config(topic, "cleanup.policy"):
+            return None
+        return self.broker.cleaner.checkpoint.offsets.get((topic, index), 0)
 
     async def client_fetch_stats(self, args: dict, conn) -> dict:
         """Per partition, the fetch answers with records this node sent to consumers, and their bytes."""

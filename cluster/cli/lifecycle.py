@@ -137,6 +137,7 @@ def _partition_facts(partition: dict, known: dict[int, dict]) -> dict:
     return {"partition": partition["partition"], "leader": partition["leader"],
             "leader_epoch": partition["leader_epoch"], "replicas": partition["replicas"], "isr": partition["isr"],
             "high_watermark": leader["high_watermark"] if leader else None,
+            "cleaned_up_to": leader.get("cleaned_up_to") if leader else None,
             "lag": {str(r): _lag(leader, known.get(r)) for r in partition["replicas"]},
             "adding_replicas": partition.get("adding_replicas", []),
             "removing_replicas": partition.get("removing_replicas", [])}
@@ -153,9 +154,13 @@ def status_tables(document: dict):
         nodes.add_row(str(node["node_id"]), str(node["pid"]), f"{node['host']}:{node['port']}",
                       process_styles[node["process"]], "fenced" if node["fenced"] else "unfenced",
                       str(node["partitions_led"]))
+    compacted = any(p["cleaned_up_to"] is not None for topic in document["topics"] for p in topic["partitions"])
     topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
-                                                "the leader's, by node; +/-: replicas being added / removed")
-    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "hw", "lag"):
+                                                "the leader's, by node; +/-: replicas being added / removed"
+                                                + ("; cleaned: where a compacted log's next cleaning starts on "
+                                                   "its leader" if compacted else ""))
+    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "hw", *(("cleaned",) if compacted
+                                                                                       else ()), "lag"):
         topics.add_column(column)
     for topic in document["topics"]:
         for p in topic["partitions"]:
@@ -165,6 +170,8 @@ def status_tables(document: dict):
                            ",".join(map(str, p["isr"])) + (" [red](behind: " + ",".join(map(str, sorted(out_of_sync)))
                                                           + ")[/]" if out_of_sync else ""),
                            _unknown(p["high_watermark"]),
+                           *((_unknown(p["cleaned_up_to"]) if p["cleaned_up_to"] is not None else "",)
+                             if compacted else ()),
                            " ".join(f"{node}:{_unknown(lag)}" for node, lag in p["lag"].items()))
     return Group(nodes, topics)
 

@@ -3,8 +3,10 @@ replica, readers of every library skip the gaps, idempotent producers carry on, 
 are refused, `__consumer_offsets` is compacted, and a follower that was down converges."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -122,6 +124,13 @@ def test_every_replica_keeps_the_latest_value_per_key_and_every_reader_skips_the
     wait_cleaned(cluster, "compacted", expected)
     assert read_confluent(cluster, "compacted") == expected
     assert read_kafka_python(cluster, "compacted") == expected
+    cluster.create_topic("not-compacted", partitions=1, replication_factor=3)
+    status = subprocess.run([sys.executable, "-m", "cluster.cli", "status", "--json", "--data-dir",
+                             str(cluster.data_dir)], capture_output=True, text=True, timeout=60)
+    partitions = {t["name"]: t["partitions"][0] for t in json.loads(status.stdout)["topics"]}
+    # The last cleaning reached the active segment, which holds only the tail record.
+    assert partitions["compacted"]["cleaned_up_to"] == expected[-1][0]
+    assert partitions["not-compacted"]["cleaned_up_to"] is None
 
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (scripts/dev-setup installs it)")
