@@ -3,6 +3,7 @@ replica, readers of every library skip the gaps, idempotent producers carry on, 
 are refused, `__consumer_offsets` is compacted, and a follower that was down converges."""
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, Producer, TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import InvalidRecordError
@@ -18,6 +20,7 @@ from cluster.formats.log_cleaner import Throttle, batches, records_body
 from cluster.formats.records import decode_records
 from cluster.launch import Cluster
 from node.groups.placement import partition_for_group
+from tests.integration.js_programs import JS_DIR, kafkajs_missing
 from tests.integration.observe import committed, logged_errors
 
 KEYS = 12
@@ -26,6 +29,8 @@ SEGMENT_MS = 200  # segments roll quickly, so that little stays in the active on
 TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "4096", "segment.ms": str(SEGMENT_MS),
                 "min.cleanable.dirty.ratio": "0.01", "min.insync.replicas": "2"}
 CLEANED_TIMEOUT_S = 60
+# Long enough for the first cleaning to find the tombstones young on a loaded machine.
+TOMBSTONE_RETENTION_MS = 10_000
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 
@@ -40,8 +45,9 @@ def cluster(tmp_path_factory):
     assert not any(errors.values()), errors
 
 
-def produce_rounds(cluster, topic: str, rounds: int = ROUNDS, producer: Producer | None = None) -> dict:
-    """Every key written once per round; then the keys 0-2 deleted (tombstones). Returns
+def produce_rounds(cluster, topic: str, rounds: int = ROUNDS, producer: Producer | None = None,
+                   tombstones: bool = True, value_size: int = 7, keys: range = range(KEYS)) -> dict:
+    """Every key written once per round; then (with `tombstones`) the keys 0-2 deleted. Returns
     key -> (offset, value) of each key's last record."""
     producer = producer or Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
                                      "linger.ms": 5})
@@ -52,11 +58,13 @@ def produce_rounds(cluster, topic: str, rounds: int = ROUNDS, producer: Producer
         latest[message.key()] = (message.offset(), message.value())
 
     for round_ in range(rounds):
-        for key in range(KEYS):
-            producer.produce(topic, key=b"k%02d" % key, value=b"v%02d-%03d" % (key, round_), partition=0,
+        for key in keys:
+            value = b"v%02d-%03d" % (key, round_)
+            producer.produce(topic, key=b"k%02d" % key, value=value + b"." * (value_size - len(value)), partition=0,
                              on_delivery=delivered)
+            producer.poll(0)
         producer.flush(30)
-    for key in range(3):
+    for key in range(3 if tombstones else 0):
         producer.produce(topic, key=b"k%02d" % key, value=None, partition=0, on_delivery=delivered)
     producer.flush(30)
     time.sleep(SEGMENT_MS * 2 / 1000)
@@ -213,3 +221,64 @@ def test_a_follower_down_through_a_cleaning_converges(cluster):
     # What it fetched back is its active segment, which no replica cleans: one more round rolls it.
     latest.update(produce_rounds(cluster, "compacted-follower", rounds=1))
     wait_cleaned(cluster, "compacted-follower", expected_records(latest))
+
+
+@pytest.mark.skipif(kafkajs_missing() is not None, reason=kafkajs_missing() or "")
+def test_kafkajs_and_aiokafka_read_a_compacted_topic_across_its_gaps(cluster):
+    cluster.create_topic("compacted-readers", partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+    expected = expected_records(produce_rounds(cluster, "compacted-readers"))
+    wait_cleaned(cluster, "compacted-readers", expected)
+    done = subprocess.run(["node", str(JS_DIR / "group.js"), cluster.bootstrap_servers, "compacted-readers",
+                           "compacted-kafkajs", str(len(expected))], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [(m["offset"], m["key"].encode()) for m in json.loads(done.stdout)] == [(o, k) for o, k, _ in expected]
+
+    async def read_aiokafka():
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition("compacted-readers", 0)])
+            await consumer.seek_to_beginning()
+            read = []
+            while len(read) < len(expected):
+                for records in (await consumer.getmany(timeout_ms=5000)).values():
+                    read += [(r.offset, r.key, r.value) for r in records]
+            return read
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(read_aiokafka()) == expected
+
+
+def test_tombstones_go_with_their_keys_after_delete_retention_ms(cluster):
+    cluster.create_topic("compacted-tombstones", partitions=1, replication_factor=3,
+                         config={**TOPIC_CONFIG, "delete.retention.ms": str(TOMBSTONE_RETENTION_MS)})
+    first = produce_rounds(cluster, "compacted-tombstones", rounds=3)
+    wait_cleaned(cluster, "compacted-tombstones", expected_records(first))  # the tombstones are still young
+    time.sleep(TOMBSTONE_RETENTION_MS / 1000 + 0.5)
+    # A later cleaning, once they are older than delete.retention.ms, drops them and their keys.
+    second = produce_rounds(cluster, "compacted-tombstones", rounds=1, tombstones=False, keys=range(3, KEYS))
+    latest = {key: found for key, found in {**first, **second}.items() if found[1] is not None}
+    wait_cleaned(cluster, "compacted-tombstones", expected_records(latest))
+    assert {b"k00", b"k01", b"k02"}.isdisjoint(key for _, key, _ in read_confluent(cluster, "compacted-tombstones"))
+
+
+def test_a_node_killed_while_it_cleans_reopens_a_valid_log_and_cleans_again(cluster):
+    cluster.create_topic("compacted-killed", partitions=1, replication_factor=1,
+                         config={**TOPIC_CONFIG, "segment.bytes": str(256 << 10)})
+    node_id = next(p for t in cluster.status()["topics"] if t["name"] == "compacted-killed"
+                   for p in t["partitions"])["leader"]
+    directory = cluster.nodes[node_id].data_dir / "compacted-killed-0"
+    latest = produce_rounds(cluster, "compacted-killed", rounds=300, value_size=1000)
+    deadline = time.monotonic() + CLEANED_TIMEOUT_S
+    while not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap")):
+        assert time.monotonic() < deadline, "no cleaning started"
+        time.sleep(0.005)  # watching for the cleaner's files, to kill the node while they are being written
+    cluster.kill_node(node_id)
+    cluster.restart_node(node_id)
+    assert cluster.wait_in_sync("compacted-killed")
+    read = read_confluent(cluster, "compacted-killed")
+    assert [offset for offset, _, _ in read] == sorted({offset for offset, _, _ in read})
+    assert {key: (offset, value) for offset, key, value in read} == latest  # nothing live was lost
+    wait_cleaned(cluster, "compacted-killed", expected_records(latest), nodes=(node_id,))
+    assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
