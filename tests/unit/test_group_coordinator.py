@@ -116,16 +116,21 @@ def test_losing_the_partition_sends_waiting_members_to_the_new_coordinator(tmp_p
     asyncio.run(run())
 
 
+def coordinator_with_initial_delay(tmp_path, delay_ms: int) -> GroupCoordinator:
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+    broker = LeaderBroker(partition_log)
+    broker.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1",
+                                  "group.initial.rebalance.delay.ms": str(delay_ms)})
+    coordinator = GroupCoordinator(broker)
+    coordinator.load_partition(0, partition_log)
+    return coordinator
+
+
 def test_members_joining_during_the_first_rebalance_share_its_generation(tmp_path):
     """Each member that joins while the group's first rebalance waits out its initial delay is in
     the group's first generation, not refused with INCONSISTENT_GROUP_PROTOCOL."""
     async def run():
-        partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
-        broker = LeaderBroker(partition_log)
-        broker.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1",
-                                      "group.initial.rebalance.delay.ms": "50"})
-        coordinator = GroupCoordinator(broker)
-        coordinator.load_partition(0, partition_log)
+        coordinator = coordinator_with_initial_delay(tmp_path, 50)
 
         def join(client):
             return coordinator.classic.join("g", "", None, client, "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer",
@@ -143,12 +148,7 @@ def test_members_joining_during_the_first_rebalance_share_its_generation(tmp_pat
 def test_the_initial_delay_starts_again_while_members_keep_arriving(tmp_path):
     """As Kafka's InitialDelayedJoin: a member arriving during the delay extends it by another delay."""
     async def run():
-        partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
-        broker = LeaderBroker(partition_log)
-        broker.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1",
-                                      "group.initial.rebalance.delay.ms": "100"})
-        coordinator = GroupCoordinator(broker)
-        coordinator.load_partition(0, partition_log)
+        coordinator = coordinator_with_initial_delay(tmp_path, 100)
         loop = asyncio.get_running_loop()
 
         async def join(client):
