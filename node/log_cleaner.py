@@ -41,7 +41,6 @@ class LogCleaner:
         self.checkpoint = CheckpointFile(Path(broker.log_dir) / CLEANER_CHECKPOINT)
         self.in_progress: set[Key] = set()
         self.uncleanable: set[Key] = set()  # a cleaning failed unexpectedly: left alone until a restart
-        self.cleanings = 0  # completed, for tests and `status`
 
     async def run(self) -> None:
         if self.enabled:
@@ -122,15 +121,20 @@ class LogCleaner:
             return True
         self.checkpoint.offsets = {**self.checkpoint.offsets, key: result.cleaned_up_to}
         await asyncio.to_thread(self.checkpoint.write, self.checkpoint.offsets)
-        self.cleanings += 1
         log.info("cleaned %s-%d up to offset %d: %d of %d records kept, %d bytes to %d, in %.2f s", *key,
                  result.cleaned_up_to, result.records_kept, result.records_read, result.bytes_read,
                  result.bytes_written, time.monotonic() - started)
         return True
 
     def forget(self, key: Key) -> None:
-        """A partition no longer hosted here: its next copy starts dirty."""
-        self.checkpoint.offsets.pop(key, None)
+        """A partition no longer hosted here: a later copy of it starts dirty (Kafka drops its
+        checkpoint entry too)."""
+        if key in self.checkpoint.offsets:
+            self.checkpoint.offsets = {k: v for k, v in self.checkpoint.offsets.items() if k != key}
+            try:
+                self.checkpoint.write(self.checkpoint.offsets)
+            except OSError as exc:
+                log.error("cannot write %s: %s", CLEANER_CHECKPOINT, exc)
 
 
 async def _run_worker(job) -> CleaningResult | None:

@@ -191,6 +191,7 @@ class ReplicaManager:
         """Stop hosting a partition; the caller deletes the returned log's files."""
         partition = self.partitions.pop(key)
         self.isr_members.forget(key)
+        self.broker.cleaner.forget(key)
         log.info("deleting partition %s-%d", *key)
         partition.stop_hosting()
         return partition.log

@@ -133,12 +133,29 @@ def test_every_replica_keeps_the_latest_value_per_key_and_every_reader_skips_the
     assert read_confluent(cluster, "compacted") == expected
     assert read_kafka_python(cluster, "compacted") == expected
     cluster.create_topic("not-compacted", partitions=1, replication_factor=3)
+    # The last cleaning reached the active segment, which holds only the tail record.
+    reported = cleaned_up_to(cluster)
+    assert (reported["compacted"], reported["not-compacted"]) == (expected[-1][0], None)
+
+
+def cleaned_up_to(cluster) -> dict[str, int | None]:
+    """Each topic's partition 0 as `kraftwerk status --json` reports its next cleaning's start."""
     status = subprocess.run([sys.executable, "-m", "cluster.cli", "status", "--json", "--data-dir",
                              str(cluster.data_dir)], capture_output=True, text=True, timeout=60)
-    partitions = {t["name"]: t["partitions"][0] for t in json.loads(status.stdout)["topics"]}
-    # The last cleaning reached the active segment, which holds only the tail record.
-    assert partitions["compacted"]["cleaned_up_to"] == expected[-1][0]
-    assert partitions["not-compacted"]["cleaned_up_to"] is None
+    return {t["name"]: t["partitions"][0]["cleaned_up_to"] for t in json.loads(status.stdout)["topics"]
+            if not t["name"].startswith("__")}
+
+
+def test_a_compacted_topic_created_again_starts_dirty(cluster):
+    cluster.create_topic("compacted-again", partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+    expected = expected_records(produce_rounds(cluster, "compacted-again", rounds=3))
+    wait_cleaned(cluster, "compacted-again", expected)
+    assert cleaned_up_to(cluster)["compacted-again"] == expected[-1][0]
+    subprocess.run([sys.executable, "-m", "cluster.cli", "topic", "delete", "compacted-again", "--data-dir",
+                    str(cluster.data_dir)], check=True, capture_output=True, timeout=60)
+    cluster.create_topic("compacted-again", partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+    assert cluster.wait_in_sync("compacted-again")
+    assert cleaned_up_to(cluster)["compacted-again"] == 0  # not where the deleted topic's cleaning stopped
 
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (scripts/dev-setup installs it)")
