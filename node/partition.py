@@ -82,6 +82,8 @@ class Partition:
         if info.leader == me:
             self.update_high_watermark(info)
             start_epoch(partition_log, info.leader_epoch)
+            if self._low_watermark_waiters:
+                self._release_low_watermark_waiters()  # a follower fenced or dropped no longer holds them
             if len(info.isr) < len(info.replicas):
                 # Those outside get back in only through fetches that read the partition, and a
                 # session reads a quiet one only when told to (Kafka reads all of a follower's).
