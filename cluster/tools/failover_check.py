@@ -315,11 +315,10 @@ class FailoverCheck:
             self._deck = self.random.sample(self.faults, len(self.faults))
         return self._deck.pop()
 
-    def _take_node(self, chooser: random.Random, among: list[int] | None = None) -> int | None:
+    def _take_node(self, chooser: random.Random) -> int | None:
         """A random node that no fault or change is busy with, now busy; None when there is none."""
         with self._busy_lock:
-            free = [n for n in sorted(among if among is not None else list(self.cluster.nodes))
-                    if n not in self._busy_nodes]
+            free = [n for n in sorted(list(self.cluster.nodes)) if n not in self._busy_nodes]
             if not free:
                 return None
             node = chooser.choice(free)
