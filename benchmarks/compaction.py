@@ -8,6 +8,10 @@
    --size-mb of dirty data; acks=1 single-message writes to another topic, p50/p99, once with
    log.cleaner.enable=false and once with the cleaner on (the cleanings that finished meanwhile are
    counted from the node's log).
+3. `__consumer_offsets` under commits: one group commits --commits times (an hour of auto-commits
+   every 5 s by 10 members, say, is 7,200), over 10 partitions, with offsets.topic.segment.bytes
+   of 64 KB: the size of the group's `__consumer_offsets` partition at the end, against what the
+   commits wrote.
 """
 from __future__ import annotations
 
@@ -113,14 +117,38 @@ def cleanings_between(cluster, started: float, ended: float) -> int:
     return count
 
 
+def consumer_offsets_size(commits: int) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    with tempfile.TemporaryDirectory() as directory:
+        with Cluster(nodes=1, data_dir=Path(directory) / "kraftwerk", node_config={
+                "log.cleaner.backoff.ms": "200", "offsets.topic.segment.bytes": str(64 << 10),
+                "offsets.topic.num.partitions": "1"}) as cluster:
+            cluster.create_topic("read", partitions=10)
+            consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "committer",
+                                 "enable.auto.commit": False})
+            for commit in range(commits):
+                consumer.commit(offsets=[TopicPartition("read", commit % 10, commit)], asynchronous=False)
+            consumer.close()
+            time.sleep(2)  # a last cleaning
+            directory = cluster.nodes[1].data_dir / "__consumer_offsets-0"
+            size = sum(p.stat().st_size for p in directory.glob("*.log"))
+            written = sum(1 for line in (cluster.data_dir / "logs" / "node-1.log").read_text().splitlines()
+                          if "cleaned __consumer_offsets-0" in line)
+    print(f"__consumer_offsets after {commits:,} commits of 10 partitions: {size / 1024:.0f} KB on disk, "
+          f"{written} cleanings")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=1000, help="timed writes per latency figure")
+    parser.add_argument("--commits", type=int, default=7200, help="offset commits for the __consumer_offsets figure")
     args = parser.parse_args()
     cleaning_throughput(args.size_mb, args.keys)
     produce_latency(args.size_mb, args.keys, args.rounds)
+    consumer_offsets_size(args.commits)
 
 
 if __name__ == "__main__":
