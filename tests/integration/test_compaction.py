@@ -20,6 +20,7 @@ from cluster.formats.log_cleaner import Throttle, batches, records_body
 from cluster.formats.records import decode_records
 from cluster.launch import Cluster
 from node.groups.placement import partition_for_group
+from tests.integration import go_programs
 from tests.integration.js_programs import JS_DIR, kafkajs_missing
 from tests.integration.observe import committed, logged_errors
 
@@ -299,3 +300,34 @@ def test_a_node_killed_while_it_cleans_reopens_a_valid_log_and_cleans_again(clus
     assert {key: (offset, value) for offset, key, value in read} == latest  # nothing live was lost
     wait_cleaned(cluster, "compacted-killed", expected_records(latest), nodes=(node_id,))
     assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
+
+
+@pytest.fixture(scope="module")
+def go_bin():
+    with go_programs.built() as binaries:
+        yield binaries
+
+
+@pytest.mark.parametrize("version", ["", "0.10.2.0", "2.0.0"], ids=["Fetch v0", "Fetch v3", "Fetch v4"])
+def test_sarama_reads_a_compacted_topic_at_every_message_format(cluster, go_bin, version):
+    """Old fetch versions get the compacted batches down-converted, gaps and all."""
+    topic = f"compacted-sarama-{version or 'default'}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+    expected = expected_records(produce_rounds(cluster, topic))
+    wait_cleaned(cluster, topic, expected)
+    lines = go_programs.run(go_bin["sarama-consume"], "-brokers", cluster.bootstrap_servers, "-topic", topic,
+                            "-version", version, "-messages", str(len(expected)))
+    # (The Go programs print a tombstone's null value as an empty string.)
+    assert [(m["offset"], m["key"].encode(), m["value"].encode()) for m in lines] == [
+        (o, k, v or b"") for o, k, v in expected]
+
+
+def test_kafka_go_reads_a_compacted_topic(cluster, go_bin):
+    cluster.create_topic("compacted-kafka-go", partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+    expected = expected_records(produce_rounds(cluster, "compacted-kafka-go"))
+    wait_cleaned(cluster, "compacted-kafka-go", expected)
+    lines = go_programs.run(go_bin["kafkago-consume"], "-brokers", cluster.bootstrap_servers,
+                            "-topic", "compacted-kafka-go", "-partition", "0", "-messages", str(len(expected)))
+    consumed = [line for line in lines if "offset" in line]  # (a last line reports the reader's close)
+    assert [(m["offset"], m["key"].encode(), m["value"].encode()) for m in consumed] == [
+        (o, k, v or b"") for o, k, v in expected]
