@@ -59,15 +59,17 @@ class LogCleaner:
     def _dirtiest(self) -> tuple[Key, object] | None:
         best, best_ratio = None, -1.0
         now = time.time() * 1000
-        compacted: dict[str, bool] = {}  # per topic, for this pass: a node may host thousands of partitions
+        # Per topic, for this pass (a node may host thousands of partitions): its configs if compacted.
+        compacted: dict[str, dict | None] = {}
         for key, partition in self.broker.replicas.partitions.items():
             if key in self.in_progress or key in self.uncleanable:
                 continue
             if key[0] not in compacted:
-                compacted[key[0]] = "compact" in self.broker.topic_config(key[0], "cleanup.policy")
-            if not compacted[key[0]]:
+                compacted[key[0]] = (self.broker.topic_configs(key[0]) if "compact" in
+                                     self.broker.topic_config(key[0], "cleanup.policy") else None)
+            configs = compacted[key[0]]
+            if configs is None:
                 continue
-            configs = self.broker.topic_configs(key[0])
             partition_log = partition.log
             first_dirty = self.first_dirty_offset(key, partition_log)
             ratio = dirty_ratio(partition_log, first_dirty)

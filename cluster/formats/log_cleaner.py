@@ -150,8 +150,9 @@ def record_spans(body: bytes, header: BatchHeader) -> Iterator[tuple[int, int, i
 def has_keyless_record(data, max_decompressed_bytes: int) -> bool:
     """Whether any record of these batches lacks a key, which a compacted topic refuses (Kafka's
     LogValidator); DecompressedTooLargeError past max_decompressed_bytes, CorruptRecordError."""
-    for position, header in iter_batch_headers(data):
-        body = bytes(data[position + HEADER_SIZE:position + header.size])
+    view = memoryview(data)
+    for position, header in iter_batch_headers(view):
+        body = view[position + HEADER_SIZE:position + header.size]
         if header.compression:
             body = decompress(header.compression, body, max_size=max_decompressed_bytes)
         if any(key is None for _, _, _, _, key, _ in record_spans(body, header)):
@@ -174,9 +175,9 @@ def build_offset_map(job: CleaningJob, throttle: Throttle) -> OffsetMap:
     latest: dict[bytes, int] = {}
     latest_offset = -1
     end_offset = job.first_dirty_offset
-    dirty = [s for i, s in enumerate(job.segments)
+    dirty = [(s, _segment_end(job, i)) for i, s in enumerate(job.segments)
              if _segment_end(job, i) > job.first_dirty_offset and s.base_offset < job.first_uncleanable_offset]
-    for segment in dirty:
+    for segment, segment_end in dirty:
         if latest and len(latest) >= job.max_map_keys:
             break
         for batch, header in batches(segment.path, throttle):
@@ -188,7 +189,7 @@ def build_offset_map(job: CleaningJob, throttle: Throttle) -> OffsetMap:
                 if key is not None and offset >= job.first_dirty_offset:
                     latest[key] = offset
                     latest_offset = max(latest_offset, offset)
-        end_offset = min(_segment_end(job, job.segments.index(segment)), job.first_uncleanable_offset)
+        end_offset = min(segment_end, job.first_uncleanable_offset)
     return OffsetMap(latest, latest_offset, end_offset)
 
 
