@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import re
+import time
 from collections import deque
 
 import kafka.errors
@@ -104,7 +105,12 @@ class Faults:
 
     async def before_response(self, party: str | int) -> None:
         if self.delay_ms:
-            await asyncio.sleep(self.delay_ms / 1000)  # the injected latency itself, not a poll
+            # The event loop's timers run on a clock cached at the start of each iteration, in
+            # whole milliseconds, so a timer can fire up to a millisecond before the latency asked
+            # for has passed; the second sleep makes up the remainder.
+            deadline = time.monotonic() + self.delay_ms / 1000
+            while (remaining := deadline - time.monotonic()) > 0:
+                await asyncio.sleep(remaining)
         await self.wait_reachable(party)
 
     def describe(self) -> dict:
