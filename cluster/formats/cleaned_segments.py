@@ -4,7 +4,9 @@ cleaned segments in, and finishing or discarding a swap that a crash interrupted
 A swap is crash-safe as Kafka's: the cleaned files are renamed from `.cleaned` to `.swap` first;
 then the segments they replace are deleted and the `.swap` files renamed to their final names.
 A log opened with `.cleaned` files left deletes them (the cleaning is done again); with `.swap`
-files left, it deletes whatever segments they overlap and completes the renames.
+files left, it deletes whatever segments they overlap and completes the renames. The `.log` is
+renamed after its indexes each time, so a `.log.swap` means every index is `.swap` or final:
+none is lost, the `.txnindex` above all, which the log cannot rebuild.
 """
 from __future__ import annotations
 
@@ -14,15 +16,24 @@ from pathlib import Path
 from cluster.formats.log_cleaner import CLEANED, SEGMENT_SUFFIXES, SWAP, CleanedGroup, CleaningJob, SegmentFile
 from cluster.formats.records import iter_batch_headers
 from cluster.formats.segment import Segment, segment_file_name, wall_clock_ms
+from cluster.formats.transaction_index import TXN_INDEX_SUFFIX
 
 
 def recover_interrupted_cleaning(directory: Path) -> None:
     """Before a log's segments are loaded."""
     for leftover in directory.glob(f"*{CLEANED}"):
         leftover.unlink(missing_ok=True)
-    for swap in sorted(directory.glob(f"*.log{SWAP}")):
+    swaps = list(directory.glob(f"*{SWAP}"))
+    log_swaps = sorted(swap for swap in swaps if swap.name.endswith(f".log{SWAP}"))
+    begun = {swap.name.split(".")[0] for swap in log_swaps}
+    for swap in swaps:
+        if swap.name.split(".")[0] not in begun:  # an index renamed before a crash caught its .log: not begun
+            swap.unlink(missing_ok=True)
+    for swap in log_swaps:
         base = int(swap.name.split(".")[0])
         end = _next_offset(swap.read_bytes(), base)
+        # Only segments whose .log is left: once every .log it replaces is gone, files at its own base
+        # are its finished renames, not leftovers.
         for log_file in directory.glob("*.log"):
             if log_file.stem.isdigit() and base <= int(log_file.stem) < end:
                 for suffix in SEGMENT_SUFFIXES:
@@ -80,11 +91,12 @@ def swap_cleaned(log, cleaned: CleanedGroup) -> bool:
         discard_cleaned(cleaned)
         return False
     for suffix in SEGMENT_SUFFIXES:
-        os.replace(cleaned.path(suffix), cleaned.path(suffix, SWAP))
+        _rename(cleaned.path(suffix), cleaned.path(suffix, SWAP), suffix)
     for segment in replaced:
         segment.delete_files()
     for suffix in SEGMENT_SUFFIXES:
-        os.replace(cleaned.path(suffix, SWAP), cleaned.directory / segment_file_name(cleaned.source_bases[0], suffix))
+        _rename(cleaned.path(suffix, SWAP), cleaned.directory / segment_file_name(cleaned.source_bases[0], suffix),
+                suffix)
     swapped = Segment(cleaned.directory, cleaned.source_bases[0])
     swapped.open()
     swapped.size = os.fstat(swapped.fd).st_size
@@ -95,6 +107,13 @@ def swap_cleaned(log, cleaned: CleanedGroup) -> bool:
     os.utime(swapped.path(".log"), ns=(cleaned.modified_ms * 1_000_000, cleaned.modified_ms * 1_000_000))
     log.segments[first:first + len(replaced)] = [swapped]
     return True
+
+
+def _rename(source: Path, target: Path, suffix: str) -> None:
+    # A cleaned segment has a .txnindex only when a segment it replaces had an aborted transaction.
+    if suffix == TXN_INDEX_SUFFIX and not source.exists():
+        return
+    os.replace(source, target)
 
 
 def discard_cleaned(cleaned: CleanedGroup) -> None:

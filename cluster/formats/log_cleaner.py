@@ -11,8 +11,10 @@ which stays as an empty batch so that the producer's sequence survives (Kafka's 
 Keyless records are dropped, as Kafka drops them.
 
 Each group of consecutive segments (at most segment.bytes together) becomes one `<base>.log.cleaned`
-file; the log swaps it in (partition_log.PartitionLog.swap_cleaned). Everything here runs in a
-worker process (node.log_cleaner): it reads and writes files only, at most `io_bytes_per_s`.
+file, with its indexes and the union of the group's aborted-transaction indexes (every marker is
+kept, so every entry stays true); the log swaps it in (cleaned_segments.swap_cleaned). Everything
+here runs in a worker process (node.log_cleaner): it reads and writes files only, at most
+`io_bytes_per_s`.
 
 Differs from Kafka: tombstones age by their segment's modification time (Kafka before 3.1), not
 by a delete horizon stamped into the batch (KIP-534).
@@ -31,11 +33,14 @@ from cluster.formats.records import (
     seal_batch,
 )
 from cluster.formats.segment import Segment, segment_file_name
+from cluster.formats.transaction_index import TXN_INDEX_SUFFIX, encode_entries, read_entries
 from cluster.formats.varints import read_varint
 
 CLEANED = ".cleaned"  # a cleaned segment's files, written beside the log: <base>.log.cleaned, ...
 SWAP = ".swap"  # ... renamed so once complete: a log opened with them present finishes the swap
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+# The .log last: renamed last, its .swap is there only once every index's is (see cleaned_segments).
+INDEX_SUFFIXES = (".index", ".timeindex", TXN_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = INDEX_SUFFIXES + (".log",)
 READ_CHUNK_BYTES = 1 << 20
 OFFSET_MAP_ENTRY_BYTES = 24  # Kafka's SkimpyOffsetMap: a 16-byte hash and an 8-byte offset
 OFFSET_MAP_LOAD_FACTOR = 0.9
@@ -243,7 +248,14 @@ def _clean_group(group: list[SegmentFile], job: CleaningJob, offset_map: OffsetM
     indexes.maybe_add_time_entry()
     _write_synced(cleaned.path(".index"), indexes.index_bytes())
     _write_synced(cleaned.path(".timeindex"), indexes.time_index_bytes())
+    aborted = [entry for segment in group for entry in read_entries(_txn_index_path(segment))]
+    if aborted:  # (lazy, as every .txnindex: none without an entry)
+        _write_synced(cleaned.path(TXN_INDEX_SUFFIX), encode_entries(aborted))
     return cleaned
+
+
+def _txn_index_path(segment: SegmentFile) -> Path:
+    return segment.path.with_name(segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX))
 
 
 def _write_synced(path: Path, data: bytes) -> None:

@@ -29,6 +29,7 @@ from cluster.formats.records import (
 )
 from cluster.formats.segment import FileRegion, Segment, SegmentWalker, wall_clock_ms
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
+from cluster.formats.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 _ATTRIBUTES = struct.Struct(">h")
 _MAX_TIMESTAMP = struct.Struct(">q")
@@ -159,7 +160,7 @@ class PartitionLog:
         segment.open()
         if not in_new_directory:  # files a crash or an earlier segment of that base left
             os.ftruncate(segment.fd, 0)
-            for suffix in (".index", ".timeindex"):
+            for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
                 segment.path(suffix).unlink(missing_ok=True)
         return segment
 
@@ -269,6 +270,26 @@ class PartitionLog:
         self.active.seal_time_index()
         self.active.ensure_index_files()
         self.segments.append(self._new_segment(self.log_end_offset))
+
+    # --- aborted transactions ---
+
+    def add_aborted_transaction(self, entry: AbortedTxn) -> None:
+        """Index a transaction whose ABORT marker was just written (in the active segment, as Kafka's
+        LogSegment.updateTxnIndex); ValueError unless its last offset is above the previous entry's."""
+        self.active.txn_index.append(entry)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), oldest marker first,
+        as Kafka's collectAbortedTransactions: from the segment holding fetch_offset (an entry sits in
+        the segment of its marker, so none before it ends at or after fetch_offset) until a segment's
+        index shows that no later one can hold more."""
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_index_for(fetch_offset):]:
+            result = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += result.aborted_transactions
+            if result.is_complete:
+                break
+        return found
 
     # --- reads ---
 
@@ -405,6 +426,7 @@ class PartitionLog:
             end = position + header.size
         os.ftruncate(segment.fd, end)
         segment.rebuild_indexes(self.config.index_interval_bytes, validate=False)
+        segment.txn_index.truncate_to(offset)  # (earlier segments' entries all end below its base)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
 
@@ -461,6 +483,7 @@ class PartitionLog:
 
     def flush(self) -> None:
         os.fsync(self.active.fd)
+        self.active.txn_index.flush()
 
     def close(self) -> None:
         for segment in self.segments:

@@ -9,7 +9,8 @@ offset). Only batch headers are ever parsed.
 Index files are created lazily, as Kafka's LazyIndex does: a new segment has only its `.log`
 until its first index entry is written, and a missing index reads as empty. A segment that
 stops being active, and every segment on close, gets both files, so that a log dir left by a
-clean stop holds everything Kafka's loader expects.
+clean stop holds everything Kafka's loader expects. The `.txnindex` (see `transaction_index`) is
+lazier still: it exists only once the segment holds an aborted transaction's marker, as on Kafka.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.formats.records import CorruptRecordError, HEADER_SIZE, iter_batch_headers, read_header, validate_batch
+from cluster.formats.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_INDEX_ENTRY = struct.Struct(">qi")
@@ -85,12 +87,20 @@ class Segment:
     # (base offset, position) of the last batch written: followers and consumers at the log end
     # read from there without walking the batches since the last index entry.
     last_batch: tuple[int, int] = (-1, -1)
+    _txn_index: TransactionIndex | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.next_offset = self.next_offset or self.base_offset
 
     def path(self, suffix: str) -> Path:
         return self.directory / segment_file_name(self.base_offset, suffix)
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The segment's aborted transactions; made on first use, and it reads nothing until asked."""
+        if self._txn_index is None:
+            self._txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX))
+        return self._txn_index
 
     def open(self) -> None:
         self.fd = os.open(self.path(".log"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -108,6 +118,8 @@ class Segment:
         for fd in self.index_fds.values():
             os.close(fd)
         self.index_fds.clear()
+        if self._txn_index is not None:
+            self._txn_index.close()
 
     def append_index_bytes(self, suffix: str, data: bytes) -> None:
         if not data:
@@ -185,8 +197,10 @@ class Segment:
 
     def delete_files(self) -> None:
         self.close()
+        # The .log first: a crash halfway leaves stray indexes, never a segment without its aborted transactions.
         for suffix in (".log", ".index", ".timeindex"):
             self.path(suffix).unlink(missing_ok=True)
+        self.txn_index.delete()
 
     def load_indexes(self, next_base: int) -> bool:
         """Load a rolled segment's indexes; False when they are missing or fail Kafka's sanity checks."""
