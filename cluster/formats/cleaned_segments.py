@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from cluster.formats.log_cleaner import CLEANED, SEGMENT_SUFFIXES, SWAP, CleanedGroup, CleaningJob, SegmentFile
+from cluster.formats.producer_snapshot import snapshot_path
 from cluster.formats.records import iter_batch_headers
 from cluster.formats.segment import Segment, segment_file_name, wall_clock_ms
 from cluster.formats.transaction_index import TXN_INDEX_SUFFIX
@@ -97,6 +98,9 @@ def swap_cleaned(log, cleaned: CleanedGroup) -> bool:
     for suffix in SEGMENT_SUFFIXES:
         _rename(cleaned.path(suffix, SWAP), cleaned.directory / segment_file_name(cleaned.source_bases[0], suffix),
                 suffix)
+    # As Kafka's replaceSegments: the snapshots of the segments that are gone, not of the one replaced in place.
+    for base in cleaned.source_bases[1:]:
+        snapshot_path(cleaned.directory, base).unlink(missing_ok=True)
     swapped = Segment(cleaned.directory, cleaned.source_bases[0])
     swapped.open()
     swapped.size = os.fstat(swapped.fd).st_size

@@ -18,12 +18,20 @@ def created_directory(directory: Path) -> bool:
 def write_atomically(path: Path, text: str) -> None:
     """Through a temp file and a rename, as Kafka writes checkpoints; plain os calls, as a node
     creating thousands of partitions writes two of these per partition."""
+    write_bytes_atomically(path, text.encode())
+
+
+def write_bytes_atomically(path: Path, data: bytes, *, sync: bool = False) -> None:
+    """Through `<path>.tmp` and a rename, so a reader finds the old file or the new one whole;
+    with sync, the bytes are on disk before the rename."""
     temp = f"{path}.tmp"
-    data = memoryview(text.encode())
+    view = memoryview(data)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        while data:
-            data = data[os.write(fd, data):]
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temp, path)

@@ -1,8 +1,10 @@
 """A partition log: a partition directory laid out exactly as Kafka lays it out.
 
 The directory `<topic>-<partition>` holds the log's segments (see `segment`), its
-`leader-epoch-checkpoint` (see `leader_epochs`) and `partition.metadata` (the topic id). Only
-batch headers are ever parsed on the append and read paths.
+`leader-epoch-checkpoint` (see `leader_epochs`), `partition.metadata` (the topic id) and the
+producer-state `.snapshot` files (see `producer_snapshot`: the node writes them through the
+`on_roll` and `on_close` hooks; the log deletes them as Kafka does when it truncates or deletes
+segments). Only batch headers are ever parsed on the append and read paths.
 
 A brand-new log skips every lookup of files that cannot be there yet: creating thousands of
 partitions at once is mostly file creation.
@@ -16,13 +18,14 @@ import struct
 import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from cluster.formats import records
 from cluster.formats.cleaned_segments import recover_interrupted_cleaning
 from cluster.formats.files import created_directory, write_atomically
 from cluster.formats.leader_epochs import LeaderEpochCache
 from cluster.formats.partition_dirs import DELETED_DIR_SUFFIX
+from cluster.formats.producer_snapshot import delete_all_snapshots, delete_snapshots_above, delete_snapshots_below
 from cluster.formats.records import (
     ATTR_TIMESTAMP_TYPE, BatchHeader, CorruptRecordError, iter_batch_headers, read_header, set_base_offset,
     set_partition_leader_epoch, validate_batches,
@@ -121,6 +124,10 @@ class PartitionLog:
         # A single copy is committed once written; a replicated partition's leader sets the
         # high watermark from its in-sync followers instead.
         self.auto_high_watermark = True
+        # Set by the node, which writes a producer snapshot at each (as Kafka takes one at each roll
+        # and at close): the new active segment's base offset after a roll; the log end offset at close.
+        self.on_roll: Callable[[int], None] | None = None
+        self.on_close: Callable[[int], None] | None = None
 
     # --- opening and recovery ---
 
@@ -270,6 +277,8 @@ class PartitionLog:
         self.active.seal_time_index()
         self.active.ensure_index_files()
         self.segments.append(self._new_segment(self.log_end_offset))
+        if self.on_roll is not None:
+            self.on_roll(self.active.base_offset)
 
     # --- aborted transactions ---
 
@@ -429,11 +438,15 @@ class PartitionLog:
         segment.txn_index.truncate_to(offset)  # (earlier segments' entries all end below its base)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
+        delete_snapshots_above(self.directory, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop everything and continue as an empty log whose next offset is `offset`."""
+        """Drop everything and continue as an empty log whose next offset is `offset`. Every producer
+        snapshot goes too, as Kafka's ProducerStateManager.truncateFullyAndStartAt deletes them: the
+        producers they hold wrote a history this log no longer has."""
         for segment in self.segments:
             segment.delete_files()
+        delete_all_snapshots(self.directory)
         self.segments = [self._new_segment(offset)]
         self.log_start_offset = self.high_watermark = offset
         self.leader_epochs.truncate_from_end(0)
@@ -446,8 +459,11 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             return False
         self.log_start_offset = offset
+        first_base = self.segments[0].base_offset
         while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
             self.segments.pop(0).delete_files()
+        if self.segments[0].base_offset != first_base:
+            self._delete_snapshots_of_deleted_segments()
         self.leader_epochs.truncate_from_start(offset)
         return True
 
@@ -460,7 +476,13 @@ class PartitionLog:
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             self.leader_epochs.truncate_from_start(self.log_start_offset)
+            self._delete_snapshots_of_deleted_segments()
         return deleted
+
+    def _delete_snapshots_of_deleted_segments(self) -> None:
+        """Kafka keeps a producer snapshot only while it keeps the segment it was taken at; the latest
+        snapshot stays whatever its offset, as the one a reload of producer state starts from."""
+        delete_snapshots_below(self.directory, self.segments[0].base_offset, keep_latest=True)
 
     def _expired(self, segment: Segment, now: int) -> bool:
         if "delete" not in self.config.cleanup_policy or segment.next_offset > self.high_watermark:
@@ -486,6 +508,8 @@ class PartitionLog:
         self.active.txn_index.flush()
 
     def close(self) -> None:
+        if self.on_close is not None and self.active.fd >= 0:  # (closing twice calls it once)
+            self.on_close(self.log_end_offset)
         for segment in self.segments:
             if segment.fd >= 0:  # (closing twice creates nothing)
                 segment.ensure_index_files()
