@@ -13,10 +13,12 @@ from node.fetch_sessions import FetchSessionCache
 from node.groups.coordinator import GroupCoordinator
 from node.log_cleaner import LogCleaner
 from node.metadata_sync import MetadataSync
+from node.peer_client import PeerClient
 from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers
 from node.replica_manager import ReplicaManager
 from node.replication_throttle import LEADER, ReplicationThrottle
+from node.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ class Broker:
         self.metadata = MetadataSync(self)
         self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
+        self.peers = PeerClient(self)
         self.cleaner = LogCleaner(self)
         self.fetchers = ReplicaFetchers(self)
         self.leader_throttle = ReplicationThrottle(self, LEADER)
@@ -69,6 +73,8 @@ class Broker:
         await self.metadata.start()
 
     async def close(self) -> None:
+        self.transactions.close()
+        self.peers.close()
         await self.fetchers.close()
         await self.metadata.close()
         self.replicas.close()

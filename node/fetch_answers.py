@@ -24,6 +24,9 @@ _ANSWER_FIELDS = struct.Struct(">ihi")
 _PARTITION_FIELDS = struct.Struct(">ihqqq")
 # Aborted transactions null (0), preferred read replica -1.
 _NO_ABORTED_NO_PREFERRED = b"\x00" + struct.pack(">i", -1)
+_NO_PREFERRED = struct.pack(">i", -1)
+# An aborted transaction: producer id, first offset, no tagged fields.
+_ABORTED = struct.Struct(">qqx")
 
 
 def writable(fetches: list, version: int) -> bool:
@@ -57,9 +60,16 @@ def fetch_answer_pieces(fetches: list, version: int, session_id: int) -> Encoded
 
 def _write_partition(fetch, out: bytearray, pieces: list) -> bytearray:
     """Writes one partition; its records become a piece of their own. Returns the buffer to go on with."""
-    out += _PARTITION_FIELDS.pack(fetch.request.partition, fetch.error, fetch.high_watermark, fetch.high_watermark,
+    stable = fetch.last_stable_offset if fetch.last_stable_offset >= 0 else fetch.high_watermark
+    out += _PARTITION_FIELDS.pack(fetch.request.partition, fetch.error, fetch.high_watermark, stable,
                                   fetch.log_start_offset)
-    out += _NO_ABORTED_NO_PREFERRED
+    if fetch.aborted is None:
+        out += _NO_ABORTED_NO_PREFERRED
+    else:
+        write_uvarint(len(fetch.aborted) + 1, out)
+        for producer_id, first_offset in fetch.aborted:
+            out += _ABORTED.pack(producer_id, first_offset)
+        out += _NO_PREFERRED
     records = fetch.records
     write_uvarint(len(records) + 1, out)
     if records:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from cluster.formats import control_records
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import PartitionInfo
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.topic_ids import topic_id_to_kafka_string
+from cluster.formats.transaction_index import AbortedTxn
 from cluster.runtime.timed_wait import result_within
 from node import isr_rules
 from node.isr_rules import FollowerProgress, now_ms
@@ -57,6 +59,16 @@ class Partition:
         self._fetch_waiters: set[asyncio.Future] | None = None
         # False once removed: the answer to an ISR change asked before then has nothing to act on.
         self.hosted = True
+        # Producer state is snapshotted where Kafka takes its snapshots: at each roll, and at close.
+        partition_log.on_roll = partition_log.on_close = self._snapshot_producers
+
+    def _snapshot_producers(self, offset: int) -> None:
+        if not self.producers.producers:
+            return
+        try:
+            self.producers.write_snapshot(self.log.directory, offset)
+        except OSError as exc:  # (a restart replays more of the log instead)
+            log.warning("cannot write the producer snapshot of %s-%d at %d: %s", *self.key, offset, exc)
 
     def info(self) -> PartitionInfo | None:
         return self._broker.partition(*self.key)
@@ -96,6 +108,35 @@ class Partition:
         self.fail_commit_waiters()
         self._wake_fetches()
         self._broker.fetch_sessions.touched(self.key[0], self.log.topic_id, self.key[1])
+
+    # --- transactions ---
+
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: below the first undecided transaction, and the high watermark."""
+        return self.producers.stable_below(self.log.high_watermark)
+
+    def append_marker(self, info: PartitionInfo, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, now_ms: int) -> int:
+        """Led here: end a producer's transaction with a COMMIT or ABORT marker; returns the offset after
+        it. Raises node.producer_state.MarkerError for a stale producer or coordinator epoch."""
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        marker = control_records.end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        appended = self.log.append(marker, leader_epoch=info.leader_epoch, now_ms=now_ms)
+        aborted = self.producers.end_transaction(producer_id, producer_epoch, appended.first_offset, commit,
+                                                 coordinator_epoch, now_ms, check=False)
+        if aborted is not None:
+            self.log.add_aborted_transaction(AbortedTxn(*aborted))
+        self.appended_as_leader(info)
+        return appended.last_offset + 1
+
+    def track_replicated(self, data, batches) -> None:
+        """Batches a follower appended: its producers' sequences and transactions, as the leader's."""
+        producers = self.producers
+        for position, header in batches:
+            if header.producer_id >= 0:
+                aborted = producers.track(data, position, header)
+                if aborted is not None:
+                    self.log.add_aborted_transaction(AbortedTxn(*aborted))
 
     # --- news for fetches ---
 

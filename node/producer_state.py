@@ -1,9 +1,19 @@
-"""Idempotent producers: producer ids handed out in blocks, and per-partition sequence checks.
+"""Producers of one partition: idempotent sequences, open transactions, and producer-id blocks.
 
 A retried batch that was already written is answered with its original offsets
 (DUPLICATE_SEQUENCE_NUMBER is success to the client); a gap in sequence numbers is
-OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH. State lives in
-memory and is rebuilt from the batch headers of the log when a partition is opened.
+OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH.
+
+A transactional batch opens its producer's transaction in the partition, at its first offset; the
+COMMIT or ABORT marker the coordinator writes ends it (Kafka's ProducerStateManager). Until then
+read_committed readers stop at the first open transaction: the last stable offset (LSO) is the
+lowest first offset of a transaction that is open, or ended by a marker not yet below the high
+watermark, and never above the high watermark. An aborted transaction becomes an entry of the
+aborted-transaction index that read_committed fetches answer with.
+
+State lives in memory. A snapshot of it is written in Kafka's `.snapshot` format at each segment
+roll and when the log closes; a partition opened or truncated starts from the latest snapshot at or
+below its log end and replays the batch headers (and markers) after it.
 """
 from __future__ import annotations
 
@@ -11,6 +21,9 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from cluster.formats import control_records
+from cluster.formats.producer_snapshot import SnapshotEntry, latest_snapshot, write_snapshot
+from cluster.formats.transaction_index import AbortedTxn
 from cluster.formats.errors import ErrorCode
 
 # Kafka keeps the last five batches per producer so that in-flight retries can be matched.
@@ -24,6 +37,23 @@ class ProducerEntry:
     last_sequence: int = -1
     # (first sequence, last sequence, first offset, last offset) of recent batches
     recent: deque = field(default_factory=lambda: deque(maxlen=BATCHES_REMEMBERED))
+    last_timestamp: int = -1
+    # The epoch of the transaction coordinator that wrote this producer's last marker.
+    coordinator_epoch: int = -1
+    # The first offset of the producer's open transaction here, -1 when none is open.
+    txn_first_offset: int = -1
+
+
+# (producer id, first offset, last offset, last stable offset): Kafka's AbortedTxn entry.
+AbortedTransaction = tuple[int, int, int, int]
+
+
+class MarkerError(Exception):
+    """A transaction marker refused: an older producer epoch, or a fenced coordinator."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class SequenceError(Exception):
@@ -37,15 +67,73 @@ class PartitionProducers:
 
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
+        # Open transactions, producer id -> first offset, in the order they opened (so by offset).
+        self.open_transactions: dict[int, int] = {}
+        # Transactions ended by a marker the high watermark has not yet passed: (first, marker offset).
+        self._undecided: list[tuple[int, int]] = []
 
     @classmethod
     def from_log(cls, partition_log) -> "PartitionProducers":
-        """Rebuild sequence state from the batch headers of a log (after a restart)."""
+        """Rebuild producer state from the latest snapshot and the batch headers and markers after it
+        (after a restart or a truncation). The aborted transactions replayed are indexed where a
+        crash left them out of the log's aborted-transaction index."""
         producers = cls()
-        for _, _, header in partition_log.batch_headers():
-            if header.producer_id >= 0 and not header.is_control:
-                producers.record(header, header.base_offset)
+        start = partition_log.log_start_offset
+        found = latest_snapshot(partition_log.directory, partition_log.log_end_offset)
+        if found is not None and found[0] >= start:
+            start = found[0]
+            producers.load_snapshot(found[1])
+        aborted = []
+        for data, position, header in partition_log.batch_headers(start):
+            if header.producer_id >= 0:
+                entry = producers.track(data, position, header)
+                if entry is not None:
+                    aborted.append(AbortedTxn(*entry))
+        if aborted:
+            partition_log.index_aborted_transactions(aborted)
         return producers
+
+    # --- snapshots ---
+
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        """Each producer as Kafka's snapshot keeps it: its last batch, epochs and open transaction."""
+        entries = []
+        for producer_id, entry in self.producers.items():
+            first_offset, last_offset = (entry.recent[-1][2], entry.recent[-1][3]) if entry.recent else (-1, -1)
+            entries.append(SnapshotEntry(producer_id, entry.epoch, entry.last_sequence, last_offset,
+                                         last_offset - first_offset, entry.last_timestamp, entry.coordinator_epoch,
+                                         entry.txn_first_offset))
+        return entries
+
+    def load_snapshot(self, entries: list[SnapshotEntry]) -> None:
+        for found in entries:
+            entry = self.producers[found.producer_id] = ProducerEntry(
+                found.epoch, found.last_sequence, last_timestamp=found.timestamp,
+                coordinator_epoch=found.coordinator_epoch, txn_first_offset=found.current_txn_first_offset)
+            if found.last_offset >= 0:
+                first_sequence = (found.last_sequence - found.offset_delta) % (MAX_SEQUENCE + 1)
+                entry.recent.append((first_sequence, found.last_sequence, found.last_offset - found.offset_delta,
+                                     found.last_offset))
+            if found.current_txn_first_offset >= 0:
+                self.open_transactions[found.producer_id] = found.current_txn_first_offset
+        self.open_transactions = dict(sorted(self.open_transactions.items(), key=lambda item: item[1]))
+
+    def write_snapshot(self, directory, offset: int) -> None:
+        write_snapshot(directory, offset, self.snapshot_entries())
+
+    def track(self, data, position: int, header) -> AbortedTransaction | None:
+        """A batch appended with its offsets already assigned (a follower's copy, a log replayed):
+        its sequences, or, for a marker, the end of its transaction (the aborted one it returns)."""
+        if not header.is_control:
+            self.record(header, header.base_offset)
+            return None
+        kind = control_records.control_type(data, position)
+        if kind not in (control_records.COMMIT, control_records.ABORT):
+            return None
+        return self.end_transaction(header.producer_id, header.producer_epoch, header.base_offset,
+                                    kind == control_records.COMMIT,
+                                    control_records.coordinator_epoch_of(data, position), header.max_timestamp,
+                                    check=False)
 
     def find_duplicate(self, header) -> tuple[int, int] | None:
         """(first offset, last offset) when this batch was already appended."""
@@ -78,10 +166,77 @@ class PartitionProducers:
     def record(self, header, first_offset: int) -> None:
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self.producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            entry = self._new_epoch(header.producer_id, header.producer_epoch, entry)
         entry.last_sequence = _last_sequence(header)
         entry.recent.append((header.base_sequence, entry.last_sequence, first_offset,
                              first_offset + header.last_offset_delta))
+        entry.last_timestamp = header.max_timestamp
+        if header.is_transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = first_offset
+            self.open_transactions[header.producer_id] = first_offset
+
+    def _new_epoch(self, producer_id: int, epoch: int, previous: ProducerEntry | None) -> ProducerEntry:
+        """A producer's entry at a new epoch: sequences start over; an open transaction and the
+        coordinator epoch carry over (a marker at the new epoch still ends that transaction)."""
+        entry = self.producers[producer_id] = ProducerEntry(epoch)
+        if previous is not None:
+            entry.coordinator_epoch = previous.coordinator_epoch
+            entry.txn_first_offset = previous.txn_first_offset
+            entry.last_timestamp = previous.last_timestamp
+        return entry
+
+    # --- transactions ---
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's checks of a marker before it is appended: the producer's epoch may not be older than
+        the one this partition knows, nor the coordinator's older than the last marker's."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise MarkerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"marker epoch {producer_epoch} is older than producer epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise MarkerError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                              f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
+
+    def end_transaction(self, producer_id: int, producer_epoch: int, marker_offset: int, commit: bool,
+                        coordinator_epoch: int, timestamp: int = -1, check: bool = True) -> AbortedTransaction | None:
+        """A marker written at marker_offset ends the producer's open transaction here, if any; an
+        aborted one is returned as the aborted-transaction index entry it makes."""
+        if check:
+            self.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        entry = self.producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            entry = self._new_epoch(producer_id, producer_epoch, entry)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        first_offset, entry.txn_first_offset = entry.txn_first_offset, -1
+        if first_offset < 0:
+            return None  # a marker for a transaction that wrote nothing here
+        del self.open_transactions[producer_id]
+        self._undecided.append((first_offset, marker_offset))
+        if commit:
+            return None
+        return producer_id, first_offset, marker_offset, self._next_open_offset(marker_offset + 1)
+
+    def _next_open_offset(self, otherwise: int) -> int:
+        """The first offset of the earliest transaction still open (Kafka's lastStableOffset of a
+        completed transaction), or `otherwise`."""
+        return next(iter(self.open_transactions.values()), otherwise)
+
+    def stable_below(self, high_watermark: int) -> int:
+        """The last stable offset at this high watermark: read_committed readers read below it."""
+        undecided = self._undecided
+        if undecided:
+            undecided[:] = [pair for pair in undecided if pair[1] >= high_watermark]
+        unstable = min(first for first, _ in undecided) if undecided else high_watermark
+        if self.open_transactions:
+            unstable = min(unstable, next(iter(self.open_transactions.values())))
+        return min(unstable, high_watermark)
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return producer_id in self.open_transactions
 
 
 def _last_sequence(header) -> int:

@@ -20,7 +20,7 @@ from kafka.protocol.consumer import FetchRequest
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.records import (
-    BatchHeader, CorruptRecordError, read_uvarint, validate_batches, write_compact_string, write_uvarint,
+    CorruptRecordError, read_uvarint, validate_batches, write_compact_string, write_uvarint,
 )
 from cluster.runtime.shutdown import cancel_and_wait
 from cluster.runtime.time_slices import TimeSlice, gently
@@ -188,14 +188,6 @@ class ReplicaFetchers:
         to_send, forgotten = session.next_request(wanted, complete)
         return follower_fetch_request(self.broker.node_id, self.max_wait_ms, session, to_send, forgotten)
 
-    @staticmethod
-    def _track_producers(producers: PartitionProducers, batches: list[tuple[int, BatchHeader]]) -> None:
-        """Idempotent producers' sequences, batch by batch, so that this replica can take over
-        as leader and still recognise a retried batch."""
-        for _, header in batches:
-            if header.producer_id >= 0 and not header.is_control:
-                producers.record(header, header.base_offset)
-
     def _still_following(self, leader: int, key: tuple[str, int], partition: Partition | None, fetch_offset) -> bool:
         """A response is applied only while it still answers our question: the partition is
         followed from this leader (leadership may have moved, even to us, while the request was
@@ -228,7 +220,9 @@ class ReplicaFetchers:
         if records:
             batches = validate_batches(records, replicated=True)
             partition_log.append_as_follower(records, batches)
-            self._track_producers(partition.producers, batches)
+            # (so that this replica can take over as leader, recognise retried batches and know
+            # which transactions are open)
+            partition.track_replicated(records, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
         # Records the leader deleted (DeleteRecords) go here too, as far as this replica is committed.
         partition_log.advance_log_start_offset(log_start_offset)

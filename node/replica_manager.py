@@ -22,6 +22,7 @@ from node.isr_members import IsrMembers
 from node.log_checkpoints import LogCheckpoints
 from node.partition import Partition, start_epoch
 from node.producer_state import PartitionProducers
+from node.transactions.placement import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,9 @@ class ReplicaManager:
         self.isr_members.track(partition.key, tuple(r for r in info.isr if r != me) if info.leader == me else ())
 
     def _update_coordinated_partitions(self) -> None:
-        """Load the groups of `__consumer_offsets` partitions led here; forget those led elsewhere."""
+        """Load the groups of `__consumer_offsets` partitions led here, and the transactional ids of
+        `__transaction_state` partitions; forget those led elsewhere."""
+        self._update_transaction_partitions()
         coordinator = self.broker.groups
         topic = self.broker.image.topics.get(OFFSETS_TOPIC)
         led = {index for index, info in (topic.partitions.items() if topic else ())
@@ -186,6 +189,20 @@ class ReplicaManager:
         if self._known_topics is not None and self._known_topics - existing:
             coordinator.forget_deleted_topics(self._known_topics - existing)
         self._known_topics = existing
+
+    def _update_transaction_partitions(self) -> None:
+        """A partition is (re)loaded whenever this node takes a new term of it: the coordinator epoch
+        is the leader epoch, and a deposed coordinator's markers must be refused."""
+        coordinator = self.broker.transactions
+        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
+        led = {index: info.leader_epoch for index, info in (topic.partitions.items() if topic else ())
+               if info.leader == self.broker.node_id and (TRANSACTION_STATE_TOPIC, index) in self.partitions}
+        for partition, epoch in list(coordinator.coordinator_epochs.items()):
+            if led.get(partition) != epoch:
+                coordinator.unload_partition(partition)
+        for partition, epoch in led.items():
+            if partition not in coordinator.coordinator_epochs:
+                coordinator.load_partition(partition, self.partitions[(TRANSACTION_STATE_TOPIC, partition)].log, epoch)
 
     def _remove(self, key: Key) -> PartitionLog:
         """Stop hosting a partition; the caller deletes the returned log's files."""

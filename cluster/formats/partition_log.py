@@ -287,6 +287,16 @@ class PartitionLog:
         LogSegment.updateTxnIndex); ValueError unless its last offset is above the previous entry's."""
         self.active.txn_index.append(entry)
 
+    def index_aborted_transactions(self, entries: list[AbortedTxn]) -> None:
+        """Aborted transactions found by replaying the log, oldest first, each indexed in the segment
+        holding its marker unless it is there already: a crash can leave the latest out, and Kafka
+        rebuilds them as it recovers the segment."""
+        for entry in entries:
+            index = self.segments[self._segment_index_for(entry.last_offset)].txn_index
+            known = index.entries()
+            if not known or known[-1].last_offset < entry.last_offset:
+                index.append(entry)
+
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset), oldest marker first,
         as Kafka's collectAbortedTransactions: from the segment holding fetch_offset (an entry sits in
@@ -337,13 +347,15 @@ class PartitionLog:
         records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return ReadResult(records, self.high_watermark, self.log_start_offset, self.log_end_offset)
 
-    def batch_headers(self, chunk_bytes: int = BATCHES_CHUNK_BYTES) -> Iterator[tuple[bytes, int, BatchHeader]]:
-        """(data, position, header) of every whole batch from the log start to the log end, oldest
-        first: the batch is data[position:position + header.size], in bytes read chunk_bytes at a
-        time. For state rebuilt from a log when it is opened or taken over (producer sequences, a
-        group coordinator's groups), which needs the whole log, not only what is below the high
-        watermark; most of it needs the headers alone, so no batch is cut out of its chunk here."""
-        offset = self.log_start_offset
+    def batch_headers(self, start: int | None = None,
+                      chunk_bytes: int = BATCHES_CHUNK_BYTES) -> Iterator[tuple[bytes, int, BatchHeader]]:
+        """(data, position, header) of every whole batch from the log start (or the batch holding
+        `start`) to the log end, oldest first: the batch is data[position:position + header.size],
+        in bytes read chunk_bytes at a time. For state rebuilt from a log when it is opened or taken
+        over (producer sequences, a group coordinator's groups), which needs the whole log, not only
+        what is below the high watermark; most of it needs the headers alone, so no batch is cut out
+        of its chunk here."""
+        offset = self.log_start_offset if start is None else max(start, self.log_start_offset)
         while offset < self.log_end_offset:
             data = self.read(offset, chunk_bytes, max_offset=self.log_end_offset).records
             if not data:

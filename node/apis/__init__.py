@@ -67,6 +67,10 @@ API_MODULES = (
     "unregister_broker",
     "delete_records",
     "describe_log_dirs",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "write_txn_markers",
 )
 
 

@@ -19,9 +19,13 @@ without tagged fields is written with struct (node.fetch_answers), any other is 
 node.spliced_response.SplicedResponse; either way the server writes the record sets beside the
 encoded fields.
 
-Differs from Kafka: no transactions, so read_committed reads what read_uncommitted reads and no
-aborted transactions are listed; consumers always read from the leader (no preferred read
-replica, KIP-392); no quotas, so throttle_time_ms is 0.
+A read_committed consumer (isolation level 1, v4+) reads up to the partition's last stable offset
+(node.producer_state): nothing of a transaction still open, or ended by a marker not yet on the
+in-sync replicas. Its answer lists the aborted transactions whose records it may read, from the
+log's aborted-transaction index, so that the client drops them; every answer carries the LSO.
+
+Differs from Kafka: consumers always read from the leader (no preferred read replica, KIP-392);
+no quotas, so throttle_time_ms is 0.
 """
 from __future__ import annotations
 
@@ -48,6 +52,10 @@ REQUEST = FetchRequest
 RESPONSE = FetchResponse
 VERSIONS = (0, 18)
 LAST_MAGIC_0_VERSION = 1
+FIRST_ISOLATION_VERSION = 4
+READ_COMMITTED = 1
+# What _read_all takes for `follower` when a consumer reads committed transactions only.
+READ_COMMITTED_CONSUMER = -2
 LAST_LEGACY_FORMAT_VERSION = 3
 # A partition's read of at least this many bytes stays on disk and goes out with sendfile
 # (node.socket_writes). Smaller ones are read: up to about 128 KiB the extra steps of a region (a
@@ -70,7 +78,9 @@ class PartitionFetch:
     diverging: tuple[int, int] | None = None  # (epoch, end offset) a follower must truncate to
     records: bytes = b""
     high_watermark: int = -1
+    last_stable_offset: int = -1  # (-1: as the high watermark, for a follower or an error)
     log_start_offset: int = -1
+    aborted: list | None = None  # read_committed: (producer id, first offset) of aborted transactions read
     throttled: bool = False  # a replica fetch under the leader's replication throttle
     held_back: bool = False  # ... that got no data this time because the throttle's bucket is spent
     follower_offset_taken: bool = False  # a follower's fetch offset counts once per request, as in Kafka
@@ -88,6 +98,8 @@ async def handle(broker, header, request):
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     # Legacy versions convert what they read, in memory.
     region_from = SENDFILE_FROM_BYTES if version > LAST_LEGACY_FORMAT_VERSION else None
+    if follower < 0 and version >= FIRST_ISOLATION_VERSION and request.isolation_level == READ_COMMITTED:
+        follower = READ_COMMITTED_CONSUMER
     while True:
         total = _read_all(broker, fetches, request.max_bytes, follower, region_from)
         remaining = deadline - time.monotonic()
@@ -146,7 +158,8 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
     """Read every partition again from its fetch offset; returns the bytes gathered.
 
     A follower's fetch offset is its log end offset, which may move the high watermark; a
-    follower reads up to the log end, consumers only up to the high watermark.
+    follower reads up to the log end, consumers only up to the high watermark, read_committed
+    ones (follower READ_COMMITTED_CONSUMER) up to the last stable offset.
     """
     total = 0
     for fetch in fetches:
@@ -162,7 +175,10 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
         partition_log = check.partition.log
         limit = min(fetch.request.partition_max_bytes, max_bytes - total)
         max_offset = None
-        if follower >= 0:
+        stable = fetch.last_stable_offset = check.partition.last_stable_offset() if follower < 0 else -1
+        if follower == READ_COMMITTED_CONSUMER:
+            max_offset = stable
+        elif follower >= 0:
             fetch.diverging = _divergence(partition_log, fetch.request)
             if fetch.diverging is not None:
                 fetch.high_watermark = partition_log.high_watermark
@@ -191,10 +207,19 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
             fetch.records = result.records
         fetch.high_watermark = result.high_watermark
         fetch.log_start_offset = result.log_start_offset
+        if follower == READ_COMMITTED_CONSUMER:
+            fetch.aborted = _aborted_read(partition_log, fetch) if fetch.records else []
         total += len(fetch.records)
         if fetch.throttled:
             broker.leader_throttle.record(len(fetch.records))
     return total
+
+
+def _aborted_read(partition_log, fetch: PartitionFetch) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions with records in what was read, up to
+    the last stable offset (Kafka bounds it by the read's end; a wider list is harmless to clients)."""
+    return [(entry.producer_id, entry.first_offset) for entry in partition_log.collect_aborted_transactions(
+        fetch.request.fetch_offset, fetch.last_stable_offset)]
 
 
 def _held_back(broker, fetch: PartitionFetch, follower: int, partition_log) -> bool:
@@ -323,9 +348,11 @@ def _partition_data(fetch: PartitionFetch, records) -> dict:
         "partition_index": fetch.request.partition,
         "error_code": fetch.error,
         "high_watermark": fetch.high_watermark,
-        "last_stable_offset": fetch.high_watermark,
+        "last_stable_offset": fetch.last_stable_offset if fetch.last_stable_offset >= 0 else fetch.high_watermark,
         "log_start_offset": fetch.log_start_offset,
-        "aborted_transactions": None,
+        "aborted_transactions": None if fetch.aborted is None else [
+            PartitionData.AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+            for producer_id, first_offset in fetch.aborted],
         "preferred_read_replica": -1,
         # librdkafka reads a null record set as an invalid MessageSet size: always bytes.
         "records": records,

@@ -1,11 +1,12 @@
-"""FindCoordinator v0-6: the leader of the group's `__consumer_offsets` partition (created on first use).
+"""FindCoordinator v0-6: the leader of a group's `__consumer_offsets` partition, or of a transactional
+id's `__transaction_state` partition (each topic created on first use).
 
-One key (v0-3) or a batch of keys (v4+). The offsets topic is created through the controller
-when the first group is looked up; until it has a leader the answer is
-COORDINATOR_NOT_AVAILABLE and clients retry.
+One key (v0-3) or a batch of keys (v4+). A key type other than GROUP (0) and TRANSACTION (1) is
+INVALID_REQUEST. The topic is created through the controller when the first key of its type is
+looked up; until its partition has a leader the answer is COORDINATOR_NOT_AVAILABLE and clients
+retry.
 
-Differs from Kafka: no transaction coordinator, so a transaction key gets
-COORDINATOR_NOT_AVAILABLE.
+Differs from Kafka: share groups' key type (2) is not served yet.
 """
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from cluster.formats.errors import ErrorCode
 from node.groups import placement
+from node.transactions import placement as transaction_placement
 
 REQUEST = FindCoordinatorRequest
 RESPONSE = FindCoordinatorResponse
 VERSIONS = (0, 6)
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,9 @@ async def handle(broker, header, request):
     keys = request.coordinator_keys if version >= 4 else [request.key]
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
     if key_type == GROUP_KEY_TYPE and broker.topic(placement.OFFSETS_TOPIC) is None:
-        await _create_offsets_topic(broker)
+        await _create_topic(broker, placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
+    elif key_type == TRANSACTION_KEY_TYPE and broker.topic(transaction_placement.TRANSACTION_STATE_TOPIC) is None:
+        await _create_topic(broker, transaction_placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
     found = [_locate(broker, key, key_type) for key in keys]
     if version >= 4:
         return RESPONSE[version](throttle_time_ms=0, coordinators=[
@@ -41,11 +46,12 @@ async def handle(broker, header, request):
 
 
 def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
-    if key_type != GROUP_KEY_TYPE:
-        # Transaction coordinators come with transactions.
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    partition = broker.groups.partition_of(key)
-    info = broker.partition(placement.OFFSETS_TOPIC, partition)
+    if key_type == GROUP_KEY_TYPE:
+        info = broker.partition(placement.OFFSETS_TOPIC, broker.groups.partition_of(key))
+    elif key_type == TRANSACTION_KEY_TYPE:
+        info = broker.partition(transaction_placement.TRANSACTION_STATE_TOPIC, broker.transactions.partition_of(key))
+    else:
+        return ErrorCode.INVALID_REQUEST, -1, "", -1
     endpoint = broker.endpoint_of(info.leader) if info is not None and info.leader >= 0 else None
     if endpoint is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -53,9 +59,8 @@ def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
     return ErrorCode.NONE, info.leader, host, port
 
 
-async def _create_offsets_topic(broker) -> None:
-    topic = placement.topic_to_create(broker.config, len(broker.live_broker_ids()))
+async def _create_topic(broker, topic: dict) -> None:
     try:
         await broker.call_controller("create_topics", topics=[topic], validate_only=False)
     except Exception as exc:  # answered as COORDINATOR_NOT_AVAILABLE; clients retry
-        log.warning("cannot create %s: %s", placement.OFFSETS_TOPIC, exc)
+        log.warning("cannot create %s: %s", topic["name"], exc)

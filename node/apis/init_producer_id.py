@@ -1,10 +1,14 @@
-"""InitProducerId v0-6: a producer id and epoch for idempotent producers.
+"""InitProducerId v0-6: a producer id and epoch, for idempotent and transactional producers.
 
-A new id comes from the block the controller hands this node; a producer that names its id and
-epoch (v3+) gets the same id with the next epoch.
+Without a transactional id, a new id comes from the block the controller hands this node, and a
+producer that names its id and epoch (v3+, KIP-360) gets the same id with the next epoch. With
+one, this node must be its transaction coordinator (node.transactions.coordinator): the id's
+producer gets its next epoch, which fences any older instance, and an open transaction of that
+instance is aborted first (CONCURRENT_TRANSACTIONS until it is; the client retries).
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as Kafka answers older clients.
 
-Differs from Kafka: transactions are not built yet, so a transactional id gets
-COORDINATOR_NOT_AVAILABLE.
+Differs from Kafka: two-phase commit (v6's enable_2pc, KIP-939) is not served: such a request is
+refused with UNSUPPORTED_VERSION.
 """
 from __future__ import annotations
 
@@ -16,19 +20,25 @@ REQUEST = InitProducerIdRequest
 RESPONSE = InitProducerIdResponse
 VERSIONS = (0, 6)
 MAX_EPOCH = 32767
+FIRST_PRODUCER_FENCED_VERSION = 4
 
 
 async def handle(broker, header, request):
     def reply(code, producer_id=-1, epoch=-1):
+        if code == ErrorCode.PRODUCER_FENCED and header.api_version < FIRST_PRODUCER_FENCED_VERSION:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
         return RESPONSE[header.api_version](throttle_time_ms=0, error_code=code, producer_id=producer_id,
                                             producer_epoch=epoch, ongoing_txn_producer_id=-1,
                                             ongoing_txn_producer_epoch=-1)
 
+    expected_id, expected_epoch = (request.producer_id, request.producer_epoch) if header.api_version >= 3 else (-1, -1)
+    if getattr(request, "enable_2pc", False):
+        return reply(ErrorCode.UNSUPPORTED_VERSION)
     if request.transactional_id is not None:
-        # A transactional producer needs a transaction coordinator, which does not exist yet.
-        return reply(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if header.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
-        return reply(ErrorCode.NONE, request.producer_id, request.producer_epoch + 1)
+        return reply(*await broker.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, expected_id, expected_epoch))
+    if expected_id >= 0 and 0 <= expected_epoch < MAX_EPOCH - 1:
+        return reply(ErrorCode.NONE, expected_id, expected_epoch + 1)
     try:
         producer_id = await broker.producer_ids.allocate()
     except Exception:

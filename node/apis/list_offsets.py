@@ -6,9 +6,11 @@ segment whose file was last modified at or before the timestamp, the log end whe
 segment holds data, and for consumers nothing above the high watermark (which takes the place of
 whatever was above it). Only -1 (latest) and -2 (earliest) of the special timestamps exist there.
 
+A read_committed client (isolation level 1, v2+) may know only what is stable: its latest offset
+is the last stable offset, and a timestamp lookup finds nothing at or above it.
+
 Differs from Kafka: no tiered storage, so earliest-local (-4) is the earliest offset and
-latest-tiered (-5) finds none; no transactions, so read_committed's last stable offset is the
-high watermark.
+latest-tiered (-5) finds none.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 CONSUMER_REPLICA_ID = -1
+FIRST_ISOLATION_VERSION = 2
+READ_COMMITTED = 1
 
 TopicResponse = RESPONSE.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
@@ -37,20 +41,28 @@ PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 async def handle(broker, header, request):
     from_client = request.replica_id == CONSUMER_REPLICA_ID
     topics = []
-    lookup = _legacy_lookup if header.api_version == 0 else _lookup
+    read_committed = (from_client and header.api_version >= FIRST_ISOLATION_VERSION
+                      and request.isolation_level == READ_COMMITTED)
     for topic in request.topics:
-        partitions = [lookup(broker, topic.name, part, header.api_version, from_client) for part in topic.partitions]
+        partitions = [_legacy_lookup(broker, topic.name, part, header.api_version, from_client)
+                      if header.api_version == 0 else
+                      _lookup(broker, topic.name, part, header.api_version, from_client, read_committed)
+                      for part in topic.partitions]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=topics)
 
 
-def _lookup(broker, topic: str, part, version: int, from_client: bool):
+def _lookup(broker, topic: str, part, version: int, from_client: bool, read_committed: bool):
     check = check_leader(broker, topic, part.partition_index, part.current_leader_epoch)
     if check.error:
         return _answer(part, check.error)
     partition_log = check.log
-    # Clients may know only what is committed; replicas and tools asking as one, the whole log.
-    last_fetchable = partition_log.high_watermark if from_client else partition_log.log_end_offset
+    # Clients may know only what is committed (read_committed ones, what is stable); replicas and
+    # tools asking as one, the whole log.
+    if read_committed:
+        last_fetchable = check.partition.last_stable_offset()
+    else:
+        last_fetchable = partition_log.high_watermark if from_client else partition_log.log_end_offset
     if part.timestamp == LATEST_TIMESTAMP:
         lagging = _lagging(check.partition, version, from_client)
         return _answer(part, lagging) if lagging else _answer(part, offset=last_fetchable, info=check.info)

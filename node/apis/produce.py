@@ -13,9 +13,12 @@ appended like any other. A payload with no whole message appends nothing and is 
 error at offset -1, as Kafka answers it. Magic-2 batches are accepted in those versions too
 (Kafka never refused them there), one batch per partition as always.
 
-Differs from Kafka: transactions are not built, so no transactional producer gets this far
-(InitProducerId refuses it) and no transaction markers are written; no quotas, so
-throttle_time_ms is 0.
+A transactional batch that would open its producer's transaction in a partition is first verified
+with the transaction coordinator (KIP-890, node.transaction_verification): INVALID_TXN_STATE if
+the partition is not part of the producer's open transaction, NOT_ENOUGH_REPLICAS (retriable)
+while the coordinator cannot tell.
+
+Differs from Kafka: no quotas, so throttle_time_ms is 0.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from cluster.formats.records import (
 )
 from cluster.formats.errors import ErrorCode
 from cluster.runtime import timeline
-from node import produce_answers
+from node import produce_answers, transaction_verification
 from node.leadership import check_leader, leader_endpoints
 from node.partition import Partition
 from node.producer_state import SequenceError
@@ -54,6 +57,7 @@ async def handle(broker, header, request):
         timeline.mark("produce started")
     if request.acks not in (0, 1, -1):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
+    refused = await _unverified(broker, request, header.api_version) if header.api_version >= 3 else None
     leaders_named = []
     topics = []
     awaiting: list[tuple[dict, Partition, int]] = []
@@ -61,6 +65,9 @@ async def handle(broker, header, request):
         name, topic_id = _topic_of(broker, topic_data, header.api_version)
         partitions = []
         for data in topic_data.partition_data:
+            if refused and (name, data.index) in refused:
+                partitions.append(_error(data.index, refused[(name, data.index)]))
+                continue
             answer, commit = _produce_partition(broker, name, data, request.acks, header.api_version, leaders_named)
             partitions.append(answer)
             if request.acks == -1 and commit is not None:
@@ -74,6 +81,17 @@ async def handle(broker, header, request):
     if timeline.ENABLED:
         timeline.mark("produce committed")
     return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
+
+
+async def _unverified(broker, request, version: int) -> dict | None:
+    """Partitions whose transactional batch the transaction coordinator did not confirm; None when
+    no batch is transactional (checked from the first batch's header, before anything else)."""
+    writes = [((name, data.index), data.records) for topic_data in request.topic_data
+              for name in (_topic_of(broker, topic_data, version)[0],)
+              for data in topic_data.partition_data if transaction_verification.transactional_producer(data.records)]
+    if not writes:
+        return None
+    return await transaction_verification.refusals(broker, request.transactional_id, writes)
 
 
 def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list):

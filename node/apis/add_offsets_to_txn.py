@@ -1,0 +1,28 @@
+"""AddOffsetsToTxn v0-4: make a group's `__consumer_offsets` partition part of the producer's transaction.
+
+The transaction coordinator adds the partition that coordinates the group, so that the
+transaction's end writes a marker there too and the offsets the producer then sends with
+TxnOffsetCommit commit or abort with it. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
+
+Same as Kafka.
+"""
+from __future__ import annotations
+
+from kafka.protocol.producer import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+
+from cluster.formats.errors import ErrorCode
+from node.groups.placement import OFFSETS_TOPIC
+
+REQUEST = AddOffsetsToTxnRequest
+RESPONSE = AddOffsetsToTxnResponse
+VERSIONS = (0, 4)
+FIRST_PRODUCER_FENCED_VERSION = 2
+
+
+async def handle(broker, header, request):
+    partition = (OFFSETS_TOPIC, broker.groups.partition_of(request.group_id))
+    error = await broker.transactions.add_partitions(request.transactional_id, request.producer_id,
+                                                     request.producer_epoch, {partition})
+    if error == ErrorCode.PRODUCER_FENCED and header.api_version < FIRST_PRODUCER_FENCED_VERSION:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
+    return RESPONSE[header.api_version](throttle_time_ms=0, error_code=error)

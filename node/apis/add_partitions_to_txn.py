@@ -1,0 +1,67 @@
+"""AddPartitionsToTxn v0-5: make partitions part of the producer's open transaction.
+
+v0-3 come from a transactional producer before its first write to a partition: the transaction
+coordinator (node.transactions.coordinator) records them in `__transaction_state`, opening the
+transaction if none is open, and answers once that is on the in-sync replicas. A partition of an
+unknown topic is UNKNOWN_TOPIC_OR_PARTITION and the others of the request OPERATION_NOT_ATTEMPTED,
+as in Kafka. v4+ come from partition leaders, several transactions at once (KIP-890): with
+`verify_only`, each partition is answered whether it is part of the producer's open transaction
+(INVALID_TXN_STATE if not); without, it is added. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
+before v2.
+
+Same as Kafka.
+"""
+from __future__ import annotations
+
+from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+
+from cluster.formats.errors import ErrorCode
+
+REQUEST = AddPartitionsToTxnRequest
+RESPONSE = AddPartitionsToTxnResponse
+VERSIONS = (0, 5)
+FIRST_BATCHED_VERSION = 4
+FIRST_PRODUCER_FENCED_VERSION = 2
+
+TopicResult = RESPONSE.AddPartitionsToTxnTopicResult
+PartitionResult = TopicResult.AddPartitionsToTxnPartitionResult
+
+Partition = tuple[str, int]
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    if version >= FIRST_BATCHED_VERSION:
+        results = [RESPONSE.AddPartitionsToTxnResult(
+            transactional_id=txn.transactional_id,
+            topic_results=_topic_results(await _one_transaction(
+                broker, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)))
+            for txn in request.transactions]
+        return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
+    errors = await _one_transaction(broker, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                    request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+    if version < FIRST_PRODUCER_FENCED_VERSION:
+        errors = {p: ErrorCode.INVALID_PRODUCER_EPOCH if e == ErrorCode.PRODUCER_FENCED else e
+                  for p, e in errors.items()}
+    return RESPONSE[version](throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(errors))
+
+
+async def _one_transaction(broker, transactional_id: str, producer_id: int, epoch: int, topics,
+                           verify_only: bool) -> dict[Partition, ErrorCode]:
+    partitions = [(topic.name, index) for topic in topics for index in topic.partitions]
+    unknown = [p for p in partitions if broker.partition(*p) is None]
+    if unknown:
+        return {p: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if p in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for p in partitions}
+    coordinator = broker.transactions
+    if verify_only:
+        return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
+    error = await coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions))
+    return dict.fromkeys(partitions, error)
+
+
+def _topic_results(errors: dict[Partition, ErrorCode]) -> list:
+    by_topic: dict[str, list] = {}
+    for (topic, index), error in errors.items():
+        by_topic.setdefault(topic, []).append(PartitionResult(partition_index=index, partition_error_code=error))
+    return [TopicResult(name=topic, results_by_partition=results) for topic, results in by_topic.items()]

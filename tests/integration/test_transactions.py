@@ -1,0 +1,157 @@
+"""Transactions with confluent-kafka: commit and abort, read_committed readers, the LSO, fencing, timeouts."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from cluster.launch import Cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(nodes=3, data_dir=tmp_path_factory.mktemp("txn") / "kraftwerk",
+                 node_config={"transaction.state.log.num.partitions": "5"}) as running:
+        yield running
+
+
+def new_topic(cluster, partitions: int = 2) -> str:
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=partitions, replication_factor=3)
+    return topic
+
+
+def transactional_producer(cluster, transactional_id: str | None = None, **config) -> Producer:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "transactional.id": transactional_id or f"tx-{uuid.uuid4().hex[:8]}",
+                         "linger.ms": 5, **config})
+    producer.init_transactions(15)
+    return producer
+
+
+def read_all(cluster, topic: str, isolation: str, partitions: int = 2, expected: int | None = None,
+             timeout_s: float = 10.0) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record a consumer at `isolation` reads to the end."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": isolation, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    found, at_end = [], set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    if len(at_end) == partitions and (expected is None or len(found) >= expected):
+                        break
+                    continue
+                raise KafkaException(message.error())
+            at_end.discard(message.partition())
+            found.append((message.partition(), message.offset(), message.value()))
+    finally:
+        consumer.close()
+    return sorted(found)
+
+
+def values(records) -> list[bytes]:
+    return sorted(value for _, _, value in records)
+
+
+def test_committed_records_are_read_and_aborted_ones_hidden_from_read_committed(cluster):
+    topic = new_topic(cluster)
+    producer = transactional_producer(cluster)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, key=b"k%d" % i, value=b"committed-%d" % i, partition=i % 2)
+    producer.commit_transaction(15)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce(topic, key=b"k%d" % i, value=b"aborted-%d" % i, partition=i % 2)
+    producer.flush(10)
+    producer.abort_transaction(15)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"after", partition=0)
+    producer.commit_transaction(15)
+
+    committed = read_all(cluster, topic, "read_committed", expected=11)
+    assert values(committed) == sorted([b"committed-%d" % i for i in range(10)] + [b"after"])
+    everything = read_all(cluster, topic, "read_uncommitted", expected=17)
+    assert values(everything) == sorted([b"committed-%d" % i for i in range(10)] + [b"after"]
+                                        + [b"aborted-%d" % i for i in range(6)])
+    # A marker takes an offset in each partition its transaction wrote: in partition 0, five
+    # committed records, their marker, three aborted records, theirs, then the last one.
+    assert [offset for partition, offset, _ in committed if partition == 0] == [0, 1, 2, 3, 4, 10]
+
+
+def test_an_open_transaction_holds_read_committed_readers_at_its_first_offset(cluster):
+    topic = new_topic(cluster, partitions=1)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    plain.produce(topic, value=b"before", partition=0)
+    plain.flush(10)
+    producer = transactional_producer(cluster)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=0)
+    producer.flush(10)
+    plain.produce(topic, value=b"written meanwhile", partition=0)
+    plain.flush(10)
+
+    assert values(read_all(cluster, topic, "read_committed", partitions=1, timeout_s=5)) == [b"before"]
+    assert values(read_all(cluster, topic, "read_uncommitted", partitions=1, expected=3)) == sorted(
+        [b"before", b"open", b"written meanwhile"])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "lso-check",
+                         "isolation.level": "read_committed"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        assert (low, high) == (0, 1)  # the LSO: the open transaction's first offset
+        producer.commit_transaction(15)
+        assert values(read_all(cluster, topic, "read_committed", partitions=1, expected=3)) == sorted(
+            [b"before", b"open", b"written meanwhile"])
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False) == (0, 4)
+    finally:
+        consumer.close()
+
+
+def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(cluster):
+    topic = new_topic(cluster)
+    transactional_id = f"zombie-{uuid.uuid4().hex[:6]}"
+    zombie = transactional_producer(cluster, transactional_id)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"from the zombie", partition=0)
+    zombie.flush(10)
+
+    successor = transactional_producer(cluster, transactional_id)
+    successor.begin_transaction()
+    successor.produce(topic, value=b"from the successor", partition=1)
+    successor.commit_transaction(15)
+
+    zombie.produce(topic, value=b"late", partition=0)
+    with pytest.raises(KafkaException) as refused:
+        zombie.commit_transaction(15)
+    assert refused.value.args[0].fatal() or refused.value.args[0].txn_requires_abort()
+    assert values(read_all(cluster, topic, "read_committed", expected=1)) == [b"from the successor"]
+
+
+def test_the_coordinator_aborts_a_transaction_that_outlives_its_timeout(cluster):
+    topic = new_topic(cluster)
+    producer = transactional_producer(cluster, **{"transaction.timeout.ms": 2000})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"too slow", partition=0)
+    producer.flush(10)
+    # Held back while open, and hidden once the coordinator has aborted it.
+    deadline = time.monotonic() + 15
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    plain.produce(topic, value=b"later", partition=0)
+    plain.flush(10)
+    while time.monotonic() < deadline:
+        if values(read_all(cluster, topic, "read_committed", timeout_s=2)) == [b"later"]:
+            break
+    else:
+        pytest.fail("the timed-out transaction still holds read_committed readers back")
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(15)
