@@ -13,6 +13,7 @@ from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol import producer as txn_api
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from cluster.formats.message_sets import encode_message
@@ -214,7 +215,34 @@ def requests_for(version_of, topic_id):
         return admin_api.DeleteRecordsRequest[v](topics=[T(name=TOPIC, partitions=[
             T.DeleteRecordsPartition(partition_index=0, offset=0)])], timeout_ms=5000)
 
+    def add_partitions_to_txn(v):
+        R = txn_api.AddPartitionsToTxnRequest
+        topics = [R.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])]
+        if v < 4:
+            return R[v](v3_and_below_transactional_id="versions-txn", v3_and_below_producer_id=424242,
+                        v3_and_below_producer_epoch=0, v3_and_below_topics=topics)
+        return R[v](transactions=[R.AddPartitionsToTxnTransaction(
+            transactional_id="versions-txn", producer_id=424242, producer_epoch=0, verify_only=True, topics=topics)])
+
+    def add_offsets_to_txn(v):
+        return txn_api.AddOffsetsToTxnRequest[v](transactional_id="versions-txn", producer_id=424242,
+                                                 producer_epoch=0, group_id="committer")
+
+    def end_txn(v):
+        return txn_api.EndTxnRequest[v](transactional_id="versions-txn", producer_id=424242, producer_epoch=0,
+                                        committed=False)
+
+    def write_txn_markers(v):
+        M = txn_api.WriteTxnMarkersRequest.WritableTxnMarker
+        # An ABORT marker of a producer that never wrote here: Kafka writes it all the same.
+        return txn_api.WriteTxnMarkersRequest[v](markers=[M(
+            producer_id=424242 + v, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            topics=[M.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=[0])], transaction_version=1)])
+
     return {
+        24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
+        25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
+        27: (write_txn_markers, txn_api.WriteTxnMarkersResponse),
         0: (produce, ProduceResponse), 1: (fetch, FetchResponse), 2: (list_offsets, ListOffsetsResponse),
         3: (metadata, MetadataResponse), 18: (api_versions, ApiVersionsResponse),
         19: (create_topics, admin_api.CreateTopicsResponse), 20: (delete_topics, admin_api.DeleteTopicsResponse),
@@ -249,6 +277,8 @@ EXPECTED_ERRORS = {
     42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
+    # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
+    24: {0, 16, 49}, 25: {16, 49}, 26: {16, 49},
 }
 
 

@@ -26,7 +26,8 @@ RECORD_SETS = {("orders", 0): os.urandom(126), ("orders", 1): b"", ("orders", 2)
 def partition_fetches(records_of, tagged: bool = False, interleaved: bool = False) -> list[fetch.PartitionFetch]:
     """One fetch per record set; with `tagged`, one names its leader and one a diverging epoch
     (fields a Fetch answer carries as tagged fields from v12); `interleaved` alternates the topics,
-    as a follower's fetch of several topics may."""
+    as a follower's fetch of several topics may. Two are read_committed reads: one with aborted
+    transactions and a last stable offset below the high watermark, one with none."""
     fetches = []
     for (topic, partition), records in RECORD_SETS.items():
         request = FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=0,
@@ -35,6 +36,8 @@ def partition_fetches(records_of, tagged: bool = False, interleaved: bool = Fals
         fetches.append(fetch.PartitionFetch(topic, TOPIC_IDS[topic], request, records=records_of(records),
                                             high_watermark=5, log_start_offset=0))
     fetches[1].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    fetches[0].last_stable_offset, fetches[0].aborted = 3, [(7, 1), (9, 2)]
+    fetches[3].last_stable_offset, fetches[3].aborted = 5, []
     if tagged:
         fetches[1].leader = (3, 9)
         fetches[2].diverging = (4, 120)
@@ -60,9 +63,13 @@ def encoded_with_data_classes(fetches: list[fetch.PartitionFetch], version: int)
             tags["diverging_epoch"] = Partition.EpochEndOffset(epoch=f.diverging[0], end_offset=f.diverging[1])
         if f.leader is not None:
             tags["current_leader"] = Partition.LeaderIdAndEpoch(leader_id=f.leader[0], leader_epoch=f.leader[1])
+        aborted = None if f.aborted is None else [
+            Partition.AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+            for producer_id, first_offset in f.aborted]
         partition = Partition(partition_index=f.request.partition, error_code=f.error, high_watermark=f.high_watermark,
-                              last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset,
-                              aborted_transactions=None, preferred_read_replica=-1, records=bytes(f.records), **tags)
+                              last_stable_offset=f.last_stable_offset if f.last_stable_offset >= 0 else f.high_watermark,
+                              log_start_offset=f.log_start_offset, aborted_transactions=aborted,
+                              preferred_read_replica=-1, records=bytes(f.records), **tags)
         key = (f.topic, f.topic_id)
         if key not in topics:
             topics[key] = Topic(topic=f.topic if version < 13 else None, topic_id=f.topic_id, partitions=[])
@@ -89,6 +96,10 @@ def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(v
     decoded = FetchResponse.decode(wire, version=version)
     records = [bytes(p.records or b"") for t in decoded.responses for p in t.partitions]
     assert records == list(RECORD_SETS.values())
+    if version >= 4:
+        first = decoded.responses[0].partitions[0]
+        assert first.last_stable_offset == 3
+        assert [(a.producer_id, a.first_offset) for a in first.aborted_transactions] == [(7, 1), (9, 2)]
     if tagged and version >= 12:
         partitions = [p for t in decoded.responses for p in t.partitions]
         assert (partitions[1].current_leader.leader_id, partitions[1].current_leader.leader_epoch) == (3, 9)
