@@ -1,15 +1,17 @@
 """Transactional offset commits (TxnOffsetCommit, KIP-98/447) in the group coordinator: pending until
 the transaction's marker, committed or aborted there, Kafka's rule between plain and transactional
-commits, and replay of a log holding both and their markers."""
+commits, replay of a log holding both and their markers, and OffsetFetch's require_stable."""
 import asyncio
 from types import SimpleNamespace
 
 import pytest
+from kafka.protocol.consumer import OffsetFetchRequest
 
 from cluster.formats.control_records import end_txn_marker
 from cluster.formats.errors import ErrorCode
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import ATTR_TRANSACTIONAL, encode_batch
+from node.apis import offset_fetch
 from node.groups.coordinator import GroupCoordinator
 from node.groups.persistence import GroupError
 from node.groups.placement import OFFSETS_TOPIC
@@ -266,5 +268,46 @@ def test_deleting_offsets_or_the_group_takes_its_pending_offsets_too(tmp_path):
         coordinator.complete_transaction(PRODUCER[0], [0], committed=True)
         assert coordinator.group("g") is None and coordinator.committed("g") == {}
         assert coordinator_of(partition_log).committed("g") == {}
+
+    asyncio.run(run())
+
+
+# --- the APIs ---
+
+def serving(coordinator: GroupCoordinator):
+    coordinator.broker.groups = coordinator
+    return coordinator.broker
+
+
+def fetch_request(version: int, group: str, require_stable: bool, topics=(("t", [0, 1]),)):
+    if version < 8:
+        T = OffsetFetchRequest.OffsetFetchRequestTopic
+        return OffsetFetchRequest[version](group_id=group, require_stable=require_stable,
+                                           topics=[T(name=n, partition_indexes=p) for n, p in topics])
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    T = G.OffsetFetchRequestTopics
+    return OffsetFetchRequest[version](require_stable=require_stable, groups=[G(
+        group_id=group, member_id=None, member_epoch=-1, topics=[T(name=n, partition_indexes=p) for n, p in topics])])
+
+
+async def fetched(broker, version: int, group: str, require_stable: bool):
+    response = await offset_fetch.handle(broker, SimpleNamespace(api_version=version),
+                                         fetch_request(version, group, require_stable))
+    topics = response.topics if version < 8 else response.groups[0].topics
+    return [(p.partition_index, p.committed_offset, p.error_code) for t in topics for p in t.partitions]
+
+
+@pytest.mark.parametrize("version", [7, 8])
+def test_offset_fetch_answers_unstable_where_a_transaction_is_pending_if_asked(tmp_path, version):
+    async def run():
+        coordinator = coordinator_of(offsets_log(tmp_path))
+        broker = serving(coordinator)
+        await coordinator.commit("g", {T0: CommittedOffset(1), T1: CommittedOffset(2)})
+        await coordinator.commit_transactional("g", PRODUCER, {T0: CommittedOffset(5)})
+        assert await fetched(broker, version, "g", require_stable=False) == [(0, 1, 0), (1, 2, 0)]
+        assert await fetched(broker, version, "g", require_stable=True) == [
+            (0, -1, ErrorCode.UNSTABLE_OFFSET_COMMIT), (1, 2, 0)]
+        coordinator.complete_transaction(PRODUCER[0], [0], committed=True)
+        assert await fetched(broker, version, "g", require_stable=True) == [(0, 5, 0), (1, 2, 0)]
 
     asyncio.run(run())
