@@ -6,17 +6,18 @@ from types import SimpleNamespace
 
 import pytest
 from kafka.protocol.consumer import OffsetFetchRequest
+from kafka.protocol.producer import TxnOffsetCommitRequest
 
 from cluster.formats.control_records import end_txn_marker
 from cluster.formats.errors import ErrorCode
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import ATTR_TRANSACTIONAL, encode_batch
-from node.apis import offset_fetch
+from node.apis import offset_fetch, txn_offset_commit
 from node.groups.coordinator import GroupCoordinator
 from node.groups.persistence import GroupError
 from node.groups.placement import OFFSETS_TOPIC
 from node.groups.records import CommittedOffset, offset_key, offset_value
-from tests.unit.test_group_coordinator import NODE_ID, LeaderBroker, coordinator_of
+from tests.unit.test_group_coordinator import NODE_ID, LeaderBroker, coordinator_of, join_and_sync
 
 T0, T1 = ("t", 0), ("t", 1)
 PRODUCER, OTHER_PRODUCER = (1000, 3), (2000, 0)
@@ -309,5 +310,83 @@ def test_offset_fetch_answers_unstable_where_a_transaction_is_pending_if_asked(t
             (0, -1, ErrorCode.UNSTABLE_OFFSET_COMMIT), (1, 2, 0)]
         coordinator.complete_transaction(PRODUCER[0], [0], committed=True)
         assert await fetched(broker, version, "g", require_stable=True) == [(0, 5, 0), (1, 2, 0)]
+
+    asyncio.run(run())
+
+
+def txn_commit(version: int, producer=PRODUCER, generation=-1, member="", instance=None, metadata=""):
+    T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    return TxnOffsetCommitRequest[version](
+        transactional_id="txn", group_id="g", producer_id=producer[0], producer_epoch=producer[1],
+        generation_id=generation, member_id=member, group_instance_id=instance, topics=[T(name="t", partitions=[
+            T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5, committed_leader_epoch=1,
+                                              committed_metadata=metadata),
+            T.TxnOffsetCommitRequestPartition(partition_index=1, committed_offset=6, committed_leader_epoch=1,
+                                              committed_metadata="")])])
+
+
+async def txn_commit_errors(broker, version: int, **fields) -> list[int]:
+    response = await txn_offset_commit.handle(broker, SimpleNamespace(api_version=version),
+                                              txn_commit(version, **fields))
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+def test_txn_offset_commit_checks_the_member_of_a_classic_group_from_v3(tmp_path):
+    async def run():
+        coordinator = coordinator_of(offsets_log(tmp_path))
+        broker = serving(coordinator)
+        member = await join_and_sync(coordinator, "g", b"")
+        generation = coordinator.group("g").generation
+        assert await txn_commit_errors(broker, 3, generation=generation + 1, member=member) == [
+            ErrorCode.ILLEGAL_GENERATION] * 2
+        assert await txn_commit_errors(broker, 3, generation=generation, member="ghost") == [
+            ErrorCode.UNKNOWN_MEMBER_ID] * 2
+        assert await txn_commit_errors(broker, 5, generation=generation, member="ghost", instance="i") == [
+            ErrorCode.UNKNOWN_MEMBER_ID] * 2
+        assert not coordinator.offsets.has_open_transactions("g")
+        assert await txn_commit_errors(broker, 2) == [0, 0]  # v0-2 name no member: a producer outside the group
+        assert await txn_commit_errors(broker, 3) == [0, 0]  # generation -1, no member: the same
+        assert await txn_commit_errors(broker, 3, generation=generation, member=member) == [0, 0]
+        pending = coordinator.offsets.pending(PRODUCER[0], "g")[T0]
+        assert (pending.offset, pending.leader_epoch, pending.metadata) == (5, 1, "")
+
+    asyncio.run(run())
+
+
+def test_a_static_member_replaced_by_another_is_fenced(tmp_path):
+    async def run():
+        coordinator = coordinator_of(offsets_log(tmp_path))
+        broker = serving(coordinator)
+        joined = await coordinator.classic.join("g", "", "instance", "client", "/127.0.0.1", 10_000, 10_000,
+                                                "consumer", [("range", b"")], require_known_member=False)
+        generation = joined.generation
+        assert await txn_commit_errors(broker, 3, generation=generation, member="old-id", instance="instance") == [
+            ErrorCode.FENCED_INSTANCE_ID] * 2
+        assert await txn_commit_errors(broker, 3, generation=generation, member=joined.member_id,
+                                       instance="instance") == [0, 0]
+
+    asyncio.run(run())
+
+
+def test_txn_offset_commit_refuses_large_metadata_per_partition_and_older_epochs(tmp_path):
+    async def run():
+        coordinator = coordinator_of(offsets_log(tmp_path))
+        broker = serving(coordinator)
+        too_long = "m" * (broker.config.get_int("offset.metadata.max.bytes") + 1)
+        assert await txn_commit_errors(broker, 5, metadata=too_long) == [ErrorCode.OFFSET_METADATA_TOO_LARGE, 0]
+        assert set(coordinator.offsets.pending(PRODUCER[0], "g")) == {T1}
+        older = (PRODUCER[0], PRODUCER[1] - 1)
+        assert await txn_commit_errors(broker, 5, producer=older, metadata=too_long) == [
+            ErrorCode.OFFSET_METADATA_TOO_LARGE, ErrorCode.INVALID_PRODUCER_EPOCH]
+
+    asyncio.run(run())
+
+
+def test_txn_offset_commit_before_v2_answers_loading_as_not_available(tmp_path):
+    async def run():
+        coordinator = GroupCoordinator(LeaderBroker(offsets_log(tmp_path)))  # its partition not loaded yet
+        broker = serving(coordinator)
+        assert await txn_commit_errors(broker, 1) == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 2
+        assert await txn_commit_errors(broker, 2) == [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 2
 
     asyncio.run(run())
