@@ -56,6 +56,7 @@ API_MODULES = (
     "leave_group",
     "offset_commit",
     "offset_fetch",
+    "txn_offset_commit",
     "describe_groups",
     "list_groups",
     "delete_groups",

@@ -3,10 +3,12 @@
 A null topic list asks for every committed offset of the group; -1 where nothing is committed.
 Versions 0 and 1 have no group-level error code: a group error (NOT_COORDINATOR, ...) is answered
 in every partition asked for, as Kafka's OffsetFetchRequest.getErrorResponse does. v10 names
-topics by id.
+topics by id. Offsets a transaction committed are not answered before the transaction commits;
+with require_stable (v7+, KIP-447) a partition the group has such pending offsets for is answered
+UNSTABLE_OFFSET_COMMIT, offset -1, in the partition (at every version, as Kafka does), and the
+client asks again; without it, the offset committed before the transaction is answered.
 
-Differs from Kafka: no transactions, so there are never pending transactional offsets for
-require_stable (v7+) to wait for.
+Same as Kafka.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ async def handle(broker, header, request):
     version = header.api_version
     if version < 8:
         wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-        error, offsets = _lookup(broker, request.group_id, wanted)
+        error, offsets = _lookup(broker, request.group_id, wanted, version >= 7 and request.require_stable)
         if error and version < 2:
             offsets = [(topic, [(p, -1, -1, "", error) for p in partitions]) for topic, partitions in wanted or []]
         return RESPONSE[version](throttle_time_ms=0, error_code=error, topics=[
@@ -37,7 +39,7 @@ async def handle(broker, header, request):
     for group in request.groups:
         wanted = None if group.topics is None else [(_topic_name(broker, t, version), list(t.partition_indexes))
                                                      for t in group.topics]
-        error, offsets = _lookup(broker, group.group_id, wanted)
+        error, offsets = _lookup(broker, group.group_id, wanted, request.require_stable)
         Topic = Group.OffsetFetchResponseTopics
         groups.append(Group(group_id=group.group_id, error_code=error, topics=[
             Topic(name=topic if version < 10 else None,
@@ -60,12 +62,13 @@ def _topic_id(broker, name):
     return info.topic_id if info else None
 
 
-def _lookup(broker, group_id: str, wanted):
+def _lookup(broker, group_id: str, wanted, require_stable: bool):
     """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]); -1 where nothing is committed."""
-    error = broker.groups.owns(group_id)
+    coordinator = broker.groups
+    error = coordinator.owns(group_id)
     if error:
         return error, []
-    committed = broker.groups.committed(group_id)
+    committed = coordinator.committed(group_id)
     if wanted is None:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
@@ -76,7 +79,9 @@ def _lookup(broker, group_id: str, wanted):
         parts = []
         for partition in partitions:
             offset = committed.get((topic, partition))
-            if offset is None:
+            if require_stable and coordinator.has_pending(group_id, (topic, partition)):
+                parts.append((partition, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            elif offset is None:
                 parts.append((partition, -1, -1, "", ErrorCode.NONE))
             else:
                 parts.append((partition, offset.offset, offset.leader_epoch, offset.metadata, ErrorCode.NONE))

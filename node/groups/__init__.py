@@ -3,7 +3,8 @@
 - coordinator: what the group APIs call. The group map, whether this node coordinates a group,
   and loading or dropping a partition's groups as its leadership comes and goes.
 - classic: classic groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and their rebalances.
-- offsets: the committed offsets of every group, whatever its type.
+- offsets: the committed offsets of every group, whatever its type, and those transactions
+  committed that wait for their transaction's end.
 - persistence: appending the coordinator's records to `__consumer_offsets`, and replaying them.
 - records: the record formats. placement: a group's partition, and how the topic is created.
 

@@ -478,6 +478,27 @@ class ClassicMembership:
         self._arm_session(group, member)
         return ErrorCode.NONE
 
+    def check_transactional_commit(self, group_id: str, generation: int, member_id: str,
+                                   instance_id: str | None) -> ErrorCode:
+        """Kafka's validateOffsetCommit for TxnOffsetCommit. A producer that names no generation,
+        member or instance (TxnOffsetCommit v0-2 cannot) commits whatever the group's state; one
+        that names them must be a member of the group's generation. Unlike a member's own commit it
+        neither keeps the member's session alive nor waits out a rebalance."""
+        group = self.directory.group(group_id)
+        state = group.state if group else EMPTY
+        if generation < 0 and (state == EMPTY or (not member_id and instance_id is None)):
+            return ErrorCode.NONE
+        members = group.members if group else {}
+        if instance_id is not None:
+            static = group.static_member(instance_id) if group else None
+            if static is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if static.member_id != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.ILLEGAL_GENERATION if generation != group.generation else ErrorCode.NONE
+
     def subscribed_topics(self, group: ClassicGroup) -> set[str] | None:
         """Topics the members of a "consumer" group subscribe to; None when that cannot be read."""
         topics: set[str] = set()

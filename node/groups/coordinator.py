@@ -6,18 +6,25 @@ classic group APIs call) and the offset store (node.groups.offsets); it loads or
 partition's groups as this node gains or loses its leadership, replaying the partition's
 records (node.groups.persistence). As in Kafka, the GroupCoordinator in front is kept apart
 from what the group metadata and offset managers behind it do.
+
+Transactional offset commits stay pending until the transaction ends: the transaction markers'
+writer calls complete_transaction once a marker is in a partition, and replay completes them
+at the marker in the log, so a coordinator that takes over between the commit and the marker
+still holds them pending.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 
 from cluster.formats.errors import ErrorCode
+from cluster.formats.records import NO_PRODUCER_ID
 from node.groups import placement
 from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership
 from node.groups.offsets import OffsetStore, Position
-from node.groups.persistence import GroupError, GroupLog, replay
+from node.groups.persistence import GroupError, GroupLog, Producer, ReplayedRecord, TransactionEnd, replay
 from node.groups.records import CommittedOffset, decode_key, group_key
 
 log = logging.getLogger(__name__)
@@ -81,25 +88,35 @@ class GroupCoordinator:
     # --- gaining and losing __consumer_offsets partitions ---
 
     def load_partition(self, partition: int, partition_log) -> None:
-        """Rebuild the groups and offsets of one partition from its log (on becoming its leader)."""
-        for key, value in replay(partition_log):
-            self._apply_record(partition, key, value)
+        """Rebuild the groups and offsets of one partition from its log (on becoming its leader); the
+        transactions whose markers are in the log are completed where their markers stand."""
+        for item in replay(partition_log):
+            if isinstance(item, TransactionEnd):
+                self.complete_transaction(item.producer_id, (partition,), item.committed)
+            else:
+                self._apply_record(partition, item)
         self.loaded_partitions.add(partition)
         self._forget_refusals(partition)
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
                  placement.OFFSETS_TOPIC, partition)
 
-    def _apply_record(self, partition: int, key: bytes | None, value: bytes | None) -> None:
-        decoded = decode_key(key) if key else None
+    def _apply_record(self, partition: int, record: ReplayedRecord) -> None:
+        decoded = decode_key(record.key) if record.key else None
         if decoded is None:
             return
+        value = record.value
         group = self.groups.get(decoded[1])
         if group is None:
             if value is None:
                 return
             group = self.groups[decoded[1]] = ClassicGroup(decoded[1], partition)
         if decoded[0] == "offset":
-            self.offsets.replay(group.group_id, (decoded[2], decoded[3]), value)
+            position = (decoded[2], decoded[3])
+            if record.producer_id == NO_PRODUCER_ID:
+                self.offsets.replay(group.group_id, position, value, record.batch_offset)
+            else:
+                self.offsets.replay_transactional(group.group_id, (record.producer_id, record.producer_epoch),
+                                                  position, value, record.batch_offset)
         elif value is None:
             self._drop(group)
         else:
@@ -144,6 +161,11 @@ class GroupCoordinator:
     def committed(self, group_id: str) -> dict[Position, CommittedOffset]:
         return self.offsets.committed(group_id)
 
+    def has_pending(self, group_id: str, position: Position) -> bool:
+        """Whether a transaction not yet ended committed an offset of the partition for the group
+        (OffsetFetch's require_stable answers it UNSTABLE_OFFSET_COMMIT)."""
+        return self.offsets.has_pending(group_id, position)
+
     def delete_offsets(self, group_id: str, positions: list[Position]) -> None:
         self.offsets.delete(self.groups[group_id], positions)
 
@@ -160,7 +182,8 @@ class GroupCoordinator:
                     pass  # no longer the coordinator: the new one cleans up
 
     def expire_offsets(self, retention_ms: int, now_ms: int | None = None) -> int:
-        """Drop offsets of empty groups not committed for offsets.retention.minutes; then the group."""
+        """Drop offsets of empty groups not committed for offsets.retention.minutes; then the group,
+        unless a transaction still holds offsets pending in it (Kafka keeps that group too)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         expired = 0
         for group in list(self.groups.values()):
@@ -170,7 +193,8 @@ class GroupCoordinator:
             try:
                 self.delete_offsets(group.group_id, stale)
                 expired += len(stale)
-                if not self.offsets.committed(group.group_id):
+                if not self.offsets.committed(group.group_id) \
+                        and not self.offsets.has_open_transactions(group.group_id):
                     self.delete_group(group.group_id)
             except GroupError:
                 continue
@@ -181,3 +205,21 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             self.expire_offsets(retention_ms)
+
+    # --- transactional offsets ---
+
+    async def commit_transactional(self, group_id: str, producer: Producer,
+                                   offsets: dict[Position, CommittedOffset]) -> None:
+        """A TxnOffsetCommit creates the group it commits for, as a plain commit does; its offsets
+        stay pending until the producer's transaction ends."""
+        await self.offsets.commit_transactional(self.group(group_id, create=True), producer, offsets)
+
+    def complete_transaction(self, producer_id: int, partitions: Iterable[int], committed: bool) -> None:
+        """The producer's transaction ended in these `__consumer_offsets` partitions (its COMMIT or ABORT
+        marker is in each of them): the pending offsets it committed for their groups become the
+        groups' offsets, or are dropped (Kafka's handleTxnCompletion). Groups coordinated elsewhere
+        are the new coordinator's business: it completes them as it replays the marker."""
+        ended = set(partitions)
+        groups = [group_id for group_id in self.offsets.groups_pending_for(producer_id)
+                  if group_id in self.groups and self.groups[group_id].partition in ended]
+        self.offsets.complete(producer_id, groups, committed)

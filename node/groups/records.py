@@ -81,6 +81,10 @@ class CommittedOffset:
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp: int = -1
+    # Where the batch that wrote it starts in `__consumer_offsets` (Kafka's CommitRecordMetadataAndOffset):
+    # of a plain and a transactional commit of one partition, the later record wins, whichever completes
+    # last. Not part of the offset's value.
+    record_offset: int = field(default=-1, compare=False)
 
 
 @dataclass

@@ -14,7 +14,10 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol import producer as txn_api
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
@@ -170,6 +173,14 @@ def requests_for(version_of, topic_id):
         return group_api.OffsetFetchRequest[v](groups=[G(group_id="committer", member_id=None, member_epoch=-1,
                                                          topics=[topic])], require_stable=False)
 
+    def txn_offset_commit(v):
+        T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        return TxnOffsetCommitRequest[v](
+            transactional_id="versions", group_id="txn-committer", producer_id=1000, producer_epoch=0,
+            generation_id=-1, member_id="", group_instance_id=None, topics=[T(name=TOPIC, partitions=[
+                T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=v, committed_leader_epoch=-1,
+                                                  committed_metadata="")])])
+
     def describe_groups(v):
         return admin_api.DescribeGroupsRequest[v](groups=["committer"], include_authorized_operations=False)
 
@@ -256,7 +267,8 @@ def requests_for(version_of, topic_id):
         10: (find_coordinator, FindCoordinatorResponse), 11: (join_group, group_api.JoinGroupResponse),
         14: (sync_group, group_api.SyncGroupResponse), 12: (heartbeat, group_api.HeartbeatResponse),
         13: (leave_group, group_api.LeaveGroupResponse), 8: (offset_commit, group_api.OffsetCommitResponse),
-        9: (offset_fetch, group_api.OffsetFetchResponse), 15: (describe_groups, admin_api.DescribeGroupsResponse),
+        9: (offset_fetch, group_api.OffsetFetchResponse), 28: (txn_offset_commit, TxnOffsetCommitResponse),
+        15: (describe_groups, admin_api.DescribeGroupsResponse),
         16: (list_groups, admin_api.ListGroupsResponse), 42: (delete_groups, admin_api.DeleteGroupsResponse),
         47: (offset_delete, group_api.OffsetDeleteResponse),
         43: (elect_leaders, admin_api.ElectLeadersResponse),
