@@ -127,6 +127,8 @@ class PartitionProducers:
         if not header.is_control:
             self.record(header, header.base_offset)
             return None
+        if header.record_count == 0:
+            return None  # what the log cleaner left of a marker whose transaction is gone: it ends nothing
         kind = control_records.control_type(data, position)
         if kind not in (control_records.COMMIT, control_records.ABORT):
             return None

@@ -146,7 +146,10 @@ def replay(partition_log) -> Iterator[ReplayedRecord | TransactionEnd]:
 
 
 def _transaction_end(data, position: int, header) -> TransactionEnd | None:
-    """The marker a control batch holds; None for any other control record (none belongs in this log)."""
+    """The marker a control batch holds; None for any other control record (none belongs in this log),
+    and for an empty control batch, what the log cleaner leaves of a marker whose transaction is gone."""
+    if header.record_count == 0:
+        return None
     try:
         kind = control_type(data, position)
     except CorruptRecordError as exc:
