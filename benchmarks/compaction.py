@@ -51,7 +51,7 @@ def cleaning_throughput(megabytes: int, keys: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         log = dirty_log(Path(directory) / "compacted-0", megabytes, keys)
         job = cleaning_job(log, 0, 0, segment_bytes=SEGMENT_BYTES, index_interval_bytes=4096,
-                           delete_retention_ms=86_400_000, producers_last_offsets={}, max_map_keys=10_000_000,
+                           delete_retention_ms=86_400_000, producers={}, max_map_keys=10_000_000,
                            io_bytes_per_s=float("inf"))
         started, cpu_started = time.monotonic(), time.process_time()
         result = clean(job)

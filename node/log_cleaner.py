@@ -18,8 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from cluster.formats.cleaned_segments import cleaning_job, dirty_ratio, discard_cleaned, swap_cleaned
-from cluster.formats.log_cleaner import OFFSET_MAP_ENTRY_BYTES, OFFSET_MAP_LOAD_FACTOR, CleaningResult
+from cluster.formats.cleaned_segments import (
+    cleaning_job, dirty_ratio, discard_cleaned, first_uncleanable_offset, swap_cleaned,
+)
+from cluster.formats.log_cleaner import (
+    OFFSET_MAP_ENTRY_BYTES, OFFSET_MAP_LOAD_FACTOR, CleaningResult, ProducerLastRecord,
+)
 from node.log_checkpoints import CheckpointFile
 
 log = logging.getLogger(__name__)
@@ -72,7 +76,9 @@ class LogCleaner:
                 continue
             partition_log = partition.log
             first_dirty = self.first_dirty_offset(key, partition_log)
-            ratio = dirty_ratio(partition_log, first_dirty)
+            uncleanable = first_uncleanable_offset(partition_log, int(configs["min.compaction.lag.ms"]),
+                                                   partition.last_stable_offset(), int(now))
+            ratio = dirty_ratio(partition_log, first_dirty, uncleanable)
             overdue = _oldest_dirty_ms(partition_log, first_dirty) < now - int(configs["max.compaction.lag.ms"])
             if (ratio >= float(configs["min.cleanable.dirty.ratio"]) or overdue) and ratio > 0 and ratio > best_ratio:
                 best, best_ratio = (key, partition), ratio
@@ -101,13 +107,14 @@ class LogCleaner:
         partition_log = partition.log
         configs = self.broker.topic_configs(key[0])
         job = cleaning_job(partition_log, self.first_dirty_offset(key, partition_log),
-                           int(configs["min.compaction.lag.ms"]), segment_bytes=partition_log.config.segment_bytes,
+                           int(configs["min.compaction.lag.ms"]), partition.last_stable_offset(),
+                           segment_bytes=partition_log.config.segment_bytes,
                            index_interval_bytes=partition_log.config.index_interval_bytes,
                            delete_retention_ms=int(configs["delete.retention.ms"]),
-                           producers_last_offsets=_producers_last_offsets(partition.producers),
+                           producers=producers_last_records(partition.producers),
                            max_map_keys=self.max_map_keys, io_bytes_per_s=self.io_bytes_per_s)
         if job is None:
-            return False  # dirty data, but none cleanable yet (min.compaction.lag.ms, the high watermark)
+            return False  # dirty data, but none cleanable yet (min.compaction.lag.ms, the LSO)
         started = time.monotonic()
         result = await _run_worker(job)
         if result is None:
@@ -155,8 +162,11 @@ async def _run_worker(job) -> CleaningResult | None:
     return pickle.loads(out)
 
 
-def _producers_last_offsets(producers) -> dict[int, int]:
-    return {pid: entry.recent[-1][3] for pid, entry in producers.producers.items() if entry.recent}
+def producers_last_records(producers) -> dict[int, ProducerLastRecord]:
+    """Each producer's last data offset (-1: none since its epoch began) and epoch, which the
+    cleaner keeps the batches of (Kafka's lastRecordsOfActiveProducers)."""
+    return {pid: ProducerLastRecord(entry.recent[-1][3] if entry.recent else -1, entry.epoch)
+            for pid, entry in producers.producers.items()}
 
 
 def _oldest_dirty_ms(partition_log, first_dirty: int) -> float:

@@ -4,9 +4,9 @@ cleaned segments in, and finishing or discarding a swap that a crash interrupted
 A swap is crash-safe as Kafka's: the cleaned files are renamed from `.cleaned` to `.swap` first;
 then the segments they replace are deleted and the `.swap` files renamed to their final names.
 A log opened with `.cleaned` files left deletes them (the cleaning is done again); with `.swap`
-files left, it deletes whatever segments they overlap and completes the renames. The `.log` is
-renamed after its indexes each time, so a `.log.swap` means every index is `.swap` or final:
-none is lost, the `.txnindex` above all, which the log cannot rebuild.
+files left, it deletes what is left of the segments they replace and completes the renames. The
+`.log` is renamed after its indexes each time, so a `.log.swap` means every index is `.swap` or
+final: none is lost, the `.txnindex` above all, which the log cannot rebuild.
 """
 from __future__ import annotations
 
@@ -33,12 +33,15 @@ def recover_interrupted_cleaning(directory: Path) -> None:
     for swap in log_swaps:
         base = int(swap.name.split(".")[0])
         end = _next_offset(swap.read_bytes(), base)
-        # Only segments whose .log is left: once every .log it replaces is gone, files at its own base
-        # are its finished renames, not leftovers.
-        for log_file in directory.glob("*.log"):
-            if log_file.stem.isdigit() and base <= int(log_file.stem) < end:
-                for suffix in SEGMENT_SUFFIXES:
-                    (directory / segment_file_name(int(log_file.stem), suffix)).unlink(missing_ok=True)
+        # The files of the segments it replaces. At its own base, only until its renames begin (with
+        # its .index, which it always has): after that, files there are its own. Before, they are the
+        # replaced segment's, a .txnindex above all, whose entries a cleaned segment may have dropped.
+        renames_begun = not (directory / (segment_file_name(base, ".index") + SWAP)).exists()
+        for suffix in SEGMENT_SUFFIXES:
+            for leftover in directory.glob(f"*{suffix}"):
+                offset = int(leftover.stem) if leftover.stem.isdigit() else -1
+                if base < offset < end or (offset == base and not renames_begun):
+                    leftover.unlink(missing_ok=True)
         for suffix in SEGMENT_SUFFIXES:
             finished = directory / segment_file_name(base, suffix)
             if (directory / (finished.name + SWAP)).exists():
@@ -52,31 +55,52 @@ def _next_offset(data: bytes, base: int) -> int:
     return end
 
 
-def cleaning_job(log, first_dirty_offset: int, min_compaction_lag_ms: int, **settings) -> CleaningJob | None:
-    """The segments a cleaning may rewrite, up to the first uncleanable offset: the active segment,
-    the high watermark and segments newer than min.compaction.lag.ms are not cleaned (Kafka's
-    cleanableOffsets). None when nothing is dirty."""
-    now = wall_clock_ms()
-    first_uncleanable = min(log.active.base_offset, log.high_watermark)
+def first_uncleanable_offset(log, min_compaction_lag_ms: int, last_stable_offset: int | None = None,
+                             now_ms: int | None = None) -> int:
+    """Where a cleaning must stop (Kafka's cleanableOffsets): the base of the segment holding the
+    first offset it may not clean, the lowest of the active segment's base, the last stable offset
+    (the high watermark when no transaction is open: a transaction still undecided is never
+    cleaned) and the first segment newer than min.compaction.lag.ms."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    uncleanable = min(log.active.base_offset, log.high_watermark)
+    if last_stable_offset is not None:
+        uncleanable = min(uncleanable, last_stable_offset)
     for segment in log.segments[:-1]:
         if min_compaction_lag_ms > 0 and segment.max_timestamp > now - min_compaction_lag_ms:
-            first_uncleanable = min(first_uncleanable, segment.base_offset)
+            uncleanable = min(uncleanable, segment.base_offset)
             break
+    base = log.segments[0].base_offset
+    for segment in log.segments:
+        if segment.base_offset > uncleanable:
+            break
+        base = segment.base_offset
+    return base
+
+
+def cleaning_job(log, first_dirty_offset: int, min_compaction_lag_ms: int, last_stable_offset: int | None = None,
+                 **settings) -> CleaningJob | None:
+    """The segments a cleaning may rewrite, those below the first uncleanable offset; None when
+    nothing there is dirty. last_stable_offset: the partition's (None: no transaction is open)."""
+    now = wall_clock_ms()
+    first_uncleanable = first_uncleanable_offset(log, min_compaction_lag_ms, last_stable_offset, now)
     first_dirty = max(first_dirty_offset, log.log_start_offset)
-    segments = [SegmentFile(s.base_offset, s.path(".log"), s.size, _modified_ms(s)) for s in log.segments[:-1]
+    segments = [SegmentFile(s.base_offset, s.path(".log"), s.size, _modified_ms(s)) for s in log.segments
                 if s.base_offset < first_uncleanable]
     if first_dirty >= first_uncleanable or not segments:
         return None
-    return CleaningJob(segments, first_dirty, first_uncleanable, now_ms=now, **settings)
+    later = [s.path(TXN_INDEX_SUFFIX) for s in log.segments[len(segments):]]
+    return CleaningJob(segments, first_dirty, first_uncleanable, later_txn_indexes=later, now_ms=now, **settings)
 
 
-def dirty_ratio(log, first_dirty_offset: int) -> float:
-    """Dirty bytes (non-active segments at or past the first dirty offset) over all non-active bytes."""
+def dirty_ratio(log, first_dirty_offset: int, first_uncleanable: int | None = None) -> float:
+    """Cleanable dirty bytes (segments at or past the first dirty offset and below the first
+    uncleanable one) over those and the clean bytes, as Kafka's cleanableRatio."""
+    first_uncleanable = log.active.base_offset if first_uncleanable is None else first_uncleanable
     clean = dirty = 0
     for segment in log.segments[:-1]:
         if segment.next_offset <= first_dirty_offset:
             clean += segment.size
-        else:
+        elif segment.base_offset < first_uncleanable:
             dirty += segment.size
     return dirty / (clean + dirty) if clean + dirty else 0.0
 

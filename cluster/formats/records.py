@@ -36,6 +36,9 @@ _ATTRIBUTES = struct.Struct(">h")
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+# KIP-534: the batch's base timestamp is its delete horizon, when the cleaner may drop its
+# tombstones or its transaction marker (record timestamps stay base timestamp + delta).
+ATTR_DELETE_HORIZON = 0x40
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
@@ -86,6 +89,11 @@ class BatchHeader(NamedTuple):
     @property
     def compression(self) -> int:
         return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the log cleaner may remove this batch's tombstones or marker (KIP-534); None if unset."""
+        return self.base_timestamp if self.attributes & ATTR_DELETE_HORIZON else None
 
     @property
     def uses_log_append_time(self) -> bool:

@@ -6,7 +6,7 @@ import time
 
 from cluster.formats.cleaned_segments import cleaning_job, swap_cleaned
 from cluster.formats.compression import GZIP, decompress
-from cluster.formats.log_cleaner import CLEANED, SWAP, clean
+from cluster.formats.log_cleaner import CLEANED, SWAP, ProducerLastRecord, clean
 from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import HEADER_SIZE, decode_records, encode_records, iter_batch_headers, read_header
 
@@ -34,7 +34,7 @@ def everything(log: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]
 
 
 def cleaned(log: PartitionLog, first_dirty: int = 0, producers: dict | None = None) -> int:
-    job = cleaning_job(log, first_dirty, 0, producers_last_offsets=producers or {}, **SETTINGS)
+    job = cleaning_job(log, first_dirty, 0, producers=producers or {}, **SETTINGS)
     result = clean(job)
     assert all(swap_cleaned(log, group) for group in result.groups)
     return result.cleaned_up_to
@@ -67,7 +67,7 @@ def test_old_tombstones_go_and_a_producers_last_batch_stays_empty(tmp_path):
     write(log, [(b"k", b"v2")])
     log.roll()
     write(log, [(b"tail", b"t")])
-    cleaned(log, producers={7: 0})
+    cleaned(log, producers={7: ProducerLastRecord(data_offset=0, epoch=0)})
     # Producer 7's only batch lost its record to a later one, but stays as an empty batch at offset 0.
     data = bytes(log.read(0, 1 << 20).records)
     first = read_header(data)
@@ -82,7 +82,7 @@ def test_a_swap_a_crash_interrupted_is_finished_and_a_cleaning_discarded(tmp_pat
         write(log, [(b"k", b"v%d" % round_)])
         log.roll()
     write(log, [(b"tail", b"t")])
-    job = cleaning_job(log, 0, 0, producers_last_offsets={}, **dict(SETTINGS, segment_bytes=1 << 20))
+    job = cleaning_job(log, 0, 0, producers={}, **dict(SETTINGS, segment_bytes=1 << 20))
     (group,) = clean(job).groups
     # The crash came after the cleaned files became .swap, before the old segments went.
     for suffix in (".log", ".index", ".timeindex"):

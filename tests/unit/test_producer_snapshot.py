@@ -186,7 +186,7 @@ def test_a_cleaning_deletes_the_snapshots_of_the_segments_it_merged_away(tmp_pat
         log.roll()
     write(log, b"tail")
     snapshots_at(log, 0, 1, 2, 3)
-    job = cleaning_job(log, 0, 0, producers_last_offsets={}, segment_bytes=1 << 20, index_interval_bytes=64,
+    job = cleaning_job(log, 0, 0, producers={}, segment_bytes=1 << 20, index_interval_bytes=64,
                        delete_retention_ms=86_400_000, max_map_keys=1000, io_bytes_per_s=float("inf"))
     result = clean(job)
     assert [group.source_bases for group in result.groups] == [[0, 1, 2]]

@@ -242,7 +242,7 @@ def compacted_log_with_aborted_transactions(tmp_path) -> tuple[PartitionLog, lis
 
 def test_a_cleaned_segment_carries_the_entries_of_the_segments_it_replaces(tmp_path):
     log, entries = compacted_log_with_aborted_transactions(tmp_path)
-    result = clean(cleaning_job(log, 0, 0, producers_last_offsets={}, **CLEANING))
+    result = clean(cleaning_job(log, 0, 0, producers={}, **CLEANING))
     (group,) = result.groups
     assert group.source_bases == [0, 3, 4]
     assert all(swap_cleaned(log, group) for group in result.groups)
@@ -262,7 +262,7 @@ def test_a_cleaning_of_segments_without_aborted_transactions_makes_no_index(tmp_
         write(log, b"a")
         log.roll()
     write(log, b"tail")
-    result = clean(cleaning_job(log, 0, 0, producers_last_offsets={}, **CLEANING))
+    result = clean(cleaning_job(log, 0, 0, producers={}, **CLEANING))
     assert all(swap_cleaned(log, group) for group in result.groups)
     assert not list((tmp_path / "t-0").glob("*.txnindex*"))
     log.close()
@@ -271,7 +271,7 @@ def test_a_cleaning_of_segments_without_aborted_transactions_makes_no_index(tmp_
 @pytest.mark.parametrize("renamed_to_final", [(), (".index", ".timeindex", ".txnindex")])
 def test_a_swap_a_crash_interrupted_keeps_the_entries(tmp_path, renamed_to_final):
     log, entries = compacted_log_with_aborted_transactions(tmp_path)
-    (group,) = clean(cleaning_job(log, 0, 0, producers_last_offsets={}, **CLEANING)).groups
+    (group,) = clean(cleaning_job(log, 0, 0, producers={}, **CLEANING)).groups
     # The crash came after every cleaned file became .swap (the .log last), and after the old segments
     # went: then perhaps after some indexes took their final names, before the .log did.
     for suffix in (".index", ".timeindex", ".txnindex", ".log"):
@@ -290,7 +290,7 @@ def test_a_swap_a_crash_interrupted_keeps_the_entries(tmp_path, renamed_to_final
 
 def test_a_cleaning_a_crash_interrupted_leaves_the_indexes_as_they_were(tmp_path):
     log, entries = compacted_log_with_aborted_transactions(tmp_path)
-    (group,) = clean(cleaning_job(log, 0, 0, producers_last_offsets={}, **CLEANING)).groups
+    (group,) = clean(cleaning_job(log, 0, 0, producers={}, **CLEANING)).groups
     assert group.path(".txnindex").exists()
     log.close()
     reopened = PartitionLog(tmp_path / "t-0", config=LogConfig(cleanup_policy="compact"))
@@ -302,7 +302,7 @@ def test_a_cleaning_a_crash_interrupted_leaves_the_indexes_as_they_were(tmp_path
 
 def test_index_swaps_without_their_logs_swap_are_a_swap_not_begun(tmp_path):
     log, entries = compacted_log_with_aborted_transactions(tmp_path)
-    (group,) = clean(cleaning_job(log, 0, 0, producers_last_offsets={}, **CLEANING)).groups
+    (group,) = clean(cleaning_job(log, 0, 0, producers={}, **CLEANING)).groups
     for suffix in (".index", ".timeindex", ".txnindex"):  # the crash came before the .log's rename
         os.replace(group.path(suffix), group.path(suffix, SWAP))
     log.close()
