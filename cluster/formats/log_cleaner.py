@@ -3,27 +3,27 @@
 A cleaning reads the dirty part of the log (from the cleaner's checkpoint to the first offset it
 may not clean yet, never past the last stable offset) into an offset map (key -> the offset of its
 latest record), then rewrites the segments from the log start up to where the map ends, keeping a
-record only if it is the latest of its key (or lies past the map); tombstones go once their
-segment is older than delete.retention.ms. Surviving records keep their offsets: a batch keeps its
-base and last offset, its sequence numbers and its timestamps, and only loses records, so gaps
-appear between offsets, as on Kafka. A batch left without records is dropped, unless it is its
-producer's last, which stays as an empty batch so that the producer's sequence and epoch survive
-(Kafka's RETAIN_EMPTY). Keyless records are dropped, as Kafka drops them.
+record only if it is the latest of its key (or lies past the map). Surviving records keep their
+offsets: a batch keeps its base and last offset, its sequence numbers and its timestamps, and only
+loses records, so gaps appear between offsets, as on Kafka. A batch left without records is
+dropped, unless it is its producer's last, which stays as an empty batch so that the producer's
+sequence and epoch survive (Kafka's RETAIN_EMPTY). Keyless records are dropped, as Kafka drops them.
+
+Delete horizons, as KIP-534 (Kafka 3.1 on) keeps them: the first cleaning that keeps a tombstone
+as its key's latest record, or finds a transaction marker with nothing of its transaction left,
+stamps its batch with a delete horizon, the cleaning's time plus delete.retention.ms (attribute
+0x40; the horizon is the batch's base timestamp, and record timestamps are kept through their
+deltas). A later cleaning past that horizon removes the tombstone, or the marker.
 
 Transactions (cleaner_transactions): the records of aborted transactions, found from the
-aborted-transaction indexes, never enter the offset map and are removed. A transaction marker
-stays while any batch of its transaction is left; then it is stamped with a delete horizon (the
-cleaning's time plus delete.retention.ms, in the batch's base timestamp, as KIP-534 does) and a
-later cleaning past that horizon removes it.
+aborted-transaction indexes, never enter the offset map and are removed; a marker stays while any
+batch of its transaction is left.
 
 Each group of consecutive segments (at most segment.bytes together) becomes one `<base>.log.cleaned`
 file, with its indexes and an aborted-transaction index holding the entries of the ABORT markers it
 keeps for records it still holds; the log swaps it in (cleaned_segments.swap_cleaned). Everything
 here runs in a worker process (node.log_cleaner): it reads and writes files only, at most
 `io_bytes_per_s`.
-
-Differs from Kafka: tombstones age by their segment's modification time (Kafka before 3.1), not
-by a delete horizon stamped into the batch (KIP-534) as markers do.
 """
 from __future__ import annotations
 
@@ -266,10 +266,9 @@ def _clean_group(group: list[SegmentFile], job: CleaningJob, offset_map: OffsetM
     indexes = Segment(cleaned.directory, group[0].base_offset)  # its index entries only: no file is opened
     with open(cleaned.path(".log"), "wb") as out:
         for segment in group:
-            drop_tombstones = segment.modified_ms < job.now_ms - job.delete_retention_ms
             for batch, header in batches(segment.path, throttle):
                 result.bytes_read += len(batch)
-                kept = _kept_batch(batch, header, job, offset_map, transactions, drop_tombstones, result)
+                kept = _kept_batch(batch, header, job, offset_map, transactions, result)
                 if kept:
                     indexes.track_batch(indexes.size, read_header(kept), job.index_interval_bytes)
                     out.write(kept)
@@ -298,7 +297,7 @@ def _write_synced(path: Path, data: bytes) -> None:
 
 
 def _kept_batch(batch: bytes, header: BatchHeader, job: CleaningJob, offset_map: OffsetMap,
-                transactions: CleanedTransactions, drop_tombstones: bool, result: CleaningResult) -> bytes:
+                transactions: CleanedTransactions, result: CleaningResult) -> bytes:
     """What is left of one batch: itself, a batch of its surviving records, an empty batch, or nothing."""
     if header.is_control:
         return _kept_marker(batch, header, job, transactions)
@@ -306,15 +305,21 @@ def _kept_batch(batch: bytes, header: BatchHeader, job: CleaningJob, offset_map:
         result.records_read += header.record_count
         return _empty(header) if _last_of_producer(header, job.producers) else b""
     body = records_body(batch, header)
+    horizon = header.delete_horizon_ms
+    tombstones_expired = horizon is not None and horizon <= job.now_ms
     spans = []
+    tombstones = False
     for start, end, offset, timestamp, key, tombstone in record_spans(body, header):
         result.records_read += 1
         if key is None:
             continue
-        if offset > offset_map.latest_offset or offset >= offset_map.latest.get(key, -1):
-            if not (tombstone and drop_tombstones):
-                spans.append((start, end, timestamp))
+        if offset > offset_map.latest_offset or (offset >= offset_map.latest.get(key, -1)
+                                                 and not (tombstone and tombstones_expired)):
+            spans.append((start, end, timestamp))
+            tombstones = tombstones or tombstone
     result.records_kept += len(spans)
+    if tombstones and horizon is None:  # a tombstone kept for the first time: it goes after delete.retention.ms
+        return _rebuilt(header, body, spans, delete_horizon_ms=job.now_ms + job.delete_retention_ms)
     if len(spans) == header.record_count:
         return batch
     if spans:
