@@ -155,3 +155,47 @@ def test_the_coordinator_aborts_a_transaction_that_outlives_its_timeout(cluster)
         pytest.fail("the timed-out transaction still holds read_committed readers back")
     with pytest.raises(KafkaException):
         producer.commit_transaction(15)
+
+
+def test_consume_transform_produce_commits_the_offsets_with_the_output(cluster):
+    source, sink = new_topic(cluster, partitions=1), new_topic(cluster, partitions=1)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(6):
+        plain.produce(source, value=b"in-%d" % i, partition=0)
+    plain.flush(10)
+    group = f"pipeline-{uuid.uuid4().hex[:6]}"
+
+    def run_once(commit: bool, count: int) -> None:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(source, 0)])
+        producer = transactional_producer(cluster, f"pipeline-{group}")
+        try:
+            taken = []
+            while len(taken) < count:
+                message = consumer.poll(5)
+                assert message is not None and not message.error()
+                taken.append(message)
+            producer.begin_transaction()
+            for message in taken:
+                producer.produce(sink, value=message.value().replace(b"in", b"out"), partition=0)
+            producer.send_offsets_to_transaction([TopicPartition(source, 0, taken[-1].offset() + 1)],
+                                                 consumer.consumer_group_metadata(), 15)
+            if commit:
+                producer.commit_transaction(15)
+            else:
+                producer.abort_transaction(15)
+        finally:
+            consumer.close()
+
+    run_once(commit=True, count=3)
+    run_once(commit=False, count=3)  # aborted: its output hidden, its offsets never committed
+    checker = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    try:
+        assert checker.committed([TopicPartition(source, 0)], timeout=10)[0].offset == 3
+    finally:
+        checker.close()
+    run_once(commit=True, count=3)  # resumes at offset 3
+    assert values(read_all(cluster, sink, "read_committed", partitions=1, expected=6)) == [
+        b"out-%d" % i for i in range(6)]
