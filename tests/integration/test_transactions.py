@@ -199,3 +199,32 @@ def test_consume_transform_produce_commits_the_offsets_with_the_output(cluster):
     run_once(commit=True, count=3)  # resumes at offset 3
     assert values(read_all(cluster, sink, "read_committed", partitions=1, expected=6)) == [
         b"out-%d" % i for i in range(6)]
+
+
+def init_producer_id(address, transactional_id: str) -> tuple[int, int]:
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+    from tests.integration.wire import exchange_once
+    answer = exchange_once(address, InitProducerIdRequest[4](
+        transactional_id=transactional_id, transaction_timeout_ms=10_000, producer_id=-1, producer_epoch=-1),
+        InitProducerIdResponse, 4)
+    assert answer.error_code == 0, answer
+    return answer.producer_id, answer.producer_epoch
+
+
+def test_an_idle_transactional_id_expires_and_starts_over_with_a_new_producer_id(tmp_path):
+    settings = {"transactional.id.expiration.ms": "1000",
+                "transaction.remove.expired.transaction.cleanup.interval.ms": "300",
+                "transaction.state.log.num.partitions": "1"}
+    with Cluster(nodes=1, data_dir=tmp_path / "kraftwerk", node_config=settings) as single:
+        transactional_producer(single, "short-lived").flush(1)  # finds the coordinator, makes the id
+        host, port = single.bootstrap_servers.rsplit(":", 1)
+        address = (host, int(port))
+        producer_id, epoch = init_producer_id(address, "short-lived")
+        assert epoch == 1  # the same id, the next epoch
+        node_log = single.data_dir / "logs" / "node-1.log"
+        deadline = time.monotonic() + 15
+        while "expired 1 transactional ids" not in node_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        new_id, new_epoch = init_producer_id(address, "short-lived")
+        assert new_id != producer_id and new_epoch == 0
