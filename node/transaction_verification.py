@@ -51,9 +51,9 @@ def transactional_producer(records) -> tuple[int, int] | None:
     return _PRODUCER.unpack_from(records, _PRODUCER_AT)
 
 
-async def refusals(broker, transactional_id: str | None, writes: list[tuple[Partition, object]]) -> dict[Partition, ErrorCode]:
-    """The partitions of a Produce whose transactional batch may not be appended, with the error
-    to answer. `writes`: each partition and its records."""
+async def refusals(broker, transactional_id: str, writes: list[tuple[Partition, object]]) -> dict[Partition, ErrorCode]:
+    """The partitions of a transactional producer's Produce whose batch may not be appended, with
+    the error to answer. `writes`: each partition and its records."""
     if not broker.config.get_bool("transaction.partition.verification.enable"):
         return {}
     to_verify: list[Partition] = []
@@ -67,8 +67,6 @@ async def refusals(broker, transactional_id: str | None, writes: list[tuple[Part
         to_verify.append(partition)
     if not to_verify:
         return {}
-    if transactional_id is None:
-        return dict.fromkeys(to_verify, ErrorCode.INVALID_TXN_STATE)
     answers = await _ask_coordinator(broker, transactional_id, *producer, to_verify)
     return {p: _PRODUCE_ERRORS.get(e, e) for p, e in answers.items() if e != ErrorCode.NONE}
 

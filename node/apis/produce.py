@@ -57,7 +57,8 @@ async def handle(broker, header, request):
         timeline.mark("produce started")
     if request.acks not in (0, 1, -1):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
-    refused = await _unverified(broker, request, header.api_version) if header.api_version >= 3 else None
+    # (only a transactional producer names its transactional id: every other write skips this)
+    refused = await _unverified(broker, request, header.api_version) if request.transactional_id else None
     leaders_named = []
     topics = []
     awaiting: list[tuple[dict, Partition, int]] = []
