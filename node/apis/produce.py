@@ -14,9 +14,9 @@ error at offset -1, as Kafka answers it. Magic-2 batches are accepted in those v
 (Kafka never refused them there), one batch per partition as always.
 
 A transactional batch that would open its producer's transaction in a partition is first verified
-with the transaction coordinator (KIP-890, node.transaction_verification): INVALID_TXN_STATE if
-the partition is not part of the producer's open transaction, NOT_ENOUGH_REPLICAS (retriable)
-while the coordinator cannot tell.
+with the transaction coordinator (KIP-890, node.transaction_verification): if the partition is not
+part of the producer's open transaction, TRANSACTION_ABORTABLE (v11+) or INVALID_TXN_STATE;
+NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot tell.
 
 Differs from Kafka: no quotas, so throttle_time_ms is 0.
 """
@@ -92,7 +92,7 @@ async def _unverified(broker, request, version: int) -> dict | None:
               for data in topic_data.partition_data if transaction_verification.transactional_producer(data.records)]
     if not writes:
         return None
-    return await transaction_verification.refusals(broker, request.transactional_id, writes)
+    return await transaction_verification.refusals(broker, request.transactional_id, writes, version)
 
 
 def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list):

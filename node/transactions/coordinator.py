@@ -189,11 +189,18 @@ class TransactionCoordinator:
                           partitions: list[Partition]) -> dict[Partition, ErrorCode]:
         """KIP-890: whether each partition is part of the producer's open transaction, asked by a
         partition leader before it appends the transaction's first batch there."""
-        error, metadata = self._checked(transactional_id, producer_id, epoch)
+        error = self.owns(transactional_id)
+        metadata = self.transactions.get(transactional_id)
+        if not error and (metadata is None or metadata.producer_id != producer_id):
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        elif not error and metadata.producer_epoch != epoch:
+            error = ErrorCode.PRODUCER_FENCED
+        elif not error and metadata.state in PREPARED:
+            error = ErrorCode.CONCURRENT_TRANSACTIONS
         if error:
             return dict.fromkeys(partitions, error)
-        return {p: ErrorCode.NONE if metadata.state == ONGOING and p in metadata.partitions
-                else ErrorCode.INVALID_TXN_STATE for p in partitions}
+        # (a state change being written does not matter: partitions count once they are written)
+        return {p: ErrorCode.NONE if p in metadata.partitions else ErrorCode.TRANSACTION_ABORTABLE for p in partitions}
 
     # --- EndTxn ---
 
