@@ -178,10 +178,12 @@ async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Even
     cleaner = asyncio.create_task(broker.cleaner.run())
     offset_expiry = asyncio.create_task(broker.groups.run_offset_expiry(
         config.get_int("offsets.retention.check.interval.ms"), config.get_int("offsets.retention.minutes") * 60_000))
+    transaction_expiry = asyncio.create_task(broker.transactions.run_expiration(
+        config.get_int("transaction.remove.expired.transaction.cleanup.interval.ms")))
     await stop.wait()
     log.info("node %d shutting down", broker.node_id)
     await broker.metadata.controlled_shutdown()
-    await cancel_and_wait([retention, isr_expiration, checkpoints, cleaner, offset_expiry])
+    await cancel_and_wait([retention, isr_expiration, checkpoints, cleaner, offset_expiry, transaction_expiry])
     await server.close()
     await admin.close()
     await broker.close()

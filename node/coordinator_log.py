@@ -8,14 +8,16 @@ append is answered with the error a coordinator's client retries on.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import PartitionInfo
-from cluster.formats.records import encode_batch, iter_records, read_header
+from cluster.formats.records import ATTR_TRANSACTIONAL, encode_batch, iter_records, read_header
 from node.partition import Partition
 
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
+Producer = tuple[int, int]  # (producer id, producer epoch) of a transactional write
+FIRST_SEQUENCE = 0  # a coordinator's transactional batch carries sequence 0, as Kafka's does
 
 # What a failed append means to a coordinator's client (Kafka's GroupMetadataManager and
 # TransactionStateManager map them alike).
@@ -37,28 +39,35 @@ class CoordinatorError(Exception):
 
 
 class CoordinatorLog:
+    """Appends to the partitions of one internal topic this node leads. With a producer (id, epoch)
+    the batch is that producer's transactional write, which the partition's producer state learns
+    of, so that the transaction's marker ends it there too."""
+
     def __init__(self, broker, topic: str, timeout_config: str):
         self.broker = broker
         self.topic = topic
         self.timeout_config = timeout_config
 
-    def append(self, partition: int, records: list[Record], **batch) -> int:
-        """Append one batch of records; returns the offset after it. `batch`: encode_batch's header
-        fields (a transactional producer's id and epoch)."""
-        return self._append(*self.led_here(partition), records, batch)
+    def append(self, partition: int, records: list[Record], producer: Producer | None = None) -> int:
+        """Append one batch of records; returns its first offset."""
+        return self._append(*self.led_here(partition), records, producer)
 
-    async def append_replicated(self, partition: int, records: list[Record], **batch) -> int:
-        """Append with acks=all: returns once every in-sync replica has it."""
+    async def append_replicated(self, partition: int, records: list[Record], producer: Producer | None = None,
+                                on_append: Callable[[int], None] | None = None) -> int:
+        """Append with acks=all: returns the batch's first offset once every in-sync replica has it.
+        on_append is given that offset as soon as the batch is in this node's log, before the wait,
+        so that what the batch stands for is known from then on."""
         hosted, info = self.led_here(partition)
         if len(info.isr) < hosted.effective_min_isr(info):
             raise CoordinatorError(APPEND_ERRORS[ErrorCode.NOT_ENOUGH_REPLICAS])
-        next_offset = self._append(hosted, info, records, batch)
-        waiter = hosted.commit_waiter(next_offset)
-        timeout_s = self.broker.config.get_int(self.timeout_config) / 1000
-        error = await hosted.wait_for_commit(waiter, timeout_s)
+        first_offset = self._append(hosted, info, records, producer)
+        if on_append is not None:
+            on_append(first_offset)
+        waiter = hosted.commit_waiter(hosted.log.log_end_offset)
+        error = await hosted.wait_for_commit(waiter, self.broker.config.get_int(self.timeout_config) / 1000)
         if error:
             raise CoordinatorError(APPEND_ERRORS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
-        return next_offset
+        return first_offset
 
     def led_here(self, partition: int) -> tuple[Partition, PartitionInfo]:
         key = (self.topic, partition)
@@ -69,14 +78,25 @@ class CoordinatorLog:
         return hosted, info
 
     @staticmethod
-    def _append(hosted: Partition, info: PartitionInfo, records: list[Record], batch: dict) -> int:
-        data = encode_batch(records, timestamp=int(time.time() * 1000), **batch)
-        appended = hosted.log.append(data, leader_epoch=info.leader_epoch)
-        if batch.get("producer_id", -1) >= 0:
-            hosted.producers.record(read_header(data)._replace(base_offset=appended.first_offset),
-                                    appended.first_offset)
+    def _append(hosted: Partition, info: PartitionInfo, records: list[Record], producer: Producer | None) -> int:
+        """Write the batch as leader; returns its first offset."""
+        batch = _encode(records, hosted.log.log_end_offset, info.leader_epoch, producer)
+        first_offset = hosted.log.append(batch, leader_epoch=info.leader_epoch).first_offset
+        if producer is not None:
+            # Encoded at the offset and epoch the log gives it, so this is the header as written.
+            hosted.producers.record(read_header(batch), first_offset)
         hosted.appended_as_leader(info)
-        return appended.last_offset + 1
+        return first_offset
+
+
+def _encode(records: list[Record], base_offset: int, leader_epoch: int, producer: Producer | None) -> bytes:
+    timestamp = int(time.time() * 1000)
+    if producer is None:
+        return encode_batch(records, base_offset=base_offset, leader_epoch=leader_epoch, timestamp=timestamp)
+    producer_id, producer_epoch = producer
+    return encode_batch(records, base_offset=base_offset, leader_epoch=leader_epoch, timestamp=timestamp,
+                        attributes=ATTR_TRANSACTIONAL, producer_id=producer_id, producer_epoch=producer_epoch,
+                        base_sequence=FIRST_SEQUENCE)
 
 
 def replay_records(partition_log) -> Iterator[tuple[bytes | None, bytes | None]]:

@@ -23,6 +23,9 @@ from node.transactions.placement import TRANSACTION_STATE_TOPIC
 log = logging.getLogger(__name__)
 
 VERIFY_VERSION = 4
+# Produce answers may carry TRANSACTION_ABORTABLE from this version (KIP-890); before it, a
+# partition outside the transaction is INVALID_TXN_STATE.
+FIRST_TRANSACTION_ABORTABLE_VERSION = 11
 VERIFY_TIMEOUT_S = 10.0
 # Attributes, producer id and epoch, where a magic-2 batch header keeps them.
 _ATTRIBUTES = struct.Struct(">h")
@@ -51,9 +54,10 @@ def transactional_producer(records) -> tuple[int, int] | None:
     return _PRODUCER.unpack_from(records, _PRODUCER_AT)
 
 
-async def refusals(broker, transactional_id: str | None, writes: list[tuple[Partition, object]]) -> dict[Partition, ErrorCode]:
-    """The partitions of a Produce whose transactional batch may not be appended, with the error
-    to answer. `writes`: each partition and its records."""
+async def refusals(broker, transactional_id: str, writes: list[tuple[Partition, object]],
+                   produce_version: int) -> dict[Partition, ErrorCode]:
+    """The partitions of a transactional producer's Produce whose batch may not be appended, with
+    the error to answer. `writes`: each partition and its records."""
     if not broker.config.get_bool("transaction.partition.verification.enable"):
         return {}
     to_verify: list[Partition] = []
@@ -67,10 +71,11 @@ async def refusals(broker, transactional_id: str | None, writes: list[tuple[Part
         to_verify.append(partition)
     if not to_verify:
         return {}
-    if transactional_id is None:
-        return dict.fromkeys(to_verify, ErrorCode.INVALID_TXN_STATE)
     answers = await _ask_coordinator(broker, transactional_id, *producer, to_verify)
-    return {p: _PRODUCE_ERRORS.get(e, e) for p, e in answers.items() if e != ErrorCode.NONE}
+    errors = dict(_PRODUCE_ERRORS)
+    if produce_version < FIRST_TRANSACTION_ABORTABLE_VERSION:
+        errors[ErrorCode.TRANSACTION_ABORTABLE] = ErrorCode.INVALID_TXN_STATE
+    return {p: errors.get(e, e) for p, e in answers.items() if e != ErrorCode.NONE}
 
 
 async def _ask_coordinator(broker, transactional_id: str, producer_id: int, epoch: int,

@@ -6,7 +6,7 @@ transaction if none is open, and answers once that is on the in-sync replicas. A
 unknown topic is UNKNOWN_TOPIC_OR_PARTITION and the others of the request OPERATION_NOT_ATTEMPTED,
 as in Kafka. v4+ come from partition leaders, several transactions at once (KIP-890): with
 `verify_only`, each partition is answered whether it is part of the producer's open transaction
-(INVALID_TXN_STATE if not); without, it is added. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
+(TRANSACTION_ABORTABLE if not); without, it is added. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
 before v2.
 
 Same as Kafka.

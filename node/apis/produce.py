@@ -14,9 +14,9 @@ error at offset -1, as Kafka answers it. Magic-2 batches are accepted in those v
 (Kafka never refused them there), one batch per partition as always.
 
 A transactional batch that would open its producer's transaction in a partition is first verified
-with the transaction coordinator (KIP-890, node.transaction_verification): INVALID_TXN_STATE if
-the partition is not part of the producer's open transaction, NOT_ENOUGH_REPLICAS (retriable)
-while the coordinator cannot tell.
+with the transaction coordinator (KIP-890, node.transaction_verification): if the partition is not
+part of the producer's open transaction, TRANSACTION_ABORTABLE (v11+) or INVALID_TXN_STATE;
+NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot tell.
 
 Differs from Kafka: no quotas, so throttle_time_ms is 0.
 """
@@ -57,7 +57,8 @@ async def handle(broker, header, request):
         timeline.mark("produce started")
     if request.acks not in (0, 1, -1):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
-    refused = await _unverified(broker, request, header.api_version) if header.api_version >= 3 else None
+    # (only a transactional producer names its transactional id: every other write skips this)
+    refused = await _unverified(broker, request, header.api_version) if request.transactional_id else None
     leaders_named = []
     topics = []
     awaiting: list[tuple[dict, Partition, int]] = []
@@ -91,7 +92,7 @@ async def _unverified(broker, request, version: int) -> dict | None:
               for data in topic_data.partition_data if transaction_verification.transactional_producer(data.records)]
     if not writes:
         return None
-    return await transaction_verification.refusals(broker, request.transactional_id, writes)
+    return await transaction_verification.refusals(broker, request.transactional_id, writes, version)
 
 
 def response_of(topics: list[tuple[str | None, object, list[dict]]], version: int, endpoints: list):

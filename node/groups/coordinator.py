@@ -24,7 +24,8 @@ from cluster.formats.records import NO_PRODUCER_ID
 from node.groups import placement
 from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership
 from node.groups.offsets import OffsetStore, Position
-from node.groups.persistence import GroupError, GroupLog, Producer, ReplayedRecord, TransactionEnd, replay
+from node.coordinator_log import Producer
+from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
 from node.groups.records import CommittedOffset, decode_key, group_key
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cluster.formats.errors import ErrorCode
-from node.groups.persistence import GroupError, GroupLog, Producer
+from node.coordinator_log import Producer
+from node.groups.persistence import GroupError, GroupLog
 from node.groups.records import CommittedOffset, decode_offset_value, offset_key, offset_value
 
 Position = tuple[str, int]  # (topic, partition)

@@ -13,103 +13,24 @@ producer, and the COMMIT and ABORT markers that end them.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from cluster.formats.control_records import ABORT, COMMIT, control_type
-from cluster.formats.errors import ErrorCode
-from cluster.formats.image import PartitionInfo
-from cluster.formats.records import (
-    ATTR_TRANSACTIONAL, NO_PRODUCER_ID, CorruptRecordError, encode_batch, iter_records, read_header,
-)
+from cluster.formats.records import NO_PRODUCER_ID, CorruptRecordError, iter_records
+from node.coordinator_log import CoordinatorError, CoordinatorLog
 from node.groups.placement import OFFSETS_TOPIC
-from node.partition import Partition
 
 log = logging.getLogger(__name__)
 
-Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
-Producer = tuple[int, int]  # (producer id, producer epoch) of a transactional write
-FIRST_SEQUENCE = 0  # a coordinator's transactional batch carries sequence 0, as Kafka's does
-
-# What a failed __consumer_offsets append means to a group client (Kafka's GroupMetadataManager).
-APPEND_ERRORS_FOR_GROUPS = {
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-}
+GroupError = CoordinatorError  # a group operation that failed, with the error code its client is answered
 
 
-class GroupError(Exception):
-    """A group operation that failed, with the error code its client is answered."""
-
-    def __init__(self, code: ErrorCode):
-        super().__init__(code.name)
-        self.code = code
-
-
-class GroupLog:
-    """Appends to the `__consumer_offsets` partitions this node leads. With a producer, the batch is
-    that producer's transactional write."""
+class GroupLog(CoordinatorLog):
+    """Appends to the `__consumer_offsets` partitions this node leads (node.coordinator_log)."""
 
     def __init__(self, broker):
-        self.broker = broker
-
-    def append(self, partition: int, records: list[Record], producer: Producer | None = None) -> int:
-        """Append to a __consumer_offsets partition; returns the offset after the batch."""
-        hosted, info = self._led_here(partition)
-        self._append(hosted, info, records, producer)
-        return hosted.log.log_end_offset
-
-    async def append_replicated(self, partition: int, records: list[Record], producer: Producer | None = None,
-                                on_append: Callable[[int], None] | None = None) -> int:
-        """Append with acks=all, as Kafka writes offsets: answered once every in-sync replica has it.
-        Returns the batch's first offset; on_append is given it as soon as the batch is in this
-        node's log, before the wait, so what the batch stands for is known from then on."""
-        hosted, info = self._led_here(partition)
-        if len(info.isr) < hosted.effective_min_isr(info):
-            raise GroupError(APPEND_ERRORS_FOR_GROUPS[ErrorCode.NOT_ENOUGH_REPLICAS])
-        first_offset = self._append(hosted, info, records, producer)
-        if on_append is not None:
-            on_append(first_offset)
-        waiter = hosted.commit_waiter(hosted.log.log_end_offset)
-        error = await hosted.wait_for_commit(waiter, self.broker.config.get_int("offsets.commit.timeout.ms") / 1000)
-        if error:
-            raise GroupError(APPEND_ERRORS_FOR_GROUPS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
-        return first_offset
-
-    def _led_here(self, partition: int) -> tuple[Partition, PartitionInfo]:
-        """The __consumer_offsets partition and its image, if this node leads it (as Kafka's
-        appendRecordsToLeader, leadership is checked before anything else)."""
-        key = (OFFSETS_TOPIC, partition)
-        hosted = self.broker.replicas.partitions.get(key)
-        info = self.broker.partition(*key)
-        if hosted is None or info is None or info.leader != self.broker.node_id:
-            raise GroupError(ErrorCode.NOT_COORDINATOR)
-        return hosted, info
-
-    @staticmethod
-    def _append(hosted: Partition, info: PartitionInfo, records: list[Record], producer: Producer | None) -> int:
-        """Write the batch as leader; returns its first offset."""
-        batch = _encode(records, hosted.log.log_end_offset, info.leader_epoch, producer)
-        first_offset = hosted.log.append(batch, leader_epoch=info.leader_epoch).first_offset
-        if producer is not None:
-            # Encoded at the offset and epoch the log gives it, so this is the header as written.
-            hosted.producers.record(read_header(batch), first_offset)
-        hosted.appended_as_leader(info)
-        return first_offset
-
-
-def _encode(records: list[Record], base_offset: int, leader_epoch: int, producer: Producer | None) -> bytes:
-    timestamp = int(time.time() * 1000)
-    if producer is None:
-        return encode_batch(records, base_offset=base_offset, leader_epoch=leader_epoch, timestamp=timestamp)
-    producer_id, producer_epoch = producer
-    return encode_batch(records, base_offset=base_offset, leader_epoch=leader_epoch, timestamp=timestamp,
-                        attributes=ATTR_TRANSACTIONAL, producer_id=producer_id, producer_epoch=producer_epoch,
-                        base_sequence=FIRST_SEQUENCE)
+        super().__init__(broker, OFFSETS_TOPIC, "offsets.commit.timeout.ms")
 
 
 class ReplayedRecord(NamedTuple):

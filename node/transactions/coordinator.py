@@ -189,11 +189,18 @@ class TransactionCoordinator:
                           partitions: list[Partition]) -> dict[Partition, ErrorCode]:
         """KIP-890: whether each partition is part of the producer's open transaction, asked by a
         partition leader before it appends the transaction's first batch there."""
-        error, metadata = self._checked(transactional_id, producer_id, epoch)
+        error = self.owns(transactional_id)
+        metadata = self.transactions.get(transactional_id)
+        if not error and (metadata is None or metadata.producer_id != producer_id):
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        elif not error and metadata.producer_epoch != epoch:
+            error = ErrorCode.PRODUCER_FENCED
+        elif not error and metadata.state in PREPARED:
+            error = ErrorCode.CONCURRENT_TRANSACTIONS
         if error:
             return dict.fromkeys(partitions, error)
-        return {p: ErrorCode.NONE if metadata.state == ONGOING and p in metadata.partitions
-                else ErrorCode.INVALID_TXN_STATE for p in partitions}
+        # (a state change being written does not matter: partitions count once they are written)
+        return {p: ErrorCode.NONE if p in metadata.partitions else ErrorCode.TRANSACTION_ABORTABLE for p in partitions}
 
     # --- EndTxn ---
 
@@ -284,6 +291,34 @@ class TransactionCoordinator:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._completions.add(task)
         task.add_done_callback(self._completions.discard)
+
+    # --- expiration ---
+
+    async def run_expiration(self, interval_ms: int) -> None:
+        """transaction.remove.expired.transaction.cleanup.interval.ms timer, as Kafka's."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            await self.expire(self.broker.config.get_int("transactional.id.expiration.ms"))
+
+    async def expire(self, expiration_ms: int, now: int | None = None) -> int:
+        """Forget the transactional ids idle for transactional.id.expiration.ms with no transaction
+        open (a tombstone each, as Kafka writes); returns how many went."""
+        now = now_ms() if now is None else now
+        idle = [m for m in self.transactions.values()
+                if m.state in COMPLETED and not m.pending and now - m.last_update_ms > expiration_ms]
+        expired = 0
+        for metadata in idle:
+            try:
+                await self.log.append_replicated(metadata.log_partition,
+                                                 [(transaction_key(metadata.transactional_id), None)])
+            except CoordinatorError:
+                continue  # (no longer the coordinator, or too few replicas: the next pass tries again)
+            if self.transactions.get(metadata.transactional_id) is metadata and metadata.state in COMPLETED:
+                del self.transactions[metadata.transactional_id]
+                expired += 1
+        if expired:
+            log.info("expired %d transactional ids idle for over %d ms", expired, expiration_ms)
+        return expired
 
     # --- the log ---
 

@@ -155,3 +155,76 @@ def test_the_coordinator_aborts_a_transaction_that_outlives_its_timeout(cluster)
         pytest.fail("the timed-out transaction still holds read_committed readers back")
     with pytest.raises(KafkaException):
         producer.commit_transaction(15)
+
+
+def test_consume_transform_produce_commits_the_offsets_with_the_output(cluster):
+    source, sink = new_topic(cluster, partitions=1), new_topic(cluster, partitions=1)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(6):
+        plain.produce(source, value=b"in-%d" % i, partition=0)
+    plain.flush(10)
+    group = f"pipeline-{uuid.uuid4().hex[:6]}"
+
+    def run_once(commit: bool, count: int) -> None:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(source, 0)])
+        producer = transactional_producer(cluster, f"pipeline-{group}")
+        try:
+            taken = []
+            while len(taken) < count:
+                message = consumer.poll(5)
+                assert message is not None and not message.error()
+                taken.append(message)
+            producer.begin_transaction()
+            for message in taken:
+                producer.produce(sink, value=message.value().replace(b"in", b"out"), partition=0)
+            producer.send_offsets_to_transaction([TopicPartition(source, 0, taken[-1].offset() + 1)],
+                                                 consumer.consumer_group_metadata(), 15)
+            if commit:
+                producer.commit_transaction(15)
+            else:
+                producer.abort_transaction(15)
+        finally:
+            consumer.close()
+
+    run_once(commit=True, count=3)
+    run_once(commit=False, count=3)  # aborted: its output hidden, its offsets never committed
+    checker = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    try:
+        assert checker.committed([TopicPartition(source, 0)], timeout=10)[0].offset == 3
+    finally:
+        checker.close()
+    run_once(commit=True, count=3)  # resumes at offset 3
+    assert values(read_all(cluster, sink, "read_committed", partitions=1, expected=6)) == [
+        b"out-%d" % i for i in range(6)]
+
+
+def init_producer_id(address, transactional_id: str) -> tuple[int, int]:
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+    from tests.integration.wire import exchange_once
+    answer = exchange_once(address, InitProducerIdRequest[4](
+        transactional_id=transactional_id, transaction_timeout_ms=10_000, producer_id=-1, producer_epoch=-1),
+        InitProducerIdResponse, 4)
+    assert answer.error_code == 0, answer
+    return answer.producer_id, answer.producer_epoch
+
+
+def test_an_idle_transactional_id_expires_and_starts_over_with_a_new_producer_id(tmp_path):
+    settings = {"transactional.id.expiration.ms": "1000",
+                "transaction.remove.expired.transaction.cleanup.interval.ms": "300",
+                "transaction.state.log.num.partitions": "1"}
+    with Cluster(nodes=1, data_dir=tmp_path / "kraftwerk", node_config=settings) as single:
+        transactional_producer(single, "short-lived").flush(1)  # finds the coordinator, makes the id
+        host, port = single.bootstrap_servers.rsplit(":", 1)
+        address = (host, int(port))
+        producer_id, epoch = init_producer_id(address, "short-lived")
+        assert epoch == 1  # the same id, the next epoch
+        node_log = single.data_dir / "logs" / "node-1.log"
+        deadline = time.monotonic() + 15
+        while "expired 1 transactional ids" not in node_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        new_id, new_epoch = init_producer_id(address, "short-lived")
+        assert new_id != producer_id and new_epoch == 0
