@@ -17,7 +17,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, MetadataImage
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.runtime.time_slices import gently
-from cluster.formats.topic_names import MAX_NAME_LENGTH, topic_name_error
+from cluster.formats.topic_names import illegal_name_message, topic_name_error
 from controller.arguments import expect, expect_list, optional
 from controller.placement import iter_replica_assignments
 
@@ -169,7 +169,7 @@ def _partitions_asked(request: dict, defaults: dict) -> int:
 def _plan_topic(image, brokers, request, defaults, start_index) -> TopicPlan:
     name = request["name"]
     if topic_name_error(name):
-        raise RequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, _illegal_name_message(name))
+        raise RequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, illegal_name_message(name))
     if name in image.topics:
         raise RequestError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     configs = validate_configs(request["configs"])
@@ -196,17 +196,6 @@ def _plan_topic(image, brokers, request, defaults, start_index) -> TopicPlan:
         raise RequestError(ErrorCode.INVALID_REPLICATION_FACTOR,
                            f"Unable to replicate the partition {factor} time(s): {problem}")
     return TopicPlan(name, partitions, factor, configs, first_broker=start_index % max(len(brokers), 1))
-
-
-def _illegal_name_message(name: str) -> str:
-    """Kafka's Topic.validate messages."""
-    if not name:
-        return "Topic name is illegal, it can't be empty"
-    if name in (".", ".."):
-        return "Topic name cannot be \".\" or \"..\""
-    if len(name) > MAX_NAME_LENGTH:
-        return f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}"
-    return f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
 
 
 def _placement_problem(brokers: list[int], factor: int) -> str | None:
