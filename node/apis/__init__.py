@@ -72,6 +72,9 @@ API_MODULES = (
     "add_offsets_to_txn",
     "end_txn",
     "write_txn_markers",
+    "describe_producers",
+    "describe_transactions",
+    "list_transactions",
 )
 
 

@@ -21,8 +21,8 @@ from node.transactions import placement
 from node.transactions.markers import MarkerWriter
 from node.transactions.records import StoredTransaction, decode_key, decode_value, transaction_key, transaction_value
 from node.transactions.state import (
-    COMPLETE_ABORT, COMPLETE_COMMIT, COMPLETED, EMPTY, MAX_EPOCH, NO_EPOCH, ONGOING, PREPARE_ABORT, PREPARE_COMMIT,
-    PREPARED, Partition, TransactionMetadata,
+    COMPLETE_ABORT, COMPLETE_COMMIT, COMPLETED, DEAD, EMPTY, MAX_EPOCH, NO_EPOCH, ONGOING, PREPARE_ABORT,
+    PREPARE_COMMIT, PREPARED, Partition, TransactionMetadata,
 )
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,37 @@ class TransactionCoordinator:
         if self.coordinator_epochs.get(partition) != info.leader_epoch:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
+
+    # --- what the admin APIs read (DescribeTransactions, ListTransactions) ---
+
+    def described(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        """The id's state as DescribeTransactions answers it, or Kafka's error for it."""
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST, None
+        error = self.owns(transactional_id)
+        if error:
+            return error, None
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None or metadata.state == DEAD:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, metadata
+
+    def _led_partitions(self) -> list[tuple[int, int]]:
+        """(partition, leader epoch) of each `__transaction_state` partition the image says this node leads."""
+        topic = self.broker.topic(placement.TRANSACTION_STATE_TOPIC)
+        if topic is None:
+            return []
+        return [(index, info.leader_epoch) for index, info in topic.partitions.items()
+                if info.leader == self.broker.node_id]
+
+    def loading(self) -> bool:
+        """Whether a partition led here is not loaded yet (ListTransactions is then COORDINATOR_LOAD_IN_PROGRESS)."""
+        return any(self.coordinator_epochs.get(index) != epoch for index, epoch in self._led_partitions())
+
+    def coordinated(self) -> list[TransactionMetadata]:
+        """The transactional ids of the partitions this node leads and has loaded."""
+        loaded = {index for index, epoch in self._led_partitions() if self.coordinator_epochs.get(index) == epoch}
+        return [m for m in self.transactions.values() if m.log_partition in loaded]
 
     # --- loading and unloading partitions ---
 

@@ -250,6 +250,16 @@ def requests_for(version_of, topic_id):
             producer_id=424242 + v, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
             topics=[M.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=[0])], transaction_version=1)])
 
+    def describe_producers(v):
+        T = admin_api.DescribeProducersRequest.TopicRequest
+        return admin_api.DescribeProducersRequest[v](topics=[T(name=TOPIC, partition_indexes=[0])])
+
+    def describe_transactions(v):
+        return admin_api.DescribeTransactionsRequest[v](transactional_ids=["nobody"])
+
+    def list_transactions(v):
+        return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
+
     return {
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
@@ -278,6 +288,9 @@ def requests_for(version_of, topic_id):
         64: (unregister_broker, UnregisterBrokerResponse),
         21: (delete_records, admin_api.DeleteRecordsResponse),
         35: (describe_log_dirs, admin_api.DescribeLogDirsResponse),
+        61: (describe_producers, admin_api.DescribeProducersResponse),
+        65: (describe_transactions, admin_api.DescribeTransactionsResponse),
+        66: (list_transactions, admin_api.ListTransactionsResponse),
     }
 
 
@@ -291,6 +304,7 @@ EXPECTED_ERRORS = {
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
     24: {0, 16, 49}, 25: {16, 49}, 26: {16, 49},
+    65: {16, 105},  # DescribeTransactions: no coordinator loaded yet, or the id is unknown to it
 }
 
 

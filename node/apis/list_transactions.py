@@ -1,0 +1,47 @@
+"""ListTransactions v0-2: the transactional ids this node coordinates, with their producer ids and
+states, as `kafka-transactions.sh list` asks every broker for them.
+
+Filters (node.transactions.listing), all of which must match: states by Kafka's names (names it
+does not know come back in UnknownStateFilters and match nothing), producer ids, from v1 a
+duration (transactions that started more than so many ms ago) and from v2 a transactional id
+pattern (KIP-1152), a regular expression the whole id must match; one that does not compile is
+INVALID_REGULAR_EXPRESSION. COORDINATOR_LOAD_IN_PROGRESS while a `__transaction_state`
+partition led here is still being loaded. Listed by transactional id.
+
+Differs from Kafka: the pattern is a Python regular expression, not RE2/J (the common syntax is
+the same; Python's takes lookarounds and backreferences that RE2/J refuses).
+"""
+from __future__ import annotations
+
+from kafka.protocol.admin.transactions import ListTransactionsRequest, ListTransactionsResponse
+
+from cluster.formats.errors import ErrorCode
+from node.transactions.listing import BadPattern, ListFilter, listed
+
+REQUEST = ListTransactionsRequest
+RESPONSE = ListTransactionsResponse
+VERSIONS = (0, 2)
+DURATION_VERSION = 1
+PATTERN_VERSION = 2
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    answer = RESPONSE[version]
+    try:
+        wanted = ListFilter.of(
+            request.state_filters, request.producer_id_filters,
+            request.duration_filter if version >= DURATION_VERSION else -1,
+            request.transactional_id_pattern if version >= PATTERN_VERSION else None)
+    except BadPattern:
+        return answer(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION, unknown_state_filters=[],
+                      transaction_states=[])
+    coordinator = broker.transactions
+    if coordinator.loading():
+        return answer(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, unknown_state_filters=[],
+                      transaction_states=[])
+    states = [RESPONSE.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
+                                        transaction_state=m.state_name)
+              for m in listed(coordinator.coordinated(), wanted, broker.now_ms())]
+    return answer(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=list(wanted.unknown_states),
+                  transaction_states=states)
