@@ -1,5 +1,5 @@
-"""The node's own control port: fault injection, replica state and group rebalances for the launcher
-and `kraftwerk`.
+"""The node's own control port: fault injection, replica state, coordinator placement and group
+rebalances for the launcher and `kraftwerk`.
 
 It speaks the msgpack control protocol (cluster/formats/control.py) on a second port, apart from
 the Kafka listener, so that a node isolated from everyone can still be told to heal.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from cluster.formats.control import ControlServer
 from cluster.runtime.stall_probe import StallProbe
 from node.groups import placement
+from node.transactions.placement import TRANSACTION_STATE_TOPIC
 from node.apis import HANDLERS
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
 from node.fetch_stats import client_fetch_stats
@@ -40,6 +41,7 @@ class AdminServer:
             "client_fetch_stats": self.client_fetch_stats,
             "stall_probe": self.stall_probe,
             "group_coordinator": self.group_coordinator,
+            "transaction_coordinator": self.transaction_coordinator,
             "rebalance_group": self.rebalance_group,
         })
         self.probe = StallProbe()
@@ -118,23 +120,32 @@ class AdminServer:
 
     async def group_coordinator(self, args: dict, conn) -> dict:
         """The group's `__consumer_offsets` partition and its leader (the coordinator), as this node sees them."""
-        group_id = _group_id(args)
+        group_id = _named(args, "group_id", "a group name")
         partition = self.broker.groups.partition_of(group_id)
         info = self.broker.partition(placement.OFFSETS_TOPIC, partition)
         return {"group_id": group_id, "topic": placement.OFFSETS_TOPIC, "partition": partition,
                 "coordinator": info.leader if info else -1}
 
+    async def transaction_coordinator(self, args: dict, conn) -> dict:
+        """The transactional id's `__transaction_state` partition and its leader (the coordinator; -1
+        while the topic does not exist yet), as this node sees them."""
+        transactional_id = _named(args, "transactional_id", "a transactional id")
+        partition = self.broker.transactions.partition_of(transactional_id)
+        info = self.broker.partition(TRANSACTION_STATE_TOPIC, partition)
+        return {"transactional_id": transactional_id, "topic": TRANSACTION_STATE_TOPIC, "partition": partition,
+                "coordinator": info.leader if info else -1}
+
     async def rebalance_group(self, args: dict, conn) -> dict:
         """Start a rebalance of the group, on its coordinator (others answer NOT_COORDINATOR)."""
-        error, group = self.broker.groups.force_rebalance(_group_id(args))
+        error, group = self.broker.groups.force_rebalance(_named(args, "group_id", "a group name"))
         if group is None:
             return {"error_code": int(error)}
         return {"error_code": 0, "state": group.state, "generation": group.generation,
                 "members": sorted(group.members)}
 
 
-def _group_id(args: dict) -> str:
-    group_id = args.get("group_id")
-    if not isinstance(group_id, str) or not group_id:
-        raise ValueError(f"group_id: expected a group name, got {group_id!r}")
-    return group_id
+def _named(args: dict, key: str, what: str) -> str:
+    name = args.get(key)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{key}: expected {what}, got {name!r}")
+    return name

@@ -5,13 +5,13 @@ so `kraftwerk = "cluster.cli:main"` and `from cluster.cli import main` get every
 """
 from __future__ import annotations
 
-from cluster.cli import checks, groups, grow, lifecycle, messages, nodes, topics
+from cluster.cli import checks, groups, grow, lifecycle, messages, nodes, topics, transactions
 from cluster.cli.app import main
 
 __all__ = ["main"]
 
 for command in (lifecycle.up, lifecycle.down, lifecycle.status,
-                topics.topic, messages.produce, messages.consume, groups.group,
+                topics.topic, messages.produce, messages.consume, groups.group, transactions.txn,
                 nodes.node, grow.rebalance, grow.reassign,
                 checks.check_failover, checks.bench):
     main.add_command(command)

@@ -11,7 +11,7 @@ import click
 from kafka import errors as kafka_errors
 
 from cluster.formats.control import ControlError
-from cluster.tools.errors import ClusterError, GroupRefused
+from cluster.tools.errors import ClusterError, GroupRefused, TransactionRefused, error_name
 
 # Error codes with the sentence kafka-topics.sh / kafka-consumer-groups.sh would print; {name} is the subject.
 TOPIC_MESSAGES = {
@@ -47,6 +47,15 @@ def group_refusal(refused: GroupRefused) -> str:
     return group_error(refused.group_id, refused.code)
 
 
+def transaction_refusal(refused: TransactionRefused) -> str:
+    """The one line for a refusal the transaction tools (cluster/tools/transaction_tools.py) report:
+    what failed in kafka-transactions.sh's words, then why."""
+    if refused.code not in kafka_errors.kafka_errors:  # (a code kafka-python does not know)
+        return f"{refused.failed}: {error_name(refused.code)}"
+    error = kafka_errors.for_code(refused.code)
+    return f"{refused.failed}: {error.description} ({error.message})"
+
+
 def kafka_exception_text(exc: Exception) -> str:
     """A client library's exception in one line, without the request and response it carries."""
     if isinstance(exc, kafka_errors.BrokerResponseError):
@@ -79,6 +88,8 @@ class CommandLine(click.Group):
             _exit_with("aborted")
         except GroupRefused as exc:
             _exit_with(group_refusal(exc))
+        except TransactionRefused as exc:
+            _exit_with(transaction_refusal(exc))
         except (ClusterError, ControlError) as exc:
             _exit_with(str(exc))
         except kafka_errors.KafkaError as exc:

@@ -26,7 +26,22 @@ class GroupRefused(ClusterError):
     @property
     def error_name(self) -> str:
         """Kafka's name of the error, as in its protocol guide (GROUP_ID_NOT_FOUND)."""
-        try:
-            return ErrorCode(self.code).name
-        except ValueError:
-            return f"error code {self.code}"
+        return error_name(self.code)
+
+
+class TransactionRefused(ClusterError):
+    """A transaction tool's request was refused with Kafka's error `code`; `failed` says what could not
+    be done, in the words of Kafka's kafka-transactions.sh (Failed to describe producers for ...)."""
+
+    def __init__(self, failed: str, code: int):
+        self.failed = failed
+        self.code = int(code)
+        super().__init__(f"{failed}: {error_name(self.code)}")
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code, as in its protocol guide (GROUP_ID_NOT_FOUND)."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"

@@ -29,15 +29,20 @@ def _unknown_group(group_id: str) -> GroupRefused:
     return GroupRefused(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
 
 
-def coordinator_placement(cluster, group_id: str) -> dict:
-    """{"topic", "partition", "coordinator"}: the group's `__consumer_offsets` partition and its
-    leader, as the first running node that answers sees them (coordinator -1: none yet)."""
+def first_answer(cluster, op: str, **args) -> dict:
+    """What the first running node that answers says to `op` on its admin port."""
     for node_id in sorted(cluster.nodes):
         try:
-            return cluster.node_control(node_id, "group_coordinator", group_id=group_id, timeout=5)
+            return cluster.node_control(node_id, op, timeout=5, **args)
         except (ClusterError, ControlError, OSError):
             continue
     raise ClusterError("no running node answers on its admin port")
+
+
+def coordinator_placement(cluster, group_id: str) -> dict:
+    """{"topic", "partition", "coordinator"}: the group's `__consumer_offsets` partition and its
+    leader, as the first running node that answers sees them (coordinator -1: none yet)."""
+    return first_answer(cluster, "group_coordinator", group_id=group_id)
 
 
 def rebalance(cluster, group_id: str) -> dict:
