@@ -100,11 +100,16 @@ def down(data_dir):
 
 @click.command()
 @data_dir_option
+@click.option("--transactional-id", "transactional_ids", multiple=True, metavar="ID",
+              help="also the node coordinating this transactional id, and its __transaction_state partition "
+                   "(repeatable)")
 @json_option
-def status(data_dir, as_json):
+def status(data_dir, transactional_ids, as_json):
     """Nodes, their processes and ports, and who leads what."""
     cluster = attached(data_dir)
     document = status_document(cluster.status(), cluster)
+    if transactional_ids:
+        document["transaction_coordinators"] = [cluster.transaction_coordinator(t) for t in transactional_ids]
     if as_json:
         print_json(document)
     else:
@@ -173,7 +178,20 @@ def status_tables(document: dict):
                            *((_unknown(p["cleaned_up_to"]) if p["cleaned_up_to"] is not None else "",)
                              if compacted else ()),
                            " ".join(f"{node}:{_unknown(lag)}" for node, lag in p["lag"].items()))
-    return Group(nodes, topics)
+    if "transaction_coordinators" not in document:
+        return Group(nodes, topics)
+    return Group(nodes, topics, _coordinators_table(document["transaction_coordinators"]))
+
+
+def _coordinators_table(placements: list[dict]) -> Table:
+    table = Table(title="transaction coordinators", caption="the leader of each transactional id's "
+                                                            "__transaction_state partition coordinates it")
+    for column in ("transactional id", "partition", "coordinator"):
+        table.add_column(column)
+    for placed in placements:
+        table.add_row(placed["transactional_id"], f"{placed['topic']}-{placed['partition']}",
+                      str(placed["coordinator"]) if placed["coordinator"] >= 0 else "none yet")
+    return table
 
 
 def _replicas_moving(partition: dict) -> str:

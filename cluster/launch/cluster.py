@@ -8,8 +8,9 @@ which backend, so that other commands and `Cluster.attach` find a cluster starte
 `kraftwerk up --detach` and get the class of its backend from CLUSTER_CLASSES.
 
 Moving partitions and adding or removing nodes are cluster/tools/reassignment.py and
-membership.py; consumer-group rebalances on demand are cluster/tools/group_tools.py. The
-methods here of the same names hand over to them.
+membership.py; consumer-group rebalances on demand are cluster/tools/group_tools.py, and where a
+transactional id is coordinated cluster/tools/transaction_tools.py. The methods here hand over to
+them.
 """
 from __future__ import annotations
 
@@ -370,6 +371,15 @@ class Cluster:
         the controller picks)."""
         from cluster.tools import group_tools
         return group_tools.move_coordinator(self, group_id, to)
+
+    # --- transactions (cluster/tools/transaction_tools.py) ---
+
+    def transaction_coordinator(self, transactional_id: str) -> dict:
+        """{"transactional_id", "topic", "partition", "coordinator"}: the id's `__transaction_state`
+        partition and the node that leads it, its transaction coordinator (-1 while that topic does
+        not exist)."""
+        from cluster.tools import transaction_tools
+        return transaction_tools.coordinator_placement(self, transactional_id)
 
 
 def _recorded_node_ids(data_dir: Path) -> list[int]:
