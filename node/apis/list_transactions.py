@@ -27,21 +27,22 @@ PATTERN_VERSION = 2
 
 async def handle(broker, header, request):
     version = header.api_version
-    answer = RESPONSE[version]
+
+    def answer(error: ErrorCode, unknown_states=(), states=()):
+        return RESPONSE[version](throttle_time_ms=0, error_code=error, unknown_state_filters=list(unknown_states),
+                                 transaction_states=list(states))
+
     try:
         wanted = ListFilter.of(
             request.state_filters, request.producer_id_filters,
             request.duration_filter if version >= DURATION_VERSION else -1,
             request.transactional_id_pattern if version >= PATTERN_VERSION else None)
     except BadPattern:
-        return answer(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION, unknown_state_filters=[],
-                      transaction_states=[])
+        return answer(ErrorCode.INVALID_REGULAR_EXPRESSION)
     coordinator = broker.transactions
     if coordinator.loading():
-        return answer(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, unknown_state_filters=[],
-                      transaction_states=[])
-    states = [RESPONSE.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
-                                        transaction_state=m.state_name)
-              for m in listed(coordinator.coordinated(), wanted, broker.now_ms())]
-    return answer(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=list(wanted.unknown_states),
-                  transaction_states=states)
+        return answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    return answer(ErrorCode.NONE, wanted.unknown_states, [
+        RESPONSE.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
+                                  transaction_state=m.state_name)
+        for m in listed(coordinator.coordinated(), wanted, broker.now_ms())])
