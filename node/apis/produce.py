@@ -18,7 +18,8 @@ with the transaction coordinator (KIP-890, node.transaction_verification): if th
 part of the producer's open transaction, TRANSACTION_ABORTABLE (v11+) or INVALID_TXN_STATE;
 NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot tell. A transactional batch in a request
 that names no transactional id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing could verify it, and
-no marker would ever end the transaction it opened.
+no marker would ever end the transaction it opened. A control batch (a COMMIT or ABORT marker) is
+INVALID_RECORD: only the transaction coordinator writes markers, as Kafka's LogValidator insists.
 
 Differs from Kafka: no quotas, so throttle_time_ms is 0. Kafka refuses a whole request holding a
 transactional batch without a transactional id; here each partition whose batch is transactional is
@@ -191,6 +192,9 @@ def _append_as_leader(broker, topic: str, index: int, check, records: bytes, tra
         if transactional_id is None and batches[0][1].is_transactional:
             return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                           "transactional records in a request without a transactional id"), None
+        if batches[0][1].is_control:  # (markers are the coordinator's to write: node.transaction_markers)
+            return _error(index, ErrorCode.INVALID_RECORD,
+                          f"Clients are not allowed to write control records in topic partition {topic}-{index}"), None
         producers = check.partition.producers
         duplicate = _duplicate_of(producers, batches)
         if duplicate is not None:

@@ -12,7 +12,8 @@ INVALID_TRANSACTION_TIMEOUT; a string longer than 32767 bytes fails to parse, wh
 connection; a transactional batch for a partition the transaction does not hold is
 INVALID_TXN_STATE (KIP-890's verification), one without a transactional id in its request
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and a batch without the transactional flag from a
-producer whose transaction is open there INVALID_TXN_STATE; WriteTxnMarkers writes a marker
+producer whose transaction is open there INVALID_TXN_STATE, a control batch (a marker) from a
+client INVALID_RECORD; WriteTxnMarkers writes a marker
 for a producer a partition has never seen; FindCoordinator with a key type other than group
 and transaction (and share, not served) is INVALID_REQUEST.
 """
@@ -27,19 +28,21 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import (
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
-    InitProducerIdResponse,
+    InitProducerIdResponse, ProduceRequest, ProduceResponse,
 )
 
+from cluster.formats import control_records
 from cluster.launch import Cluster
 from tests.integration import txn_wire
 from tests.integration.txn_wire import (
     add_partitions, coordinator, end_txn, end_txn_when_ready, fetch, init_producer_id, last_stable_offset,
     leader_address, produce, write_txn_markers,
 )
-from tests.integration.wire import exchange, send_request
+from tests.integration.wire import exchange, exchange_once, send_request
 
 NONE = 0
 INVALID_REQUEST = 42
+INVALID_RECORD = 87
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
@@ -332,6 +335,41 @@ def test_a_transactional_batch_outside_its_transaction_is_refused(cluster):
         (0, b"in"), (1, b"in again")]
     answer, records = fetch(second, topic, 1, read_committed=False)
     assert (answer.high_watermark, records) == (0, [])
+
+
+def test_a_marker_written_by_a_client_is_an_invalid_record(cluster):
+    """Only the transaction coordinator writes COMMIT and ABORT markers. A client's marker, even one of
+    its own open transaction in a partition that transaction holds, is refused whole (Kafka's
+    LogValidator), and the transaction stays open until EndTxn ends it."""
+    topic = new_topic(cluster, partitions=1)
+    transactional_id = new_id()
+    address, producer_id, epoch = started(cluster, transactional_id)
+    assert add_partitions(address, transactional_id, producer_id, epoch, {topic: [0]}) == {(topic, 0): NONE}
+    leader = leader_address(cluster, topic, 0)
+    assert produce(leader, topic, 0, [b"in"], producer_id, epoch, 0, transactional_id) == (NONE, 0)
+
+    for commit in (True, False):
+        marker = control_records.end_txn_marker(producer_id, epoch, commit, 0, int(time.time() * 1000))
+        assert produce_records(leader, topic, 0, marker, transactional_id) == INVALID_RECORD
+        assert produce_records(leader, topic, 0, marker, transactional_id, version=3) == INVALID_RECORD
+    # A marker of a producer the partition has never seen, which nothing would ever end: without a
+    # transactional id the request is refused before anything else, as any transactional one is.
+    stray = control_records.end_txn_marker(4_242_424, 0, True, 0, int(time.time() * 1000))
+    assert produce_records(leader, topic, 0, stray, None) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    answer, records = fetch(leader, topic, 0, read_committed=False)
+    assert (answer.high_watermark, answer.last_stable_offset, len(records)) == (1, 0, 1)
+
+    assert end_txn(address, transactional_id, producer_id, epoch, True) == NONE
+    txn_wire.wait_for_last_stable_offset(leader, topic, 0, 2)
+    assert [(offset, value) for offset, value, control in fetch(leader, topic, 0)[1] if not control] == [(0, b"in")]
+
+
+def produce_records(address, topic: str, partition: int, records: bytes, transactional_id: str | None,
+                    version: int = 9) -> int:
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest[version](transactional_id=transactional_id, acks=-1, timeout_ms=10_000, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=partition, records=records)])])
+    return exchange_once(address, request, ProduceResponse, version).responses[0].partition_responses[0].error_code
 
 
 def test_find_coordinator_with_an_unknown_key_type_is_an_invalid_request(cluster):
