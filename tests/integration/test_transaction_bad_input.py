@@ -205,7 +205,7 @@ def test_a_stale_epoch_is_fenced_with_the_code_of_each_version(cluster):
     assert produce(leader, topic, 0, [b"zombie"], producer_id, old_epoch, 0, transactional_id) == (
         INVALID_PRODUCER_EPOCH, -1)
     assert end_txn(address, transactional_id, producer_id, epoch, True) == NONE
-    txn_wire.wait_for_last_stable_offset(leader, topic, 0, 2)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, 2)
     records = fetch(leader, topic, 0)[1]
     assert [(offset, control) for offset, _, control in records] == [(0, False), (1, True)]
     assert records[0][1] == b"new"
@@ -226,7 +226,7 @@ def test_end_txn_without_a_transaction_is_an_invalid_state(cluster):
     # Once it is complete, a retried commit is answered as done; an abort is no longer possible.
     assert end_txn_when_ready(address, transactional_id, producer_id, epoch, True) == NONE
     assert end_txn(address, transactional_id, producer_id, epoch, False) == INVALID_TXN_STATE
-    txn_wire.wait_for_last_stable_offset(leader, topic, 0, 2)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, 2)
 
 
 def test_a_transaction_timeout_above_the_maximum_is_refused(cluster):
@@ -305,7 +305,7 @@ def test_write_txn_markers_for_a_partition_never_added_writes_the_marker(cluster
     # The transaction it named is still open in its own partition, and commits as if nothing happened.
     assert last_stable_offset(first, topic, 0) == 0
     assert end_txn(address, transactional_id, producer_id, epoch, True) == NONE
-    txn_wire.wait_for_last_stable_offset(first, topic, 0, 2)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, 2)
     assert [(offset, value) for offset, value, control in fetch(first, topic, 0)[1] if not control] == [(0, b"open")]
 
 
@@ -330,7 +330,7 @@ def test_a_transactional_batch_outside_its_transaction_is_refused(cluster):
                    transactional=False) == (INVALID_TXN_STATE, -1)
     assert produce(first, topic, 0, [b"in again"], producer_id, epoch, 1, transactional_id) == (NONE, 1)
     assert end_txn(address, transactional_id, producer_id, epoch, True) == NONE
-    txn_wire.wait_for_last_stable_offset(first, topic, 0, 3)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, 3)
     assert [(offset, value) for offset, value, control in fetch(first, topic, 0)[1] if not control] == [
         (0, b"in"), (1, b"in again")]
     answer, records = fetch(second, topic, 1, read_committed=False)
@@ -360,7 +360,7 @@ def test_a_marker_written_by_a_client_is_an_invalid_record(cluster):
     assert (answer.high_watermark, answer.last_stable_offset, len(records)) == (1, 0, 1)
 
     assert end_txn(address, transactional_id, producer_id, epoch, True) == NONE
-    txn_wire.wait_for_last_stable_offset(leader, topic, 0, 2)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, 2)
     assert [(offset, value) for offset, value, control in fetch(leader, topic, 0)[1] if not control] == [(0, b"in")]
 
 

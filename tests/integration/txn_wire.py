@@ -21,7 +21,9 @@ from tests.integration.wire import exchange, exchange_once
 
 Address = tuple[str, int]
 
+NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_NOT_AVAILABLE = 15
+CONCURRENT_TRANSACTIONS = 51
 TRANSACTION_KEY_TYPE = 1
 READ_COMMITTED = 1
 
@@ -83,9 +85,10 @@ def add_partitions(address: Address, transactional_id: str, producer_id: int, ep
         answer = exchange_once(address, request, AddPartitionsToTxnResponse, version)
         results = answer.results_by_topic_v3_and_below
     else:
-        request = AddPartitionsToTxnRequest[version](transactions=[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+        transaction = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, verify_only=False,
-            topics=topics)])
+            topics=topics)
+        request = AddPartitionsToTxnRequest[version](transactions=[transaction])
         answer = exchange_once(address, request, AddPartitionsToTxnResponse, version)
         assert answer.error_code == 0, answer
         [result] = answer.results_by_transaction
@@ -100,15 +103,20 @@ def end_txn(address: Address, transactional_id: str, producer_id: int, epoch: in
     return exchange_once(address, request, EndTxnResponse, version).error_code
 
 
-def end_txn_when_ready(address: Address, transactional_id: str, producer_id: int, epoch: int, commit: bool,
-                       timeout_s: float = 15) -> int:
-    """EndTxn, retried while the coordinator is still writing the previous transaction's markers
-    (CONCURRENT_TRANSACTIONS), as clients retry it."""
+def when_ready(call, timeout_s: float = 15):
+    """What call() answers once it is no longer CONCURRENT_TRANSACTIONS (the coordinator still writing
+    the previous transaction's markers), retried as clients retry; its error code comes first."""
     deadline = time.monotonic() + timeout_s
-    while (error := end_txn(address, transactional_id, producer_id, epoch, commit)) == 51:
+    while True:
+        answer = call()
+        if (answer[0] if isinstance(answer, tuple) else answer) != CONCURRENT_TRANSACTIONS:
+            return answer
         assert time.monotonic() < deadline, "the coordinator stayed busy"
         time.sleep(0.05)
-    return error
+
+
+def end_txn_when_ready(address: Address, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+    return when_ready(lambda: end_txn(address, transactional_id, producer_id, epoch, commit))
 
 
 def produce(address: Address, topic: str, partition: int, values: list[bytes], producer_id: int = -1,
@@ -144,16 +152,41 @@ def last_stable_offset(address: Address, topic: str, partition: int) -> int:
         name=topic, partitions=[Topic.ListOffsetsPartition(partition_index=partition, current_leader_epoch=-1,
                                                            timestamp=-1)])])
     [answer] = exchange_once(address, request, ListOffsetsResponse, 5).topics[0].partitions
+    if answer.error_code == NOT_LEADER_OR_FOLLOWER:
+        raise NotLeader(f"{address} does not lead {topic}-{partition}")
     assert answer.error_code == 0, answer
     return answer.offset
 
 
-def wait_for_last_stable_offset(address: Address, topic: str, partition: int, offset: int,
-                                timeout_s: float = 15) -> None:
+class NotLeader(Exception):
+    pass
+
+
+def wait_for_last_stable_offset(cluster, topic: str, partition: int, offset: int, timeout_s: float = 15) -> None:
+    """Until the partition's LSO, asked of whichever node leads it then, is `offset`."""
     deadline = time.monotonic() + timeout_s
-    while (found := last_stable_offset(address, topic, partition)) != offset:
+    found = None
+    while True:
+        try:
+            found = last_stable_offset(leader_address(cluster, topic, partition), topic, partition)
+        except NotLeader:
+            pass  # (leadership moving: ask the next leader)
+        if found == offset:
+            return
         assert time.monotonic() < deadline, f"the LSO of {topic}-{partition} stays at {found}, not {offset}"
         time.sleep(0.02)
+
+
+def wait_for_preferred_leaders(cluster, topics: list[str], timeout_s: float = 30) -> None:
+    """Until each partition of the topics is led by its first replica, as the controller's leader
+    balancing makes it after a restart (leaderships stay put from then on)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        described = [t for t in cluster.status()["topics"] if t["name"] in topics]
+        if all(p["leader"] == p["replicas"][0] for t in described for p in t["partitions"]):
+            return
+        assert time.monotonic() < deadline, f"the preferred leaders of {topics} were not elected: {described}"
+        time.sleep(0.1)
 
 
 def fetch(address: Address, topic: str, partition: int, offset: int = 0, read_committed: bool = True):
