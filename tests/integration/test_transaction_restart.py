@@ -3,7 +3,8 @@ dir, as `kraftwerk down` then `up`) and across a node killed with SIGKILL.
 
 After the restart committed transactions are read and aborted ones hidden as before; a transaction
 left open stays open, holding read_committed readers at its first offset, until a new instance of
-its producer or its timeout aborts it; idempotent producers' sequences and fenced epochs survive.
+its producer or its timeout aborts it, or its producer, still running, commits it; idempotent
+producers' sequences and fenced epochs survive.
 What carries this across is on disk in Kafka's formats: each partition directory's `.txnindex`
 (the aborted transactions of each segment) and `.snapshot` files (each producer's state at the
 log end, written as the log closes), read here with cluster/formats and checked entry by entry.
@@ -17,6 +18,7 @@ import time
 import uuid
 from types import SimpleNamespace
 
+import confluent_kafka
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -174,6 +176,15 @@ def restarted(cluster):
     finally:
         plain.close(10)
 
+    # A transaction librdkafka keeps open across the restart, to go on with afterwards.
+    state.resumed = new_topic(cluster, "resumed", partitions=2)
+    state.resuming = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": new_id("resumed"),
+                                               "linger.ms": 5, "log_level": 0})
+    state.resuming.init_transactions(15)
+    state.resuming.begin_transaction()
+    state.resuming.produce(state.resumed, b"before the restart", partition=0)
+    assert state.resuming.flush(10) == 0
+
     cluster.stop()
     state.files = {(topic, p): partition_files(cluster, topic, p)
                    for topic, partitions in ((state.kept, 2), (state.idem, 1), (state.fence, 1), (state.open, 2))
@@ -279,6 +290,15 @@ def test_an_open_transaction_is_aborted_by_its_timeout_after_the_restart(cluster
     transactional_id = state.open_ids[1]
     assert end_txn(coordinator(cluster, transactional_id), transactional_id, state.open_producers[1], 0,
                    True) == PRODUCER_FENCED
+
+
+def test_a_producer_goes_on_with_its_open_transaction_after_the_restart(cluster, restarted):
+    """librdkafka's producer, its transaction open while every node restarted, writes to another
+    partition and commits: the coordinator took the transaction back from __transaction_state."""
+    state = restarted
+    state.resuming.produce(state.resumed, b"after the restart", partition=1)
+    state.resuming.commit_transaction(30)
+    assert read(cluster, state.resumed, 2) == [(0, 0, b"before the restart"), (1, 0, b"after the restart")]
 
 
 def test_an_idempotent_retry_after_the_restart_is_still_deduplicated(cluster, restarted):
