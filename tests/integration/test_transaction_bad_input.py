@@ -3,19 +3,20 @@ code Kafka answers it with (or, where Kafka's request parser refuses it, a close
 the node goes on serving, nothing else is disturbed (a transaction committed before is read
 back exactly and a new one commits), and no node logs an ERROR.
 
-Kafka's answers, from its TransactionCoordinator and KafkaApis: a transactional id the
-coordinator does not know, or a producer id that is not the id's, is INVALID_PRODUCER_ID_MAPPING;
-an older epoch is PRODUCER_FENCED, which AddPartitionsToTxn and EndTxn before v2 and
-InitProducerId before v4 answer as INVALID_PRODUCER_EPOCH; EndTxn with no transaction open is
-INVALID_TXN_STATE; a transaction timeout outside (0, transaction.max.timeout.ms] is
-INVALID_TRANSACTION_TIMEOUT; a string longer than 32767 bytes fails to parse, which closes the
-connection; a transactional batch for a partition the transaction does not hold is
-INVALID_TXN_STATE (KIP-890's verification), one without a transactional id in its request
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and a batch without the transactional flag from a
-producer whose transaction is open there INVALID_TXN_STATE, a control batch (a marker) from a
-client INVALID_RECORD; WriteTxnMarkers writes a marker
-for a producer a partition has never seen; FindCoordinator with a key type other than group
-and transaction (and share, not served) is INVALID_REQUEST.
+Kafka's answers, from its TransactionCoordinator, KafkaApis and LogValidator: a transactional id
+the coordinator does not know, or a producer id that is not the id's, is
+INVALID_PRODUCER_ID_MAPPING; an older epoch is PRODUCER_FENCED, which AddPartitionsToTxn and
+EndTxn before v2 and InitProducerId before v4 answer as INVALID_PRODUCER_EPOCH; EndTxn with no
+transaction open is INVALID_TXN_STATE; a transaction timeout outside (0,
+transaction.max.timeout.ms] is INVALID_TRANSACTION_TIMEOUT; a string longer than 32767 bytes
+fails to parse, which closes the connection. A transactional batch for a partition its
+transaction does not hold is TRANSACTION_ABORTABLE from Produce v11 and INVALID_TXN_STATE before
+(KIP-890's verification); one in a request without a transactional id is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a batch without the transactional flag from a producer
+whose transaction is open there is INVALID_TXN_STATE; a control batch (a marker) from a client is
+INVALID_RECORD. WriteTxnMarkers writes a marker for a producer a partition has never seen.
+FindCoordinator with a key type other than group and transaction (and share, not served) is
+INVALID_REQUEST.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ INVALID_PRODUCER_ID_MAPPING = 49
 INVALID_TRANSACTION_TIMEOUT = 50
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 PRODUCER_FENCED = 90
+TRANSACTION_ABORTABLE = 120
 
 MAX_TIMEOUT_MS = 30_000
 
@@ -317,11 +319,17 @@ def test_a_transactional_batch_outside_its_transaction_is_refused(cluster):
     first, second = leader_address(cluster, topic, 0), leader_address(cluster, topic, 1)
 
     # Partition 1 is not part of the transaction: the coordinator says so, and nothing is written.
+    # Produce v11+ may carry KIP-890's TRANSACTION_ABORTABLE; older versions get INVALID_TXN_STATE.
     assert produce(second, topic, 1, [b"stray"], producer_id, epoch, 0, transactional_id) == (INVALID_TXN_STATE, -1)
+    assert produce(second, topic, 1, [b"stray"], producer_id, epoch, 0, transactional_id, version=11) == (
+        TRANSACTION_ABORTABLE, -1)
     answer, records = fetch(second, topic, 1, read_committed=False)
     assert (answer.high_watermark, records) == (0, [])
-    # Transactional records in a Produce that names no transactional id are refused whole.
+    # Transactional records in a Produce that names no transactional id are refused: nothing could
+    # verify them, and the transaction a stranger's batch opened would never end.
     assert produce(first, topic, 0, [b"anonymous"], producer_id, epoch, 0, None) == (
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    assert produce(first, topic, 0, [b"stranger"], 777_777_777, 0, 0, None) == (
         TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
 
     assert produce(first, topic, 0, [b"in"], producer_id, epoch, 0, transactional_id) == (NONE, 0)
