@@ -90,6 +90,7 @@ def bystander(cluster):
             producer.commit_transaction() if commit else producer.abort_transaction()
     finally:
         producer.close(10)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, 7)  # (the last marker in)
     return topic, [(0, b"kept-0"), (1, b"kept-1"), (5, b"kept-2")]
 
 
@@ -114,6 +115,7 @@ def undisturbed(cluster, bystander):
         committed.append((sent.get(10).offset, b"after"))
     finally:
         producer.close(10)
+    txn_wire.wait_for_last_stable_offset(cluster, topic, 0, committed[-1][0] + 2)
     assert read_committed(cluster, topic) == committed
     written = {log.name: log.read_bytes()[sizes.get(log, 0):].decode(errors="replace").splitlines() for log in logs}
     errors = {name: [line for line in lines if " ERROR " in line or line.startswith("Traceback")]

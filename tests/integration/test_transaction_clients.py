@@ -29,6 +29,7 @@ from cluster.launch import Cluster
 from tests.integration import go_programs
 from tests.integration.js_programs import JS_DIR, kafkajs_missing
 from tests.integration.observe import logged_errors
+from tests.integration.txn_wire import wait_for_last_stable_offset
 
 PARTITIONS = 2
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
@@ -171,9 +172,17 @@ def produce_with_kafka_python(cluster, topic: str, transactions: list[Transactio
                 producer.commit_transaction()
             else:
                 producer.abort_transaction()
-        return delivered
     finally:
         producer.close(10)
+    wait_until_ended(cluster, topic, transactions)
+    return delivered
+
+
+def wait_until_ended(cluster, topic: str, transactions: list[Transaction]) -> None:
+    """Until the markers of every transaction are in: EndTxn is answered once its outcome is decided,
+    and the markers follow (the LSO reaches the log end once they are in)."""
+    for partition, end in log_end_offsets(transactions).items():
+        wait_for_last_stable_offset(cluster, topic, partition, end)
 
 
 # --- kafka-python ---
@@ -213,6 +222,7 @@ def test_kafka_python_read_committed_stops_at_an_open_transaction(cluster):
         assert (everything, ends) == ([(0, 0, b"before"), (0, 1, b"open"), (0, 2, b"meanwhile")], {0: 3})
 
         producer.abort_transaction()
+        wait_for_last_stable_offset(cluster, topic, 0, 4)
         committed, ends, positions = read_kafka_python(cluster, topic, "read_committed", partitions=1)
         assert (committed, ends, positions) == ([(0, 0, b"before"), (0, 2, b"meanwhile")], {0: 4}, {0: 4})
     finally:
@@ -270,11 +280,10 @@ def test_aiokafka_transactions_read_committed_and_uncommitted(cluster):
         finally:
             await consumer.stop()
 
-    async def run():
-        delivered = await produce()
-        return delivered, await read("read_committed"), await read("read_uncommitted")
-
-    delivered, (committed, committed_ends, committed_positions), (everything, ends, positions) = asyncio.run(run())
+    delivered = asyncio.run(produce())
+    wait_until_ended(cluster, topic, transactions)
+    committed, committed_ends, committed_positions = asyncio.run(read("read_committed"))
+    everything, ends, positions = asyncio.run(read("read_uncommitted"))
     assert sorted(delivered) == uncommitted_view(stored)
     assert sorted(committed) == committed_view(stored) and in_offset_order(committed)
     assert sorted(everything) == uncommitted_view(stored) and in_offset_order(everything)
@@ -329,6 +338,7 @@ def test_kcat_reads_committed_and_uncommitted_records(cluster):
         assert in_offset_order(everything)
 
         producer.commit_transaction()
+        wait_for_last_stable_offset(cluster, topic, 0, open_offset + 2)
         committed = read_kcat(cluster, topic, "read_committed")
         assert sorted(committed) == sorted(committed_view(stored) + [(0, open_offset, b"kcat-open")])
     finally:
@@ -429,15 +439,15 @@ def interleaved(cluster):
         # EndTxn is answered once the outcome is decided; the markers follow. Each is awaited here
         # (the LSO moves when it is in) so that the offsets are known.
         first.commit_transaction()  # its marker: offset 5
-        wait_for_last_stable_offset(cluster, topic, 1)  # B's first offset
+        wait_for_last_stable_offset(cluster, topic, 0, 1)  # B's first offset
         written += [send(second, b"b3"), send(plain, b"plain2")]
         first.begin_transaction()
         written.append(send(first, b"a3"))
         second.abort_transaction()  # offset 9, while A's second transaction is open
-        wait_for_last_stable_offset(cluster, topic, 8)  # A's second transaction's first offset
+        wait_for_last_stable_offset(cluster, topic, 0, 8)  # A's second transaction's first offset
         written.append(send(first, b"a4"))
         first.commit_transaction()  # offset 11
-        wait_for_last_stable_offset(cluster, topic, 12)
+        wait_for_last_stable_offset(cluster, topic, 0, 12)
     finally:
         for producer in (first, second, plain):
             producer.close(10)
@@ -469,19 +479,6 @@ def test_interleaved_transactions_read_committed_by_sarama(cluster, go_bin, inte
                             "-version", "2.0.0", "-isolation", "read_committed", "-messages", str(len(committed)),
                             "-timeout", "30s")
     assert go_records(lines) == committed
-
-
-def wait_for_last_stable_offset(cluster, topic: str, offset: int) -> None:
-    """Until partition 0's last stable offset (ListOffsets at read_committed) is `offset`."""
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, isolation_level="read_committed")
-    try:
-        partition = TopicPartition(topic, 0)
-        deadline = time.monotonic() + 10
-        while (found := consumer.end_offsets([partition])[partition]) != offset:
-            assert time.monotonic() < deadline, f"the LSO stays at {found}, not {offset}"
-            time.sleep(0.02)
-    finally:
-        consumer.close()
 
 
 def read_confluent(cluster, topic: str) -> list[tuple[int, int, bytes]]:

@@ -298,6 +298,8 @@ def test_a_producer_goes_on_with_its_open_transaction_after_the_restart(cluster,
     state = restarted
     state.resuming.produce(state.resumed, b"after the restart", partition=1)
     state.resuming.commit_transaction(30)
+    for partition in range(2):
+        wait_for_last_stable_offset(cluster, state.resumed, partition, 2)
     assert read(cluster, state.resumed, 2) == [(0, 0, b"before the restart"), (1, 0, b"after the restart")]
 
 
