@@ -2,7 +2,8 @@
 
 A retried batch that was already written is answered with its original offsets
 (DUPLICATE_SEQUENCE_NUMBER is success to the client); a gap in sequence numbers is
-OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH.
+OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH; a batch without the
+transactional flag from a producer whose transaction is open in the partition is INVALID_TXN_STATE.
 
 A transactional batch opens its producer's transaction in the partition, at its first offset; the
 COMMIT or ABORT marker the coordinator writes ends it (Kafka's ProducerStateManager). Until then
@@ -159,11 +160,16 @@ class PartitionProducers:
             if header.base_sequence != 0:
                 raise SequenceError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                     f"a new producer epoch must start at sequence 0, got {header.base_sequence}")
-            return
-        expected = 0 if entry.last_sequence == MAX_SEQUENCE else entry.last_sequence + 1
-        if header.base_sequence != expected:
-            raise SequenceError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                f"expected sequence {expected}, got {header.base_sequence}")
+        else:
+            expected = 0 if entry.last_sequence == MAX_SEQUENCE else entry.last_sequence + 1
+            if header.base_sequence != expected:
+                raise SequenceError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                    f"expected sequence {expected}, got {header.base_sequence}")
+        if entry.txn_first_offset >= 0 and not header.is_transactional:
+            # (Kafka's ProducerAppendInfo: a producer writes inside its open transaction or not at all)
+            raise SequenceError(ErrorCode.INVALID_TXN_STATE,
+                                f"a non-transactional batch while its transaction from offset {entry.txn_first_offset} "
+                                "is open")
 
     def record(self, header, first_offset: int) -> None:
         entry = self.producers.get(header.producer_id)

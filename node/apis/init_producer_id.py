@@ -5,7 +5,8 @@ producer that names its id and epoch (v3+, KIP-360) gets the same id with the ne
 one, this node must be its transaction coordinator (node.transactions.coordinator): the id's
 producer gets its next epoch, which fences any older instance, and an open transaction of that
 instance is aborted first (CONCURRENT_TRANSACTIONS until it is; the client retries).
-PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as Kafka answers older clients.
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as Kafka answers older clients. A producer id
+without an epoch, or an epoch without a producer id, is INVALID_REQUEST.
 
 Differs from Kafka: two-phase commit (v6's enable_2pc, KIP-939) is not served: such a request is
 refused with UNSUPPORTED_VERSION.
@@ -32,6 +33,8 @@ async def handle(broker, header, request):
                                             ongoing_txn_producer_epoch=-1)
 
     expected_id, expected_epoch = (request.producer_id, request.producer_epoch) if header.api_version >= 3 else (-1, -1)
+    if (expected_id == -1) != (expected_epoch == -1):  # a producer id without its epoch, or the reverse
+        return reply(ErrorCode.INVALID_REQUEST)
     if getattr(request, "enable_2pc", False):
         return reply(ErrorCode.UNSUPPORTED_VERSION)
     if request.transactional_id is not None:

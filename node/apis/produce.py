@@ -16,9 +16,14 @@ error at offset -1, as Kafka answers it. Magic-2 batches are accepted in those v
 A transactional batch that would open its producer's transaction in a partition is first verified
 with the transaction coordinator (KIP-890, node.transaction_verification): if the partition is not
 part of the producer's open transaction, TRANSACTION_ABORTABLE (v11+) or INVALID_TXN_STATE;
-NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot tell.
+NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot tell. A transactional batch in a request
+that names no transactional id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing could verify it, and
+no marker would ever end the transaction it opened. A control batch (a COMMIT or ABORT marker) is
+INVALID_RECORD: only the transaction coordinator writes markers, as Kafka's LogValidator insists.
 
-Differs from Kafka: no quotas, so throttle_time_ms is 0.
+Differs from Kafka: no quotas, so throttle_time_ms is 0. Kafka refuses a whole request holding a
+transactional batch without a transactional id; here each partition whose batch is transactional is
+refused (real producers put no other batch in such a request).
 """
 from __future__ import annotations
 
@@ -69,7 +74,8 @@ async def handle(broker, header, request):
             if refused and (name, data.index) in refused:
                 partitions.append(_error(data.index, refused[(name, data.index)]))
                 continue
-            answer, commit = _produce_partition(broker, name, data, request.acks, header.api_version, leaders_named)
+            answer, commit = _produce_partition(broker, name, data, request.acks, header.api_version, leaders_named,
+                                                request.transactional_id)
             partitions.append(answer)
             if request.acks == -1 and commit is not None:
                 awaiting.append((answer, *commit))
@@ -140,7 +146,8 @@ def _topic_of(broker, topic_data, version):
     return topic_data.name, (info.topic_id if info else None)
 
 
-def _produce_partition(broker, topic: str | None, data, acks: int, version: int, leaders_named: list[int]):
+def _produce_partition(broker, topic: str | None, data, acks: int, version: int, leaders_named: list[int],
+                       transactional_id: str | None):
     """(partition response, (the partition, the offset its high watermark must reach for acks=all) or None)."""
     index = data.index
     if topic is None:
@@ -174,14 +181,20 @@ def _produce_partition(broker, topic: str | None, data, acks: int, version: int,
             return _error(index, *refused), None
     if acks == -1 and len(check.info.isr) < check.partition.effective_min_isr(check.info, configs):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS), None
-    return _append_as_leader(broker, topic, index, check, records)
+    return _append_as_leader(broker, topic, index, check, records, transactional_id)
 
 
-def _append_as_leader(broker, topic: str, index: int, check, records: bytes):
+def _append_as_leader(broker, topic: str, index: int, check, records: bytes, transactional_id: str | None):
     """Append a validated partition's batch on this leader, unless an idempotent producer already
     wrote it: (partition response, (the partition, the offset its high watermark must reach) or None)."""
     try:
         batches = validate_batches(records)
+        if transactional_id is None and batches[0][1].is_transactional:
+            return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                          "transactional records in a request without a transactional id"), None
+        if batches[0][1].is_control:  # (markers are the coordinator's to write: node.transaction_markers)
+            return _error(index, ErrorCode.INVALID_RECORD,
+                          f"Clients are not allowed to write control records in topic partition {topic}-{index}"), None
         producers = check.partition.producers
         duplicate = _duplicate_of(producers, batches)
         if duplicate is not None:

@@ -112,6 +112,10 @@ class TransactionCoordinator:
                 transactional_id, partition, stored.producer_id, stored.producer_epoch, stored.timeout_ms)
             metadata.apply(stored)
             loaded[transactional_id] = metadata
+        for metadata in loaded.values():
+            # As Kafka's loader: no retry of an earlier InitProducerId spans a coordinator change, and
+            # an instance fenced before it stays fenced.
+            metadata.last_producer_epoch = NO_EPOCH
         self.coordinator_epochs[partition] = coordinator_epoch
         self.transactions.update(loaded)
         for metadata in loaded.values():
@@ -169,7 +173,9 @@ class TransactionCoordinator:
             producer_id, epoch = await self.broker.producer_ids.allocate(), 0
         stored = metadata.record(EMPTY, now_ms(), partitions=set(), producer_id=producer_id, producer_epoch=epoch,
                                  timeout_ms=timeout_ms, start_ms=-1)
-        error = await self._write(metadata, stored)
+        # A new instance (naming no epoch of its own) leaves no earlier epoch that a retry may name:
+        # every instance before it is fenced (Kafka's prepareIncrementProducerEpoch).
+        error = await self._write(metadata, stored, last_producer_epoch=NO_EPOCH if expected_id < 0 else None)
         return (error, -1, -1) if error else (ErrorCode.NONE, producer_id, epoch)
 
     async def _new_transactional_id(self, transactional_id: str, timeout_ms: int):
@@ -287,7 +293,8 @@ class TransactionCoordinator:
         epoch = metadata.producer_epoch + 1 if metadata.producer_epoch + 1 < MAX_EPOCH - 1 else metadata.producer_epoch
         log.info("aborting the transaction of %s (producer %d epoch %d): %s", metadata.transactional_id,
                  metadata.producer_id, metadata.producer_epoch, reason)
-        error = await self._write(metadata, metadata.record(PREPARE_ABORT, now_ms(), producer_epoch=epoch))
+        error = await self._write(metadata, metadata.record(PREPARE_ABORT, now_ms(), producer_epoch=epoch),
+                                  last_producer_epoch=NO_EPOCH)  # (a fence, as Kafka's prepareFenceProducerEpoch)
         if error:
             if error != ErrorCode.NOT_COORDINATOR:
                 self._time(metadata)
@@ -353,8 +360,10 @@ class TransactionCoordinator:
 
     # --- the log ---
 
-    async def _write(self, metadata: TransactionMetadata, stored: StoredTransaction) -> ErrorCode:
-        """Write a state change and take it once it is on the in-sync replicas."""
+    async def _write(self, metadata: TransactionMetadata, stored: StoredTransaction,
+                     last_producer_epoch: int | None = None) -> ErrorCode:
+        """Write a state change and take it once it is on the in-sync replicas (see
+        TransactionMetadata.apply for `last_producer_epoch`)."""
         epoch = self.coordinator_epochs.get(metadata.log_partition)
         metadata.pending = True
         try:
@@ -367,5 +376,5 @@ class TransactionCoordinator:
         if (self.coordinator_epochs.get(metadata.log_partition) != epoch
                 or self.transactions.get(metadata.transactional_id) is not metadata):
             return ErrorCode.NOT_COORDINATOR  # (the partition moved while it was written)
-        metadata.apply(stored)
+        metadata.apply(stored, last_producer_epoch)
         return ErrorCode.NONE

@@ -63,9 +63,13 @@ class TransactionMetadata:
             self.timeout_ms if timeout_ms is None else timeout_ms, state, by_topic, now_ms,
             self.start_ms if start_ms is None else start_ms)
 
-    def apply(self, stored: StoredTransaction) -> None:
-        """Take a change once it is written (or read back from the log)."""
-        if stored.producer_epoch != self.producer_epoch or stored.producer_id != self.producer_id:
+    def apply(self, stored: StoredTransaction, last_producer_epoch: int | None = None) -> None:
+        """Take a change once it is written (or read back from the log). `last_producer_epoch`: the
+        epoch a retry may still name, when the change decides it; otherwise an epoch bump keeps the
+        epoch it replaced (a bump the producer itself asked for, naming its current epoch)."""
+        if last_producer_epoch is not None:
+            self.last_producer_epoch = last_producer_epoch
+        elif stored.producer_epoch != self.producer_epoch or stored.producer_id != self.producer_id:
             self.last_producer_epoch = self.producer_epoch if stored.producer_id == self.producer_id else NO_EPOCH
         self.producer_id, self.producer_epoch = stored.producer_id, stored.producer_epoch
         self.timeout_ms, self.state = stored.timeout_ms, stored.status

@@ -57,6 +57,28 @@ def test_bytes_that_are_no_request_are_malformed():
         request_checks.decode(MetadataRequest, memoryview(b"\x00\x00"), 9)
 
 
+@pytest.mark.parametrize("huge", ["x" * 32768, "\u00e9" * 16384, "\U0001f600" * 8192],
+                         ids=["ascii", "two-byte", "four-byte"])
+def test_a_string_longer_than_kafka_reads_is_malformed(huge):
+    """Kafka's readers refuse a string of more than 32767 bytes of UTF-8, whatever its characters."""
+    from kafka.protocol.metadata import FindCoordinatorRequest
+    from kafka.protocol.producer import InitProducerIdRequest
+
+    assert len(huge.encode()) == 32768
+    init = InitProducerIdRequest[4](transactional_id=huge, transaction_timeout_ms=1000, producer_id=-1,
+                                    producer_epoch=-1)
+    with pytest.raises(MalformedRequest, match="string field transactional_id is longer than 32767 bytes"):
+        request_checks.decode(InitProducerIdRequest, body(init, 4), 4)
+    find = FindCoordinatorRequest[4](key_type=1, coordinator_keys=["short", huge])
+    with pytest.raises(MalformedRequest, match=re.escape("string field coordinator_keys[] is longer than")):
+        request_checks.decode(FindCoordinatorRequest, body(find, 4), 4)
+
+    longest = huge.encode()[:-4].decode() + "abc"  # 32767 bytes
+    init = InitProducerIdRequest[4](transactional_id=longest, transaction_timeout_ms=1000, producer_id=-1,
+                                    producer_epoch=-1)
+    assert request_checks.decode(InitProducerIdRequest, body(init, 4), 4).transactional_id == longest
+
+
 def test_a_request_with_nothing_that_can_be_null_has_no_check():
     from kafka.protocol.metadata import ApiVersionsRequest
 

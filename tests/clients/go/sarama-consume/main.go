@@ -1,7 +1,8 @@
 // Command sarama-consume reads every partition of a topic from its oldest offset with
 // Sarama 1.22's plain Consumer (no group), as many services do. At Sarama's default
 // version (0.8.2) that is ListOffsets v0 and Fetch v0 (magic-0 message sets), at 0.10.2
-// Fetch v3 (magic 1), at 2.0 Fetch v4 (record batches).
+// Fetch v3 (magic 1), at 2.0 Fetch v4 (record batches). With -isolation read_committed (0.11 and
+// later) it reads only committed transactions, dropping the aborted ones each Fetch answer lists.
 //
 // Output: one JSON object per message, in the order each partition returned them:
 //
@@ -42,6 +43,7 @@ func main() {
 	version := flag.String("version", "", "Kafka version to speak, e.g. 0.10.2.0 or 2.0.0 (empty: Sarama's default)")
 	limit := flag.Int("messages", 1, "stop after this many messages")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after this long")
+	isolation := flag.String("isolation", "read_uncommitted", "read_uncommitted or read_committed")
 	flag.Parse()
 
 	config := sarama.NewConfig()
@@ -51,6 +53,13 @@ func main() {
 			log.Fatalf("version: %v", err)
 		}
 		config.Version = parsed
+	}
+	switch *isolation {
+	case "read_uncommitted":
+	case "read_committed":
+		config.Consumer.IsolationLevel = sarama.ReadCommitted
+	default:
+		log.Fatalf("isolation: %q is neither read_uncommitted nor read_committed", *isolation)
 	}
 	config.ClientID = "sarama-consume"
 	consumer, err := sarama.NewConsumer(strings.Split(*brokers, ","), config)
