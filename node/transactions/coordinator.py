@@ -156,7 +156,9 @@ class TransactionCoordinator:
                 return error, -1, -1
         if metadata.pending or metadata.state in PREPARED:
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
-        if expected_id >= 0:
+        # (a transactional id just made, or forgotten after it expired, takes the producer naming an
+        # old id and epoch: it recovers with a new producer id, as Kafka's isValidProducerId allows)
+        if expected_id >= 0 and metadata.producer_epoch != NO_EPOCH:
             if metadata.producer_id != expected_id or expected_epoch not in (metadata.producer_epoch,
                                                                              metadata.last_producer_epoch):
                 return ErrorCode.PRODUCER_FENCED, -1, -1

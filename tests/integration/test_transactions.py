@@ -201,13 +201,13 @@ def test_consume_transform_produce_commits_the_offsets_with_the_output(cluster):
         b"out-%d" % i for i in range(6)]
 
 
-def init_producer_id(address, transactional_id: str) -> tuple[int, int]:
+def init_producer_id(address, transactional_id: str, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
     from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
     from tests.integration.wire import exchange_once
     answer = exchange_once(address, InitProducerIdRequest[4](
-        transactional_id=transactional_id, transaction_timeout_ms=10_000, producer_id=-1, producer_epoch=-1),
-        InitProducerIdResponse, 4)
+        transactional_id=transactional_id, transaction_timeout_ms=10_000, producer_id=producer_id,
+        producer_epoch=epoch), InitProducerIdResponse, 4)
     assert answer.error_code == 0, answer
     return answer.producer_id, answer.producer_epoch
 
@@ -226,5 +226,6 @@ def test_an_idle_transactional_id_expires_and_starts_over_with_a_new_producer_id
         deadline = time.monotonic() + 15
         while "expired 1 transactional ids" not in node_log.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
-        new_id, new_epoch = init_producer_id(address, "short-lived")
+        # The old instance, naming its id and epoch (KIP-360), recovers with a new producer id.
+        new_id, new_epoch = init_producer_id(address, "short-lived", producer_id, epoch)
         assert new_id != producer_id and new_epoch == 0
