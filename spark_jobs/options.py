@@ -37,6 +37,10 @@ _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
 DEFAULT_POLL_TIMEOUT_MS = 120000
+# Spark's source reads with the Java consumer, whose default is read_uncommitted (librdkafka's is
+# read_committed): a job that does not set kafka.isolation.level reads what it reads on Spark.
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
 
 
 class OptionError(ValueError):
@@ -78,6 +82,12 @@ class SourceOptions:
     def request_timeout_s(self) -> float:
         return int(self.client_config.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)) / 1000
 
+    @property
+    def read_committed(self) -> bool:
+        """kafka.isolation.level=read_committed: offsets end at the last stable offset, aborted records are
+        skipped."""
+        return self.client_config.get("isolation.level", READ_UNCOMMITTED) == READ_COMMITTED
+
 
 @dataclass(frozen=True)
 class SinkOptions:
@@ -114,6 +124,10 @@ def consumer_config(options: "SourceOptions") -> dict:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",  # an offset gone by retention is reported, not skipped silently
+        "isolation.level": READ_UNCOMMITTED,
+        # The end of the partition, reported with its offset, says that offsets before it that never
+        # arrived (transaction markers, aborted or compacted records) hold nothing to read.
+        "enable.partition.eof": True,
         **READ_AHEAD,
     }
     config.update(options.client_config)
@@ -227,11 +241,24 @@ def _offset_spec(options: dict, prefix: str, batch: bool) -> OffsetSpec | None:
     return OffsetSpec("offsets", offsets, option=f"{prefix}Offsets")
 
 
+def _isolation_level(config: dict) -> None:
+    """kafka.isolation.level as the Java consumer takes it, lower-cased for librdkafka and the planner."""
+    value = config.get("isolation.level")
+    if value is None:
+        return
+    level = value.strip().lower()
+    if level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise OptionError(f"Kafka option 'isolation.level' must be {READ_UNCOMMITTED} or {READ_COMMITTED}, "
+                          f"not {value!r}")
+    config["isolation.level"] = level
+
+
 def source_options(options: dict, batch: bool) -> SourceOptions:
     """Parse and check a reader's options; batch says whether this is spark.read (else readStream)."""
     options = {key.lower(): value for key, value in options.items()}
     _check_known(options, _SOURCE_OPTIONS)
     config = client_config(options)
+    _isolation_level(config)
     if not batch and ("endingoffsets" in options or "endingtimestamp" in options
                       or "endingoffsetsbytimestamp" in options):
         raise OptionError("Ending offsets ('endingOffsets', 'endingTimestamp', 'endingOffsetsByTimestamp') "

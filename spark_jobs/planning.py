@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec as ListOffsetsSpec
 from pyspark.sql.datasource import InputPartition
 
@@ -45,9 +45,15 @@ class ClusterView:
     def __init__(self, options: SourceOptions):
         self.options = options
         self.timeout_s = options.request_timeout_s
+        # Offsets are listed at the tasks' isolation level, as Spark's KafkaOffsetReaderAdmin lists them: "latest"
+        # is the last stable offset for read_committed, the high watermark otherwise.
+        self.isolation_level = (IsolationLevel.READ_COMMITTED if options.read_committed
+                                else IsolationLevel.READ_UNCOMMITTED)
+        # (isolation.level is a consumer's setting, which an admin client would warn about and ignore.)
+        admin_config = {k: v for k, v in options.client_config.items() if k != "isolation.level"}
         try:
             Consumer(consumer_config(options)).close()  # the tasks' settings, checked before any task runs
-            self.admin = AdminClient(dict(options.client_config))
+            self.admin = AdminClient(admin_config)
         except KafkaException as error:
             raise OptionError(f"Invalid kafka.* option: {error.args[0].str()}") from None
 
@@ -78,6 +84,7 @@ class ClusterView:
 
     def list_offsets(self, partitions: list[TopicPartitionKey], spec_for) -> dict[TopicPartitionKey, int]:
         """ListOffsets for each partition, spec_for(tp) giving earliest/latest/a time; -1 where a time matches none.
+        At read_committed, latest is the last stable offset and a time matches nothing at or above it.
 
         Retriable errors (a leader moving, a new leader not yet sure of its high watermark)
         are retried until kafka.request.timeout.ms runs out.
@@ -87,7 +94,7 @@ class ClusterView:
         pending = list(partitions)
         while pending:
             futures = self.admin.list_offsets({TopicPartition(t, p): spec_for((t, p)) for t, p in pending},
-                                              request_timeout=self.timeout_s)
+                                              isolation_level=self.isolation_level, request_timeout=self.timeout_s)
             failed = []
             for tp, future in futures.items():
                 try:

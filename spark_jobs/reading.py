@@ -4,6 +4,12 @@ A librdkafka consumer is assigned the one partition (no group membership, nothin
 committed); it fetches from whichever node leads the partition and follows a leader
 change on its own. Each `consume()` call becomes one Arrow record batch with the columns
 of Spark's Kafka source, built column by column.
+
+Not every offset holds a record the consumer hands out: transaction markers never do, records
+of aborted transactions do not at read_committed, and compaction removes records. As Spark's
+KafkaDataConsumer, the task skips such offsets without a word: they are not data loss (only
+offsets below the log start are). The range is done once the consumer's position (which moves
+past markers and aborted records) or the end of the partition it reports reaches the range's end.
 """
 from __future__ import annotations
 
@@ -39,38 +45,50 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordB
     """Every record of part, in offset order, up to (not including) part.end."""
     consumer = Consumer(consumer_config(options))
     schema = arrow_schema(options.include_headers)
+    assigned = TopicPartition(part.topic, part.partition)
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position = part.start
         stalled_since = time.monotonic()
         while position < part.end:
             messages = consumer.consume(min(CONSUME_BATCH, part.end - position), timeout=_CONSUME_WAIT_S)
-            messages, position = _handle_errors(consumer, options, part, messages, position)
-            if not messages:
+            messages, position, end_seen = _handle_errors(consumer, options, part, messages, position)
+            before = position
+            if messages:
+                offsets = [m.offset() for m in messages]
+                keep = bisect.bisect_left(offsets, part.end)
+                if keep:
+                    yield _record_batch(messages[:keep], offsets[:keep], part, schema)
+                position = offsets[-1] + 1
+            if position < part.end:
+                # Offsets that hold nothing to read (markers, aborted records) still move the position.
+                position = max(position, end_seen, consumer.position([assigned])[0].offset)
+            if position > before or messages:
+                stalled_since = time.monotonic()
+            else:
                 _check_stall(options, part, position, stalled_since)
-                continue
-            stalled_since = time.monotonic()
-            offsets = [m.offset() for m in messages]
-            keep = bisect.bisect_left(offsets, part.end)
-            yield _record_batch(messages[:keep], offsets[:keep], part, schema)
-            position = offsets[-1] + 1
     finally:
         consumer.close()
 
 
 def _handle_errors(consumer, options, part, messages, position):
-    """Drop error events; an offset gone by retention is data loss (fatal or skipped)."""
+    """Drop error events; an offset gone by retention is data loss (fatal or skipped). Also returns the offset
+    the end of the partition was last reported at (-1 if it was not): every record before it has arrived."""
+    end_seen = -1
     if not any(m.error() for m in messages):
-        return messages, position
+        return messages, position, end_seen
     for message in messages:
         error = message.error()
-        if error is None or error.code() == KafkaError._PARTITION_EOF:
+        if error is None:
             continue
-        if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        if error.code() == KafkaError._PARTITION_EOF:
+            end_seen = message.offset()
+        elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             position = _skip_lost(consumer, options, part, position)
+            end_seen = -1
         elif not error.retriable():
             raise RuntimeError(f"Reading {part.topic}-{part.partition} at offset {position} failed: {error.str()}")
-    return [m for m in messages if m.error() is None], position
+    return [m for m in messages if m.error() is None], position, end_seen
 
 
 def _skip_lost(consumer, options, part, position) -> int:
@@ -88,9 +106,10 @@ def _skip_lost(consumer, options, part, position) -> int:
 
 def _check_stall(options, part, position, stalled_since) -> None:
     if time.monotonic() - stalled_since > options.poll_timeout_ms / 1000:
+        level = " (at read_committed, a transaction still open holds them back)" if options.read_committed else ""
         raise TimeoutError(
             f"No records of {part.topic}-{part.partition} arrived for kafkaConsumer.pollTimeoutMs="
-            f"{options.poll_timeout_ms} ms while offsets {position}-{part.end - 1} were still to be read")
+            f"{options.poll_timeout_ms} ms while offsets {position}-{part.end - 1} were still to be read{level}")
 
 
 def _record_batch(messages, offsets, part, schema) -> pa.RecordBatch:

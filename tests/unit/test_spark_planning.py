@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.options import OffsetSpec, OptionError, source_options
+from spark_jobs.options import OffsetSpec, OptionError, consumer_config, source_options
 from tests.integration.spark_support import require_spark
 
 BOOTSTRAP = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
@@ -69,3 +69,12 @@ def test_lost_offsets_fail_or_move_to_the_log_start():
     with pytest.raises(DataLossError, match="Offsets 3-9 of t-0 are no longer in the topic"):
         check_data_loss({("t", 0): 3}, {("t", 0): 10}, {("t", 0): 20}, fail=True)
     assert check_data_loss({("t", 0): 3}, {("t", 0): 10}, {("t", 0): 20}, fail=False) == {("t", 0): 10}
+
+
+def test_isolation_level_defaults_to_javas_read_uncommitted_and_is_checked():
+    default = source_options({**BOOTSTRAP, "subscribe": "a"}, batch=True)
+    assert not default.read_committed and consumer_config(default)["isolation.level"] == "read_uncommitted"
+    committed = source_options({**BOOTSTRAP, "subscribe": "a", "kafka.isolation.level": "READ_COMMITTED"}, batch=True)
+    assert committed.read_committed and consumer_config(committed)["isolation.level"] == "read_committed"
+    with pytest.raises(OptionError, match="'isolation.level' must be read_uncommitted or read_committed"):
+        source_options({**BOOTSTRAP, "subscribe": "a", "kafka.isolation.level": "committed"}, batch=True)
