@@ -31,7 +31,7 @@ _SOURCE_OPTIONS = {
     "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "kafkaconsumer.polltimeoutms", "groupidprefix",
 }
-_SINK_OPTIONS = {"topic", "includeheaders"}
+_SINK_OPTIONS = {"topic", "includeheaders", "transactionalidprefix"}
 # Options Spark itself adds to every source or sink (a save path, a query's checkpoint).
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
@@ -94,6 +94,8 @@ class SinkOptions:
     bootstrap_servers: str
     topic: str | None
     client_config: dict
+    # transactionalIdPrefix: each task writes its rows in one transaction, as `<prefix>-<task's partition id>`.
+    transactional_id_prefix: str | None = None
 
 
 def client_config(options: dict) -> dict:
@@ -287,4 +289,17 @@ def sink_options(options: dict) -> SinkOptions:
     options = {key.lower(): value for key, value in options.items()}
     _check_known(options, _SINK_OPTIONS)
     config = client_config(options)
-    return SinkOptions(config["bootstrap.servers"], options.get("topic"), config)
+    if "transactional.id" in config:
+        raise OptionError("Kafka option 'transactional.id' is not supported: every task needs a transactional id "
+                          "of its own; set the sink option 'transactionalIdPrefix' instead")
+    prefix = options.get("transactionalidprefix")
+    if prefix is not None:
+        prefix = prefix.strip()
+        if not prefix:
+            raise OptionError("Option 'transactionalIdPrefix' must not be empty")
+        if config.get("acks", "all") not in ("all", "-1"):
+            raise OptionError(f"Kafka option 'acks' must be all with 'transactionalIdPrefix', not {config['acks']!r}")
+        if config.get("enable.idempotence", "true").strip().lower() != "true":
+            raise OptionError("Kafka option 'enable.idempotence' cannot be false with 'transactionalIdPrefix': "
+                              "transactions need an idempotent producer")
+    return SinkOptions(config["bootstrap.servers"], options.get("topic"), config, prefix)

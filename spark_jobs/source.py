@@ -7,7 +7,9 @@
 Options and columns are those of Spark's own Kafka source and sink, so a job moves between
 the two by changing the format name. Planning (partitions, offsets) happens where Spark
 plans; every task reads one offset range from the partition's leader (reading.py) or
-writes its rows with an idempotent producer (writing.py).
+writes its rows with an idempotent producer (writing.py), in a transaction of its own with
+the sink option `transactionalIdPrefix`. Reads honour `kafka.isolation.level`: at
+read_committed, offsets are planned up to the last stable offset and aborted records skipped.
 """
 from __future__ import annotations
 
@@ -152,7 +154,8 @@ class KraftwerkWriter(DataSourceArrowWriter):
 
 
 class KraftwerkStreamWriter(DataSourceStreamArrowWriter):
-    """At least once, as Spark's Kafka sink: a micro-batch retried after a failure may write again."""
+    """At least once, as Spark's Kafka sink: a micro-batch retried after a failure may write again. With
+    transactionalIdPrefix, each task's rows of a micro-batch are committed together or not at all."""
 
     def __init__(self, options):
         self.options = options
@@ -164,7 +167,8 @@ class KraftwerkStreamWriter(DataSourceStreamArrowWriter):
         """Every record was acknowledged before its task finished; nothing is left to commit."""
 
     def abort(self, messages, batchId) -> None:
-        """Records already acknowledged stay in the topic, as with Spark's Kafka sink."""
+        """Records already acknowledged (or tasks' transactions committed) stay in the topic, as with Spark's
+        Kafka sink."""
 
 
 def rate_limit(starts: dict, latest: dict, limit: int) -> dict:

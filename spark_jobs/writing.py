@@ -4,12 +4,21 @@ Rows carry `value` and optionally `key`, `topic`, `partition` and `headers`, as 
 Spark's Kafka sink. A row without a partition goes where Kafka's default partitioner puts
 it (murmur2 of the key, as a Java producer does). The task fails with the broker's error
 if any record could not be delivered.
+
+With the sink option `transactionalIdPrefix`, each task writes its rows in one transaction with
+the transactional id `<prefix>-<the task's partition id>`, committed once every row is written
+and aborted when the task fails: read_committed readers see all of a task's rows or none. The id
+is the same for every attempt of a task, so a retried task's producer fences an attempt that is
+still running elsewhere and aborts what it left open (as the transactional ids of Flink's Kafka
+sink do, one per subtask).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Callable
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
@@ -17,8 +26,11 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from spark_jobs.options import OptionError, SinkOptions
+from spark_jobs.task_input import input_ended_cleanly
 
 _QUEUE_FULL_WAIT_S = 0.1
+# librdkafka's transaction.timeout.ms; init, commit and abort wait as long for the coordinator.
+_DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
 _HEADER_STRUCT = StructType().add("key", StringType()).add("value", BinaryType())
 
 
@@ -29,6 +41,10 @@ class WriteCommit(WriterCommitMessage):
 
 class DeliveryError(RuntimeError):
     """A record could not be written; the message carries the broker's (or client's) error."""
+
+
+class TaskInputCut(RuntimeError):
+    """Spark ended a transactional task's rows early, because what computed them failed."""
 
 
 def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
@@ -73,7 +89,20 @@ def producer_config(options: SinkOptions) -> dict:
     return config
 
 
-def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteCommit:
+def task_transactional_id(prefix: str) -> str:
+    """`<prefix>-<partition id>` for the running Spark task: the same for each of its attempts."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("A transactional write runs in Spark tasks only")
+    return f"{prefix}-{context.partitionId()}"
+
+
+def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch],
+                  input_complete: Callable[[], bool] = input_ended_cleanly) -> WriteCommit:
+    """Write every row; with a transactional id prefix, commit them together once `input_complete()` says that
+    Spark sent them all, and abort them if anything fails."""
     failures: list[str] = []
 
     def on_delivery(error, message) -> None:
@@ -83,17 +112,57 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Wr
     config = producer_config(options)
     config["on_delivery"] = on_delivery
     config["error_cb"] = lambda error: failures.append(error.str()) if error.fatal() else None
+    transactional_id = None
+    if options.transactional_id_prefix:
+        transactional_id = config["transactional.id"] = task_transactional_id(options.transactional_id_prefix)
     try:
         producer = Producer(config)
     except KafkaException as error:
         raise OptionError(f"Invalid kafka.* option: {error.args[0].str()}") from None
-    written = 0
-    for batch in batches:
-        written += _produce_batch(producer, options.topic, batch, failures)
-    producer.flush()
-    if failures:
-        raise DeliveryError(f"{len(failures)} record(s) were not written; first: {failures[0]}")
+    if transactional_id is None:
+        written = sum(_produce_batch(producer, options.topic, batch, failures) for batch in batches)
+        producer.flush()
+        if failures:
+            raise DeliveryError(f"{len(failures)} record(s) were not written; first: {failures[0]}")
+        return WriteCommit(written)
+    return _write_transaction(producer, transactional_id, options, batches, failures, input_complete)
+
+
+def _write_transaction(producer: Producer, transactional_id: str, options: SinkOptions, batches, failures,
+                       input_complete: Callable[[], bool]) -> WriteCommit:
+    timeout_s = int(options.client_config.get("transaction.timeout.ms", _DEFAULT_TRANSACTION_TIMEOUT_MS)) / 1000
+    _transaction_call(producer.init_transactions, timeout_s, transactional_id, "start")
+    producer.begin_transaction()
+    try:
+        written = sum(_produce_batch(producer, options.topic, batch, failures) for batch in batches)
+        if not input_complete():
+            raise TaskInputCut(f"Spark cut this task's rows short after {written} (what computed them failed): "
+                               f"the transaction of {transactional_id} is aborted")
+        _transaction_call(producer.commit_transaction, timeout_s, transactional_id, "commit")
+    except BaseException:
+        try:
+            producer.abort_transaction(timeout_s)
+        except KafkaException:
+            pass  # (the coordinator aborts it when it times out, or the task's next attempt does)
+        if failures:
+            raise DeliveryError(f"{len(failures)} record(s) were not written, so the transaction of "
+                                f"{transactional_id} is aborted; first: {failures[0]}") from None
+        raise
     return WriteCommit(written)
+
+
+def _transaction_call(call, timeout_s: float, transactional_id: str, what: str) -> None:
+    """init_transactions or commit_transaction, called again while librdkafka says the error is retriable."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            call(max(deadline - time.monotonic(), 1.0))
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.retriable() and time.monotonic() < deadline:
+                continue
+            raise DeliveryError(f"Could not {what} the transaction of {transactional_id}: {error.str()}") from None
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list | repeat:

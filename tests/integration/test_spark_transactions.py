@@ -1,10 +1,11 @@
-"""The kraftwerk Spark data source and transactions: reads at either isolation level.
+"""The kraftwerk Spark data source and transactions: reads at either isolation level, transactional writes.
 
 One local[2] SparkSession and one cluster serve the module; every test uses its own topics.
 """
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -73,6 +74,31 @@ def wait_stable(cluster, topic: str, partitions: int = 2, timeout_s: float = 15)
         time.sleep(0.1)
 
 
+def read_values(cluster, topic: str, isolation: str, partitions: int = 2) -> list[bytes]:
+    """Every value a plain consumer at `isolation` reads, up to the end of each partition."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"check-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values, at_end = [], set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, timeout=0.5):
+                if message.error() is None:
+                    values.append(message.value())
+                    at_end.discard(message.partition())
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                else:
+                    raise KafkaException(message.error())
+    finally:
+        consumer.close()
+    assert len(at_end) == partitions, f"{topic} was not read to its end"
+    return values
+
+
 def test_read_committed_reads_the_committed_rows_and_read_uncommitted_every_data_row(spark, kraftwerk):
     from spark_jobs.options import source_options
     from spark_jobs.source import KraftwerkStreamReader
@@ -126,3 +152,44 @@ def test_read_committed_reads_the_committed_rows_and_read_uncommitted_every_data
     finally:
         holder.abort_transaction(30)
         holder.close()
+
+
+def write(df, cluster, topic: str | None, prefix: str):
+    writer = df.write.format("kraftwerk").mode("append").option("kafka.bootstrap.servers", cluster.bootstrap_servers) \
+        .option("transactionalIdPrefix", prefix)
+    if topic:
+        writer = writer.option("topic", topic)
+    writer.save()
+
+
+def test_a_transactional_write_commits_each_task_whole_and_a_failed_task_leaves_nothing_committed(spark, kraftwerk):
+    for topic in ("txn-written", "txn-cut-upstream", "txn-cut-in-writer"):
+        kraftwerk.create_topic(topic, partitions=2, replication_factor=3)
+
+    rows = spark.range(0, 2000, 1, 2).selectExpr("cast(id as string) as key", "concat('row-', id) as value")
+    write(rows, kraftwerk, "txn-written", "spark-test-ok")
+    wait_stable(kraftwerk, "txn-written")
+    back = reader(spark, kraftwerk, "read_committed", subscribe="txn-written").load() \
+        .selectExpr("cast(value as string) as value").collect()
+    assert sorted(r.value for r in back) == sorted(f"row-{i}" for i in range(2000))
+
+    # One task, its rows in Arrow batches of 1,000: most of them are written before row 25,000 fails.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+    try:
+        failing = spark.range(0, 30000, 1, 1).selectExpr(
+            "CASE WHEN id = 25000 THEN raise_error('row 25000 is bad') ELSE concat('row-', id) END as value")
+        with pytest.raises(Exception, match="row 25000 is bad"):
+            write(failing, kraftwerk, "txn-cut-upstream", "spark-test-upstream")
+        # The writer itself fails midway: a row without a topic.
+        no_topic = spark.range(0, 30000, 1, 1).selectExpr(
+            "CASE WHEN id = 25000 THEN NULL ELSE 'txn-cut-in-writer' END as topic", "concat('row-', id) as value")
+        with pytest.raises(Exception, match="Null topic present in the data"):
+            write(no_topic, kraftwerk, None, "spark-test-writer-fails")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+    for topic in ("txn-cut-upstream", "txn-cut-in-writer"):
+        wait_stable(kraftwerk, topic)  # aborted, not left open until its timeout
+        assert len(read_values(kraftwerk, topic, "read_uncommitted")) >= 20000, "the task failed before writing"
+        assert read_values(kraftwerk, topic, "read_committed") == []
+        assert reader(spark, kraftwerk, "read_committed", subscribe=topic).load().count() == 0

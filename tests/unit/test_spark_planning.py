@@ -1,9 +1,13 @@
-"""The Spark source's option parsing and offset arithmetic, which follow Spark's Kafka source."""
+"""The Spark source's option parsing and offset arithmetic, which follow Spark's Kafka source; how a
+transactional write task tells its last row from Spark cutting its rows short."""
 from __future__ import annotations
+
+import io
+import os
 
 import pytest
 
-from spark_jobs.options import OffsetSpec, OptionError, consumer_config, source_options
+from spark_jobs.options import OffsetSpec, OptionError, consumer_config, sink_options, source_options
 from tests.integration.spark_support import require_spark
 
 BOOTSTRAP = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
@@ -78,3 +82,30 @@ def test_isolation_level_defaults_to_javas_read_uncommitted_and_is_checked():
     assert committed.read_committed and consumer_config(committed)["isolation.level"] == "read_committed"
     with pytest.raises(OptionError, match="'isolation.level' must be read_uncommitted or read_committed"):
         source_options({**BOOTSTRAP, "subscribe": "a", "kafka.isolation.level": "committed"}, batch=True)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"kafka.transactional.id": "x"}, "set the sink option 'transactionalIdPrefix' instead"),
+    ({"transactionalidprefix": " "}, "'transactionalIdPrefix' must not be empty"),
+    ({"transactionalidprefix": "p", "kafka.acks": "1"}, "'acks' must be all with 'transactionalIdPrefix'"),
+    ({"transactionalidprefix": "p", "kafka.enable.idempotence": "false"}, "cannot be false"),
+])
+def test_transactional_sink_options_are_checked(options, message):
+    with pytest.raises(OptionError, match=message):
+        sink_options({**BOOTSTRAP, "topic": "t", **options})
+    assert sink_options({**BOOTSTRAP, "transactionalidprefix": "job-7"}).transactional_id_prefix == "job-7"
+
+
+def test_a_write_task_tells_its_last_row_from_spark_cutting_its_input():
+    from spark_jobs.task_input import END_OF_STREAM, UnknownTaskInput, input_ended_cleanly
+
+    # What pyspark.worker.main looks like from up the stack: a function `main` of pyspark/worker.py with `infile`.
+    namespace = {"check": input_ended_cleanly}
+    exec(compile("def main(infile, outfile):\n    return check()\n", os.path.join("site", "pyspark", "worker.py"),
+                 "exec"), namespace)
+    worker_input = io.BufferedReader(io.BytesIO(END_OF_STREAM + b"more"))
+    assert namespace["main"](worker_input, None) is True
+    assert worker_input.read() == END_OF_STREAM + b"more"  # peeked at, not consumed
+    assert namespace["main"](io.BufferedReader(io.BytesIO(b"")), None) is False  # Spark closed it: rows cut short
+    with pytest.raises(UnknownTaskInput):
+        input_ended_cleanly()
