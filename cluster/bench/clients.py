@@ -10,11 +10,16 @@ import time
 from dataclasses import dataclass
 
 
-def produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: int, value: bytes, acks: str) -> float:
+# The settings of every confluent-kafka producer the benches time.
+PRODUCER_SETTINGS = {"linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000}
+
+
+def produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: int, value: bytes, acks: str,
+                      config: dict | None = None) -> float:
     """Seconds one confluent-kafka producer takes to write `messages` copies of `value` and have them
-    acknowledged; raises if any was refused or left unacknowledged."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+    acknowledged; raises if any was refused or left unacknowledged. config: more producer settings."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_SETTINGS,
+                                         **(config or {})})
     failures = []
 
     def delivered(error, _message):

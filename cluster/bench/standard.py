@@ -7,7 +7,8 @@ the controller and nodes are forked from one process that imported their code on
 (cluster/launch/fork_server.py).
 
 Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
-cluster, not the client; kafka-python otherwise.
+cluster, not the client; kafka-python otherwise. With confluent-kafka, a second table sets a
+transactional producer (100-message transactions) beside an idempotent one (cluster.bench.transactions).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rich.table import Table
 
 from cluster.bench.clients import consume_confluent, consume_kafka_python, produce_confluent, produce_kafka_python
 from cluster.bench.stats import rss_mb
+from cluster.bench.transactions import measure as measure_transactions, table as transactions_table
 from cluster.launch.cluster import Cluster
 
 
@@ -195,7 +197,7 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
         import confluent_kafka
     except ImportError:
         confluent_kafka = None
-    client = f"confluent-kafka {confluent_kafka.version()[0]}" if confluent_kafka else "kafka-python"
+    client = f"confluent-kafka {confluent_kafka.version()}" if confluent_kafka else "kafka-python"
     value = os.urandom(value_size)
     figures: list[Figure] = []
     with Cluster(nodes=nodes) as cluster:
@@ -214,6 +216,8 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
         else:
             seconds = consume_kafka_python(bootstrap, "bench-acks-1", partitions, messages)
         figures.append(Figure("fetch (consume all)", messages, seconds, value_size))
+        transactions = measure_transactions(bootstrap, [p.pid for p in cluster.nodes.values()], messages,
+                                            min(3, nodes)) if confluent_kafka else []
         rss_loaded = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
         startup = cluster.startup_seconds
         failover = measure_failover(cluster, confluent_kafka) if nodes > 1 else []
@@ -234,6 +238,8 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
     if downs:
         add_spread(table, "cluster down", downs)
     console.print(table)
+    if transactions:
+        console.print(transactions_table(transactions, nodes, client, min(3, nodes)))
     memory = Table(title="node memory (RSS)")
     for column in ("node", "idle MB", "after load MB"):
         memory.add_column(column, justify="right")
