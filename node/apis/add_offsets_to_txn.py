@@ -4,7 +4,9 @@ The transaction coordinator adds the partition that coordinates the group, so th
 transaction's end writes a marker there too and the offsets the producer then sends with
 TxnOffsetCommit commit or abort with it. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
 
-Same as Kafka.
+Differs from Kafka: as with AddPartitionsToTxn, a request that comes while the producer's last
+transaction is still being completed waits for that (up to a second) instead of being answered
+CONCURRENT_TRANSACTIONS at once.
 """
 from __future__ import annotations
 

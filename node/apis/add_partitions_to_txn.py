@@ -9,7 +9,13 @@ as in Kafka. v4+ come from partition leaders, several transactions at once (KIP-
 (TRANSACTION_ABORTABLE if not); without, it is added. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
 before v2.
 
-Same as Kafka.
+Differs from Kafka: a request that comes while the producer's last transaction is still being
+completed (its markers and CompleteCommit or CompleteAbort being written) waits for that, up to a
+second, where Kafka answers CONCURRENT_TRANSACTIONS at once. A producer that begins its next
+transaction straight after a commit meets this every time, and clients retry CONCURRENT_TRANSACTIONS
+only after a backoff (20 ms in librdkafka and Java) for what takes a few milliseconds; the wait
+answers the same request as soon as it can succeed. Nothing else changes: after a second, or when
+the completion cannot be written, the answer is Kafka's.
 """
 from __future__ import annotations
 

@@ -2,13 +2,15 @@
 
 Answered once the coordinator has written PrepareCommit or PrepareAbort to `__transaction_state`
 (node.transactions.coordinator); the markers follow in the background, and the producer's next
-transactional request is answered CONCURRENT_TRANSACTIONS until they are written. A retry of an
-end already made is answered without error. Version 5 (KIP-890's transaction version 2) ends every
-transaction with a new producer epoch, which the answer carries. PRODUCER_FENCED is
-INVALID_PRODUCER_EPOCH before v2, as Kafka answers older clients.
+transactional request waits until they and the completion are written (up to a second, then
+CONCURRENT_TRANSACTIONS). A retry of an end already made is answered without error. Version 5
+(KIP-890's transaction version 2) ends every transaction with a new producer epoch, which the
+answer carries. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2, as Kafka answers older clients.
 
 Differs from Kafka: v5 bumps the epoch without KIP-890's implicit partition adds, which
 come with transaction version 2 (ApiVersions does not finalize it, so clients stay on version 1).
+An EndTxn that comes while the id's last change is still being written waits for it (up to a
+second) where Kafka answers CONCURRENT_TRANSACTIONS at once.
 """
 from __future__ import annotations
 

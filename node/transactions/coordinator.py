@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 
 # How soon a completion whose write failed (too few in-sync replicas, say) tries again.
 RETRY_BACKOFF_S = 0.1
+# How long AddPartitionsToTxn, AddOffsetsToTxn and EndTxn wait for the id's state change under way, or
+# its last transaction's markers and completion, before they are answered CONCURRENT_TRANSACTIONS.
+# A producer that begins its next transaction at once meets its last one still completing; answered
+# at once, it waits out its retry backoff (20 ms in librdkafka and in Java) for what takes a few ms.
+SETTLE_WAIT_S = 1.0
 
 
 def now_ms() -> int:
@@ -129,7 +134,9 @@ class TransactionCoordinator:
     def unload_partition(self, partition: int) -> None:
         self.coordinator_epochs.pop(partition, None)
         for transactional_id in [t for t, m in self.transactions.items() if m.log_partition == partition]:
-            self.transactions.pop(transactional_id).cancel_timer()
+            metadata = self.transactions.pop(transactional_id)
+            metadata.cancel_timer()
+            metadata.wake()
 
     def close(self) -> None:
         for metadata in self.transactions.values():
@@ -208,9 +215,32 @@ class TransactionCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS, None
         return ErrorCode.NONE, metadata
 
+    async def _settled(self, transactional_id: str, timeout_s: float = SETTLE_WAIT_S) -> None:
+        """Until the id's state change under way is written and a prepared transaction completed (or the id
+        moved away), at most timeout_s."""
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None or metadata.settled:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not metadata.settled and self.transactions.get(transactional_id) is metadata:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            waiter = loop.create_future()
+            metadata.settle_waiters.append(waiter)
+            timer = loop.call_later(remaining, lambda done=waiter: done.done() or done.set_result(None))
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                              partitions: set[Partition]) -> ErrorCode:
         error, metadata = self._checked(transactional_id, producer_id, epoch)
+        if error == ErrorCode.CONCURRENT_TRANSACTIONS:
+            await self._settled(transactional_id)
+            error, metadata = self._checked(transactional_id, producer_id, epoch)
         if error:
             return error
         if metadata.state == ONGOING and partitions <= metadata.partitions:
@@ -247,6 +277,10 @@ class TransactionCoordinator:
                               bump_epoch: bool = False) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch after) for EndTxn. `bump_epoch`: KIP-890's transaction version 2
         (EndTxn v5), where every transaction ends with a new epoch."""
+        error = self.owns(transactional_id)
+        if error:
+            return error, -1, -1
+        await self._settled(transactional_id)
         error = self.owns(transactional_id)
         if error:
             return error, -1, -1
@@ -375,6 +409,7 @@ class TransactionCoordinator:
             return exc.code
         finally:
             metadata.pending = False
+            metadata.wake()  # (its waiters look again once this task yields: after the change below is taken)
         if (self.coordinator_epochs.get(metadata.log_partition) != epoch
                 or self.transactions.get(metadata.transactional_id) is not metadata):
             return ErrorCode.NOT_COORDINATOR  # (the partition moved while it was written)

@@ -4,7 +4,8 @@ Empty → Ongoing (partitions added) → PrepareCommit or PrepareAbort (EndTxn, 
 aborting a transaction that timed out or whose producer started again) → CompleteCommit or
 CompleteAbort (every partition has its marker) → Ongoing again with the next transaction. Each
 change is written to `__transaction_state` before it takes effect here, and only one is in
-flight at a time (`pending`); a client asking meanwhile is answered CONCURRENT_TRANSACTIONS.
+flight at a time (`pending`); a client asking meanwhile waits a little for it (`settled`), then is
+answered CONCURRENT_TRANSACTIONS.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class TransactionMetadata:
     pending: bool = False
     # The transaction's abort when it outlives its timeout.
     timer: asyncio.TimerHandle | None = None
+    # Requests waiting for the state change under way, or the prepared transaction's completion.
+    settle_waiters: list[asyncio.Future] = field(default_factory=list)
 
     @property
     def state_name(self) -> str:
@@ -75,6 +78,18 @@ class TransactionMetadata:
         self.timeout_ms, self.state = stored.timeout_ms, stored.status
         self.partitions = {(topic, index) for topic, indexes in stored.partitions.items() for index in indexes}
         self.last_update_ms, self.start_ms = stored.last_update_ms, stored.start_ms
+
+    @property
+    def settled(self) -> bool:
+        """No state change is being written and no transaction is between its prepare and its completion."""
+        return not self.pending and self.state not in PREPARED
+
+    def wake(self) -> None:
+        """Let the requests waiting for a change look again (after each write, and when unloaded)."""
+        waiters, self.settle_waiters = self.settle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def cancel_timer(self) -> None:
         if self.timer is not None:
