@@ -6,24 +6,35 @@ a topic of 4 partitions and 3 replicas; then a transactional one writes as many 
 topic in transactions of 100 messages (keyed, so each spans the 4 partitions), committed back to
 back: begin_transaction, 100 produce calls, commit_transaction, again. Printed for each: msg/s,
 the transactional rate over the idempotent one, commit_transaction's p50 and p99 (its round trip:
-the flush of the transaction's messages, then EndTxn), and the CPU the nodes (all of them, from
-/proc) and the client's process spent per message meanwhile. The transactional producer's
-init_transactions (which makes the cluster create `__transaction_state`) happens before its clock
-starts, as the idempotent producer's connections do before its first acknowledgement.
+the flush of the transaction's messages, with the AddPartitionsToTxn they wait for, then EndTxn),
+and the CPU the nodes (all of them, from /proc) and the client's process spent per message
+meanwhile. The transactional producer's init_transactions (which makes the cluster create
+`__transaction_state`) happens before its clock starts, as the idempotent producer's connections
+do before its first acknowledgement.
+
+`python -m cluster.bench.transactions` measures librdkafka's mock cluster the same way after
+kraftwerk (in a process of its own, its CPU in the nodes' row; `--no-mock` to skip it): it answers
+in microseconds and replicates nothing, so its ratio is what this client loop allows at best.
 
 Each transaction costs the cluster, beyond its messages: an AddPartitionsToTxn (a state write to
-`__transaction_state`, acks=all), an EndTxn (another), a COMMIT marker on each of its partitions
-(acks=all, through WriteTxnMarkers to their leaders) and the completion's state write. The
-producer's next AddPartitionsToTxn is answered CONCURRENT_TRANSACTIONS until the completion is
-written, and librdkafka retries it after its retry.backoff.ms.
+`__transaction_state`, acks=all), a verification by each partition leader before the transaction's
+first batch there (KIP-890), an EndTxn (another state write), a COMMIT marker on each of its
+partitions (acks=all, through WriteTxnMarkers to their leaders) and the completion's state write.
+The producer's next AddPartitionsToTxn waits at the coordinator until that completion is written
+(Kafka answers CONCURRENT_TRANSACTIONS, which librdkafka retries 20 ms later). docs/performance.md
+has the figures and where the time goes.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -106,15 +117,17 @@ def produce_transactions(confluent_kafka, bootstrap: str, topic: str, messages: 
 
 
 def measure(bootstrap: str, node_pids: list[int], messages: int = DEFAULT_MESSAGES,
-            replication_factor: int = REPLICATION_FACTOR) -> list[ProducerRun]:
-    """The idempotent row, then the transactional one, each on a new topic of its own."""
+            replication_factor: int | None = REPLICATION_FACTOR) -> list[ProducerRun]:
+    """The idempotent row, then the transactional one, each on a new topic of its own (replication_factor None:
+    topics made on first use, as librdkafka's mock makes them, with 4 partitions)."""
     import confluent_kafka
 
     value = os.urandom(VALUE_SIZE)
     suffix = uuid.uuid4().hex[:6]
     idempotent_topic, transactional_topic = f"bench-idempotent-{suffix}", f"bench-transactional-{suffix}"
     for topic in (idempotent_topic, transactional_topic):
-        _create_topic(bootstrap, topic, replication_factor)
+        if replication_factor is not None:
+            _create_topic(bootstrap, topic, replication_factor)
     idempotent = _measured(node_pids, "idempotent", messages, lambda: (produce_confluent(
         confluent_kafka, bootstrap, idempotent_topic, messages, value, "all", {"enable.idempotence": True}), None))
     transactional = _measured(node_pids, "transactional",
@@ -123,10 +136,28 @@ def measure(bootstrap: str, node_pids: list[int], messages: int = DEFAULT_MESSAG
     return [idempotent, transactional]
 
 
-def table(runs: list[ProducerRun], nodes: int, client: str, replication_factor: int = REPLICATION_FACTOR) -> Table:
+@contextlib.contextmanager
+def mock_process(brokers: int = REPLICATION_FACTOR) -> Iterator[tuple[int, str]]:
+    """librdkafka's mock cluster in a process of its own, as our nodes are: yields its pid and bootstrap string."""
+    code = ("import sys\n"
+            "from cluster.bench.against_mock import mock_cluster\n"
+            "with mock_cluster(int(sys.argv[1])) as bootstrap:\n"
+            "    print(bootstrap, flush=True)\n"
+            "    sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(brokers)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        yield child.pid, child.stdout.readline().strip()
+    finally:
+        child.stdin.close()
+        child.wait(30)
+
+
+def table(runs: list[ProducerRun], nodes: int, client: str, replication_factor: int = REPLICATION_FACTOR,
+          cluster: str = "") -> Table:
     """The idempotent run and the transactional one measured after it, side by side (runs as measure returns them)."""
     idempotent, transactional = runs
-    result = Table(title=f"transactions: {nodes} nodes, {PARTITIONS} partitions, RF={replication_factor}, "
+    result = Table(title=f"transactions{cluster}: {nodes} nodes, {PARTITIONS} partitions, RF={replication_factor}, "
                          f"{VALUE_SIZE} B values, {PER_TRANSACTION} messages a transaction, client {client}")
     for column in ("figure", "unit", "idempotent", "transactional", "ratio"):
         result.add_column(column, justify="right")
@@ -146,6 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m cluster.bench.transactions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES, help="messages per producer run")
     parser.add_argument("--runs", type=int, default=1, help="idempotent and transactional runs, in turn")
+    parser.add_argument("--no-mock", action="store_true", help="leave librdkafka's mock cluster out")
     args = parser.parse_args()
     import confluent_kafka
 
@@ -161,6 +193,10 @@ def main() -> None:
     if len(ratios) > 1:
         console.print(f"transactional / idempotent over {len(ratios)} runs: min {min(ratios):.2f}x, "
                       f"median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x")
+    if not args.no_mock:
+        with mock_process() as (pid, bootstrap):
+            runs = measure(bootstrap, [pid], args.messages, replication_factor=None)
+        console.print(table(runs, REPLICATION_FACTOR, client, cluster=" on librdkafka's mock cluster"))
 
 
 if __name__ == "__main__":
