@@ -140,13 +140,14 @@ def _write_transaction(producer: Producer, transactional_id: str, options: SinkO
                                f"the transaction of {transactional_id} is aborted")
         _transaction_call(producer.commit_transaction, timeout_s, transactional_id, "commit")
     except BaseException:
+        refused = list(failures)  # (the abort purges what is still queued: those reports are not the cause)
         try:
             producer.abort_transaction(timeout_s)
         except KafkaException:
             pass  # (the coordinator aborts it when it times out, or the task's next attempt does)
-        if failures:
-            raise DeliveryError(f"{len(failures)} record(s) were not written, so the transaction of "
-                                f"{transactional_id} is aborted; first: {failures[0]}") from None
+        if refused:
+            raise DeliveryError(f"{len(refused)} record(s) were not written, so the transaction of "
+                                f"{transactional_id} is aborted; first: {refused[0]}") from None
         raise
     return WriteCommit(written)
 
