@@ -192,6 +192,7 @@ class Partition:
                                                       self.follower_offsets)
         if high_watermark > partition_log.high_watermark:
             partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
+            self.producers.high_watermark_moved(partition_log.high_watermark)
             self._release_commit_waiters(partition_log.high_watermark)
             self.notify(high_watermark_only=True)
 

@@ -233,11 +233,18 @@ class PartitionProducers:
         completed transaction), or `otherwise`."""
         return next(iter(self.open_transactions.values()), otherwise)
 
+    def high_watermark_moved(self, high_watermark: int) -> None:
+        """Forget the transactions whose marker is now below the high watermark, so on every
+        replica: they hold the LSO back no more (Kafka's onHighWatermarkUpdated). Called by leaders
+        and followers alike as their high watermark moves, whether or not anyone reads the LSO."""
+        undecided = self._undecided
+        if undecided and undecided[0][1] < high_watermark:
+            undecided[:] = [pair for pair in undecided if pair[1] >= high_watermark]
+
     def stable_below(self, high_watermark: int) -> int:
         """The last stable offset at this high watermark: read_committed readers read below it."""
+        self.high_watermark_moved(high_watermark)
         undecided = self._undecided
-        if undecided:
-            undecided[:] = [pair for pair in undecided if pair[1] >= high_watermark]
         unstable = min(first for first, _ in undecided) if undecided else high_watermark
         if self.open_transactions:
             unstable = min(unstable, next(iter(self.open_transactions.values())))

@@ -224,6 +224,7 @@ class ReplicaFetchers:
             # which transactions are open)
             partition.track_replicated(records, batches)
         partition_log.high_watermark = min(high_watermark, partition_log.log_end_offset)
+        partition.producers.high_watermark_moved(partition_log.high_watermark)
         # Records the leader deleted (DeleteRecords) go here too, as far as this replica is committed.
         partition_log.advance_log_start_offset(log_start_offset)
         return True
