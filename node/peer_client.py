@@ -69,6 +69,7 @@ class PeerClient:
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         request.with_header(correlation_id=correlation_id, client_id=self.client_id)
         frame = bytes(request.encode(version=version, header=True, framed=True))
+        connection = None
         try:
             connection = await asyncio.wait_for(self._connection(node_id), timeout_s)
             waiter = connection.waiting[correlation_id] = asyncio.get_running_loop().create_future()
@@ -77,6 +78,9 @@ class PeerClient:
         except (OSError, asyncio.TimeoutError) as exc:
             self._drop(node_id)
             raise PeerUnavailable(f"node {node_id}: {exc or 'no answer in time'}") from exc
+        finally:  # (a caller that gave up on the answer leaves nothing waiting for it)
+            if connection is not None:
+                connection.waiting.pop(correlation_id, None)
         flexible_header = response_class.flexible_version_q(version)
         return response_class.decode(memoryview(answer)[5 if flexible_header else 4:], version=version)
 

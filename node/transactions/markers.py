@@ -4,8 +4,12 @@ Partitions are grouped by leader; a leader that is this node writes its markers 
 (node.transaction_markers), any other gets a WriteTxnMarkers request (node.peer_client).
 A partition whose leader is unknown, moved, or short of in-sync replicas is tried again once the
 metadata changes (or after a short backoff); one whose topic was deleted needs no marker. A
-refusal for a stale producer or coordinator epoch means a newer coordinator owns the transaction,
-and this one stops, as Kafka's marker channel does.
+request to a leader that stops leading every partition it was sent for (fenced while paused or cut
+off, say) is given up at once and its markers are sent to the new leaders, rather than waiting for
+an answer that would only say NOT_LEADER_OR_FOLLOWER, after up to PEER_TIMEOUT_S: the
+transactional id can do nothing until its markers are written. A refusal for a stale producer or
+coordinator epoch means a newer coordinator owns the transaction, and this one stops, as Kafka's
+marker channel does.
 """
 from __future__ import annotations
 
@@ -83,14 +87,40 @@ class MarkerWriter:
                     WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic(name=topic, partition_indexes=indexes)
                     for topic, indexes in _by_topic(partitions).items()])])
         try:
-            response = await self.broker.peers.send(leader, request, WRITE_TXN_MARKERS_VERSION,
-                                                    WriteTxnMarkersResponse, PEER_TIMEOUT_S)
+            response = await self._unless_deposed(leader, partitions, self.broker.peers.send(
+                leader, request, WRITE_TXN_MARKERS_VERSION, WriteTxnMarkersResponse, PEER_TIMEOUT_S))
         except PeerUnavailable as exc:
             log.info("markers to node %d not written yet: %s", leader, exc)
             return [ErrorCode.NOT_LEADER_OR_FOLLOWER] * len(partitions)
         found = {(t.name, p.partition_index): ErrorCode(p.error_code)
                  for m in response.markers for t in m.topics for p in t.partitions}
         return [found.get(partition, ErrorCode.UNKNOWN_SERVER_ERROR) for partition in partitions]
+
+    async def _unless_deposed(self, leader: int, partitions: list[Partition], sending):
+        """The answer `sending` awaits, unless the metadata moves every partition off `leader` first:
+        then PeerUnavailable (the request may still arrive there, to be refused or truncated away)."""
+        answer = asyncio.ensure_future(sending)
+        deposed = asyncio.ensure_future(self._until_none_led_by(leader, partitions))
+        try:
+            await asyncio.wait((answer, deposed), return_when=asyncio.FIRST_COMPLETED)
+            if answer.done():
+                return answer.result()
+            raise PeerUnavailable(f"node {leader} no longer leads {', '.join(f'{t}-{i}' for t, i in partitions)}")
+        finally:
+            deposed.cancel()
+            if not answer.done():
+                # Given up, or this coordinator stops: what the request still comes to is of no
+                # interest (a connection closing meanwhile can end it with an error, not cancelled).
+                answer.cancel()
+                answer.add_done_callback(_ignore_outcome)
+
+    async def _until_none_led_by(self, leader: int, partitions: list[Partition]) -> None:
+        def none_led() -> bool:
+            return not any((info := self.broker.partition(*p)) is not None and info.leader == leader
+                           for p in partitions)
+        applied = self.broker.metadata.applied
+        async with applied:
+            await applied.wait_for(none_led)
 
     async def _metadata_change(self) -> None:
         """Until the metadata moves on (a new leader, say), or a short backoff."""
@@ -100,6 +130,11 @@ class MarkerWriter:
                 await asyncio.wait_for(applied.wait(), RETRY_BACKOFF_S)
         except asyncio.TimeoutError:
             pass
+
+
+def _ignore_outcome(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # (retrieved, so that asyncio does not report it as lost)
 
 
 def _by_topic(partitions: list[Partition]) -> dict[str, list[int]]:

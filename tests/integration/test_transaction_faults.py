@@ -40,6 +40,9 @@ RECORDS_PER_PARTITION = 3
 # isolated node is given up sooner here, so that the client looks for the new coordinator or leader.
 CLIENT_TIMEOUT_MS = 5000
 DEADLINE_S = 60
+# A marker whose leader died is written to the new leader within this (far less than the 30 s a
+# request to a silent peer may take).
+MARKER_RETRY_S = 15
 POLL_S = 0.1
 
 
@@ -316,3 +319,31 @@ def test_a_partition_leader_dies_in_the_middle_of_a_transaction(healed, fault):
     log = read_committed(cluster, topic)
     faulted = {p: [f"faulted:{p}:{i}" for i in range(2 * RECORDS_PER_PARTITION)] for p in range(3)}
     assert log == {p: (faulted[p] if committed else []) + expected("after", [p])[p] for p in range(3)}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault", ["kill", "stop", "pause", "isolate"])
+def test_a_partition_leader_dies_while_its_marker_is_on_the_way(healed, fault):
+    """The coordinator's WriteTxnMarkers is held by the leader of partitions 0 and 1 when that
+    leader dies: the coordinator writes the markers to the new leaders, promptly."""
+    cluster = healed
+    transactional_id = f"txf-marker-{fault}-{uuid.uuid4().hex[:6]}"
+    producer = transactional_producer(cluster, transactional_id)
+    coordinator, x, y, z = layout(cluster, transactional_id)
+    topic = create_topic(cluster, x, y, z)
+
+    producer.begin_transaction()
+    write(producer, topic, "held", [0, 1])
+    cluster.isolate_node(x, [coordinator])
+    assert finish(producer)
+    assert not stable(cluster, topic, [0, 1]), "a marker reached X through its isolation"
+    inject(cluster, x, fault)
+    wait_led_elsewhere(cluster, topic, 0, x)
+    wait_for(lambda: stable(cluster, topic), "the markers to reach the new leaders", timeout_s=MARKER_RETRY_S)
+    end_fault(cluster, x, fault)
+
+    heal_all(cluster)
+    producer.begin_transaction()
+    write(producer, topic, "after", range(3))
+    assert finish(producer)
+    assert_all_or_nothing(read_committed(cluster, topic), [("held", [0, 1], True), ("after", range(3), True)])
