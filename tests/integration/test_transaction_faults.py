@@ -27,7 +27,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
@@ -48,8 +48,10 @@ POLL_S = 0.1
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    # Leaders stay where the faults put them: the layout a test computes must hold all through it.
     with Cluster(nodes=4, data_dir=tmp_path_factory.mktemp("txn-faults") / "kraftwerk",
-                 node_config={"transaction.state.log.num.partitions": str(STATE_PARTITIONS)}) as running:
+                 node_config={"transaction.state.log.num.partitions": str(STATE_PARTITIONS),
+                              "auto.leader.rebalance.enable": "false"}) as running:
         first = transactional_producer(running, f"warm-up-{uuid.uuid4().hex[:6]}")  # creates __transaction_state
         del first
         yield running
@@ -114,10 +116,20 @@ def heal_all(cluster) -> None:
 
 @pytest.fixture
 def healed(cluster):
-    """Heals whatever a test left faulted, pass or fail, so that the next test meets a whole cluster."""
+    """Heals whatever a test left faulted, pass or fail, so that the next test meets a whole cluster;
+    and no process may have logged at ERROR meanwhile."""
+    logs = sorted((cluster.data_dir / "logs").glob("*.log"))
+    sizes = {path: path.stat().st_size for path in logs}
     yield cluster
     heal_all(cluster)
     assert cluster.wait_in_sync(TRANSACTION_STATE_TOPIC, 60)
+    errors = []
+    for path in sorted((cluster.data_dir / "logs").glob("*.log")):
+        with open(path, "rb") as log_file:
+            log_file.seek(sizes.get(path, 0))
+            errors += [f"{path.stem}: {line}" for line in log_file.read().decode(errors="replace").splitlines()
+                       if " ERROR " in line]
+    assert errors == [], "\n".join(errors[:20])
 
 
 # --- faults on one node, and their end ---
