@@ -88,15 +88,22 @@ def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
               help="the members' partition.assignment.strategy (e.g. cooperative-sticky)")
 @click.option("--rebalance", is_flag=True,
               help="also add a node and run the planner's moves, then remove a node, during the run")
+@click.option("--transactions", is_flag=True,
+              help="also run transactional writers over two topics of their own (TOPIC-txn-a, TOPIC-txn-b), "
+                   "some transactions aborted on purpose, and audit them with a read_committed reader")
+@click.option("--transactional-ids", type=int, default=3, show_default=True,
+              help="with --transactions: how many transactional producers write")
 @click.option("--topic", default=None, help="a new topic to write [default: kraftwerk-failover-check-<time>]")
 @data_dir_option
 def check_failover(duration, seed, faults, hold, gap, producers, partitions, group_members, strategy, rebalance,
-                   topic, data_dir):
+                   transactions, transactional_ids, topic, data_dir):
     """Write numbered messages with acks=all, and read them in a consumer group, while random nodes are
     killed, stopped, paused, isolated and delayed one at a time (and, with --rebalance, a node is added
     and one removed); then check that every acknowledged message is there once and in order, and the
-    group read them all. Exits 1 if any was lost, duplicated, moved or reordered, the group missed one,
-    a client saw an error failover does not explain, or the cluster logged at ERROR."""
+    group read them all (with --transactions: every committed transaction whole, once and in order at
+    read_committed, and no aborted one). Exits 1 if any was lost, duplicated, moved or reordered, the
+    group missed one, a transaction was not all-or-nothing, a client saw an error failover does not
+    explain, or the cluster logged at ERROR."""
     from cluster.tools.failover_report import render
 
     cluster = attached(data_dir)
@@ -105,6 +112,7 @@ def check_failover(duration, seed, faults, hold, gap, producers, partitions, gro
                               faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
                               hold_s=hold, gap_s=gap, producers=producers, partitions=partitions,
                               group_members=group_members, strategy=strategy, rebalance=rebalance,
+                              transactions=transactional_ids if transactions else 0,
                               topic=topic or f"kraftwerk-failover-check-{int(time.time())}", log=console.print)
         report = check.run()
     except (ValueError, ClusterError) as exc:

@@ -12,6 +12,8 @@ end; the gaps between acknowledgements show how long writes were unavailable. Ev
 wrong is reported with where it was acknowledged, when, during which fault, and what the
 partition holds there now; every error a client saw, expected during failover or not; every
 line the cluster logged at ERROR meanwhile. The seed replays the choices of fault, node and times.
+With `transactions`, transactional writers (cluster/tools/transaction_writers.py) write to two
+topics of their own meanwhile, and a read_committed reader audits their transactions afterwards.
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ from cluster.launch.cluster import Cluster, ClusterError
 from cluster.tools import reassignment
 from cluster.tools.group_readers import ClientError, GroupAudit, GroupReaders, committed_offsets
 from cluster.tools.planner import PlannerError, balance_plan
+from cluster.tools.transaction_writers import TransactionAudit, TransactionWriters
 
 FAULTS = ("kill", "stop", "pause", "isolate", "delay")
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 DELAY_MS = 500
 # The Cluster call (with its arguments after the node) that injects each fault, and the one that heals it.
 INJECT = {"kill": ("kill_node",), "stop": ("stop_node",), "pause": ("pause_node",), "isolate": ("isolate_node",),
@@ -133,6 +137,7 @@ class Report:
     group: GroupAudit | None = None
     client_errors: list[ClientError] = field(default_factory=list)
     cluster_errors: list[str] = field(default_factory=list)  # lines the cluster logged at ERROR during the run
+    transactions: TransactionAudit | None = None
 
     @property
     def writes_ok(self) -> bool:
@@ -146,6 +151,7 @@ class Report:
     @property
     def ok(self) -> bool:
         return (self.writes_ok and (self.group is None or self.group.ok) and not self.unexpected_errors
+                and (self.transactions is None or self.transactions.ok)
                 and not self.cluster_errors and not any(change.error for change in self.changes))
 
     @property
@@ -172,7 +178,7 @@ class FailoverCheck:
                  faults: tuple[str, ...] = FAULTS, producers: int = 2, partitions: int = 3,
                  topic: str = DEFAULT_TOPIC, hold_s: tuple[float, float] = (2.0, 5.0),
                  gap_s: tuple[float, float] = (1.0, 3.0), group_members: int = 3,
-                 strategy: str = DEFAULT_STRATEGY, rebalance: bool = False, log=print):
+                 strategy: str = DEFAULT_STRATEGY, rebalance: bool = False, transactions: int = 0, log=print):
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULTS)}")
@@ -192,6 +198,10 @@ class FailoverCheck:
         self.group_members, self.strategy, self.rebalance = group_members, strategy, rebalance
         self.readers: GroupReaders | None = None
         self.change_log: list[ChangeRecord] = []
+        # With transactional writers: the two topics they write, and the writers once started.
+        self.transaction_topics = [f"{topic}-txn-a", f"{topic}-txn-b"] if transactions else []
+        self.transactional_ids = transactions
+        self.transaction_writers: TransactionWriters | None = None
         self._busy_nodes: set[int] = set()  # faulted, or being added or removed: left alone by the others
         self._busy_lock = threading.Lock()
         self._deck: list[str] = []
@@ -206,9 +216,16 @@ class FailoverCheck:
 
     def run(self) -> Report:
         group = f", a group of {self.group_members} ({self.strategy})" if self.group_members else ""
+        transactional = f", {self.transactional_ids} transactional writers" if self.transactional_ids else ""
         self.log(f"failover check: seed {self.seed}, {self.duration_s:.0f}s, faults {', '.join(self.faults)}{group}"
-                 f"{', with a node added, a rebalance and a node removed' if self.rebalance else ''}")
+                 f"{transactional}{', with a node added, a rebalance and a node removed' if self.rebalance else ''}")
+        self._started = time.monotonic()  # (for what happens while the topics are made ready)
         self._create_topic()
+        if self.transactional_ids:
+            self.transaction_writers = TransactionWriters(
+                self.cluster.bootstrap_servers, self.transaction_topics, self.partitions, self.transactional_ids,
+                self.seed, self._stop, self.elapsed, prefix=f"{self.topic}-txn").prepare()
+            self._wait_until_healthy()  # (__transaction_state too, now that it exists)
         logs = _LogWatch(self.cluster)
         self._started = time.monotonic()
         if self.group_members:
@@ -227,6 +244,8 @@ class FailoverCheck:
         changes = threading.Thread(target=self._changes, name="changes")
         for thread in [*threads, changes]:
             thread.start()
+        if self.transaction_writers:
+            self.transaction_writers.start()
         try:
             self._nemesis()
         finally:
@@ -234,16 +253,19 @@ class FailoverCheck:
             self._sending_stopped_s = self.elapsed()
             for thread in threads:
                 thread.join(FLUSH_TIMEOUT_S + 30)
+            if self.transaction_writers:
+                self.transaction_writers.join(FLUSH_TIMEOUT_S + 30)
             changes.join(CHANGE_TIMEOUT_S + 30)
             self._heal_everything()
 
     def _create_topic(self) -> None:
         replicas = min(3, len(self.cluster.nodes))
         existing = {t["name"] for t in self.cluster.status()["topics"]}
-        if self.topic in existing:
-            raise ValueError(f"topic {self.topic} exists already: give the check a new one")
-        self.cluster.create_topic(self.topic, partitions=self.partitions, replication_factor=replicas,
-                                  config={"min.insync.replicas": str(min(2, replicas))})
+        for topic in [self.topic, *self.transaction_topics]:
+            if topic in existing:
+                raise ValueError(f"topic {topic} exists already: give the check a new one")
+            self.cluster.create_topic(topic, partitions=self.partitions, replication_factor=replicas,
+                                      config={"min.insync.replicas": str(min(2, replicas))})
         self._wait_until_healthy()
 
     def _write(self, producer: _Producer) -> None:
@@ -352,10 +374,15 @@ class FailoverCheck:
                 self._heal(record)
 
     def _wait_until_healthy(self) -> bool:
-        if self.cluster.wait_in_sync(self.topic, HEALTHY_TIMEOUT_S):
-            return True
-        self.log(f"warning: replicas of {self.topic} not all in sync after {HEALTHY_TIMEOUT_S}s")
-        return False
+        """Until every replica of the checked topics (and of the transactions' state, once there is
+        some) is in sync again."""
+        topics = [self.topic, *self.transaction_topics]
+        if self.transaction_writers:
+            topics.append(TRANSACTION_STATE_TOPIC)
+        lagging = [topic for topic in topics if not self.cluster.wait_in_sync(topic, HEALTHY_TIMEOUT_S)]
+        for topic in lagging:
+            self.log(f"warning: replicas of {topic} not all in sync after {HEALTHY_TIMEOUT_S}s")
+        return not lagging
 
     # --- changes of the group and of the cluster ---
 
@@ -471,7 +498,11 @@ class FailoverCheck:
                          for f in failures]
         group = self._audit_group(set(acks), log) if self.readers else None
         if self.readers:
-            client_errors = sorted([*client_errors, *self.readers.errors], key=lambda e: e.at_s)
+            client_errors += self.readers.errors
+        transactions = self.transaction_writers.audit() if self.transaction_writers else None
+        if self.transaction_writers:
+            client_errors += self.transaction_writers.errors
+        client_errors.sort(key=lambda e: e.at_s)
         return Report(
             seed=self.seed, topic=self.topic, duration_s=self._sending_stopped_s, faults=self.fault_log,
             sent=sum(p.sent for p in self.producers), acknowledged=len(acks),
@@ -481,7 +512,7 @@ class FailoverCheck:
             windows=_unavailable_windows(acks, self.partitions, self._sending_stopped_s), last_heal_s=last_heal_s,
             acknowledged_after_last_heal=sum(1 for a in acks.values() if a.at_s > last_heal_s),
             in_sync_at_end=in_sync, evidence=evidence, unread=unread, changes=self.change_log, group=group,
-            client_errors=client_errors, cluster_errors=logs.errors_since_start(),
+            client_errors=client_errors, cluster_errors=logs.errors_since_start(), transactions=transactions,
         )
 
     def _audit_group(self, acknowledged: set[str], log: dict[int, list[tuple[int, str]]]) -> GroupAudit:

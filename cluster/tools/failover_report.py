@@ -1,5 +1,5 @@
 """The failover checker's report as rich renderables: the fault and change logs, unavailability
-windows, failed sends, client errors, the group's audit and the verdict."""
+windows, failed sends, client errors, the group's and the transactions' audits and the verdict."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -8,6 +8,7 @@ from rich.text import Text
 
 from cluster.tools.failover_check import PRODUCER_REQUEST_TIMEOUT_MS, UNAVAILABLE_AFTER_S, Failure, Report
 from cluster.tools.group_readers import ClientError
+from cluster.tools.transaction_writers import TransactionAudit
 
 
 def render(report: Report):
@@ -23,10 +24,15 @@ def render(report: Report):
         parts.append(_client_error_table(report))
     if report.evidence:
         parts.append(_evidence_table(report))
-    parts.extend(Text(line) for line in [*_summary(report), *_group_summary(report), *_cluster_errors(report)])
+    if report.transactions and report.transactions.problems:
+        parts.append(_transaction_problem_table(report, report.transactions))
+    parts.extend(Text(line) for line in [*_summary(report), *_group_summary(report),
+                                         *_transaction_summary(report), *_cluster_errors(report)])
     problems = _problems(report)
     verdict = Text("PASS: every acknowledged message is present once, in order"
                    + (", and the group read every one" if report.group else "")
+                   + ("; every committed transaction whole, once and in order, no aborted one visible"
+                      if report.transactions else "")
                    + "; no unexpected client error, nothing logged at ERROR" if not problems
                    else "FAIL: " + "; ".join(problems), style="green" if not problems else "bold red")
     return Group(*parts, verdict)
@@ -40,6 +46,9 @@ def _problems(report: Report) -> list[str]:
     if report.group and not report.group.ok:
         problems.append("the group missed acknowledged messages, read what the log does not hold, "
                         "committed past the log's end, or did not read to the end")
+    if report.transactions and not report.transactions.ok:
+        problems.append("a committed transaction was lost, split, duplicated or reordered, an aborted one was "
+                        "visible, or the transactions could not all be read")
     if report.unexpected_errors:
         problems.append(f"{len(report.unexpected_errors)} unexpected client errors")
     if report.cluster_errors:
@@ -190,4 +199,49 @@ def _cluster_errors(report: Report, limit: int = 20) -> list[str]:
     lines = [f"logged at ERROR: {line}" for line in report.cluster_errors[:limit]]
     if len(report.cluster_errors) > limit:
         lines.append(f"... and {len(report.cluster_errors) - limit} more ERROR lines")
+    return lines
+
+
+def _transaction_problem_table(report: Report, audit: TransactionAudit, limit: int = 40):
+    """Each transaction a read_committed reader sees wrong: its outcome, where it wrote, what is read."""
+    table = Table(title="transactions not as their outcome says")
+    for column in ("transaction", "outcome", "problem", "begun", "ended", "during", "written to", "read at"):
+        table.add_column(column)
+    for item in audit.problems[:limit]:
+        ended = f"{item.ended_s:.2f}s" if item.ended_s is not None else "-"
+        during = _during(report, item.begun_s, item.ended_s or report.duration_s) if item.begun_s is not None else "-"
+        written = ", ".join(f"{t}/{p}" for t, p in item.expected)
+        found = ", ".join(f"{t}/{p}@{o}" for t, p, o in item.found) or "nowhere"
+        table.add_row(item.transaction, item.outcome, item.problem, f"{item.begun_s:.2f}s", ended,
+                      _shortened(during), _shortened(written), _shortened(found))
+    if len(audit.problems) > limit:
+        table.caption = f"{len(audit.problems) - limit} more not shown"
+    return table
+
+
+def _transaction_summary(report: Report) -> list[str]:
+    audit = report.transactions
+    if audit is None:
+        return []
+    lines = [
+        f"transactions of {audit.writers} transactional ids over {' and '.join(audit.topics)}: {audit.transactions} "
+        f"begun, {audit.committed} committed, {audit.aborted_on_purpose} aborted on purpose, "
+        f"{audit.aborted_after_error} aborted after an error, {audit.unknown} with an unknown outcome "
+        f"({audit.unknown_present} of them present)",
+        f"read_committed: {audit.records_read} records; committed lost {audit.count('lost')}, "
+        f"partly visible {audit.count('partly visible')}, duplicated {audit.count('duplicated')}, "
+        f"misplaced {audit.count('misplaced')}, out of order {audit.count('out of order')}; "
+        f"aborted but visible {audit.count('aborted but visible')}; {len(audit.strangers)} records no writer wrote",
+    ]
+    if audit.longest_stall:
+        writer, start, end = audit.longest_stall
+        lines.append(f"longest time a transactional id ended no transaction: {end - start:.2f}s ({writer}, "
+                     f"{start:.1f}s to {end:.1f}s, during {_during(report, start, end)})")
+    for topic, partition in audit.undecided:
+        lines.append(f"{topic}/{partition}: its last stable offset never reached its high watermark "
+                     "(a transaction left undecided)")
+    for (topic, partition), (position, end) in sorted(audit.unread.items()):
+        lines.append(f"{topic}/{partition}: read only up to offset {position} of {end}")
+    if audit.strangers:
+        lines.append(f"read, but written by no writer: {', '.join(audit.strangers[:20])}")
     return lines

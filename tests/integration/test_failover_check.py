@@ -1,5 +1,6 @@
 """The failover checker: 60 s of acks=all writes and a consumer group under random faults and
-membership changes lose nothing acknowledged and meet no unexpected error."""
+membership changes lose nothing acknowledged and meet no unexpected error; transactions stay
+all-or-nothing under random faults."""
 from __future__ import annotations
 
 import os
@@ -57,6 +58,35 @@ def test_random_faults_and_membership_changes_lose_nothing_and_surprise_no_clien
     assert report.ok
 
 
+TRANSACTION_CHECK_SECONDS = float(os.environ.get("KRAFTWERK_TRANSACTION_CHECK_SECONDS", "25"))
+
+
+@pytest.mark.timeout(TRANSACTION_CHECK_SECONDS * 3 + 240)
+def test_transactions_stay_all_or_nothing_under_random_faults(tmp_path, capsys):
+    """Transactional writers over two topics, some transactions aborted on purpose, while nodes are
+    killed, stopped, paused and isolated (the transactions' coordinators and partition leaders among
+    them): a read_committed reader sees every committed transaction whole, once and in order, no
+    aborted one, and nothing undecided; no client sees an error failover does not explain."""
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster",
+                 node_config={"transaction.state.log.num.partitions": "6"}) as cluster:
+        report = FailoverCheck(cluster, duration_s=TRANSACTION_CHECK_SECONDS, seed=5, partitions=3, producers=1,
+                               group_members=0, transactions=3, faults=("kill", "stop", "pause", "isolate"),
+                               hold_s=(1.5, 3.0), gap_s=(0.5, 1.0)).run()
+    with capsys.disabled():
+        Console(width=140).print(render(report))
+        print(f"cluster data and logs: {tmp_path / 'cluster'}")
+    audit = report.transactions
+    assert audit.problems == [], audit.problems[:20]
+    assert audit.strangers == [] and audit.unread == {} and audit.undecided == []
+    assert audit.committed > 100 and audit.aborted_on_purpose > 10, audit
+    assert {f.fault for f in report.faults} == {"kill", "stop", "pause", "isolate"}, report.faults
+    assert all(f.healed_s is not None and f.error is None for f in report.faults), report.faults
+    assert report.writes_ok and report.in_sync_at_end
+    assert report.unexpected_errors == []
+    assert report.cluster_errors == []
+    assert report.ok
+
+
 @pytest.mark.timeout(300)
 def test_check_failover_command_against_a_detached_cluster(tmp_path):
     data_dir = tmp_path / "cluster"
@@ -64,13 +94,16 @@ def test_check_failover_command_against_a_detached_cluster(tmp_path):
     assert started.returncode == 0, started.stdout + started.stderr
     try:
         result = kraftwerk("check-failover", "--duration", "12", "--seed", "11", "--faults", "kill,pause",
-                           "--hold", "1-3", data_dir=data_dir, timeout=240)
+                           "--hold", "1-3", "--transactions", "--transactional-ids", "2", data_dir=data_dir,
+                           timeout=240)
         print(result.stdout)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "seed 11" in result.stdout and "PASS" in result.stdout
         assert "kill node" in result.stdout or "pause node" in result.stdout
         assert "lost 0, duplicated 0, at another offset 0, out of order 0" in result.stdout
         assert "0 acknowledged messages never read, 0 reads the log does not hold" in result.stdout
+        assert "transactions of 2 transactional ids" in result.stdout
+        assert "committed lost 0, partly visible 0, duplicated 0" in " ".join(result.stdout.split())
         refused = kraftwerk("check-failover", "--faults", "kill,flood", data_dir=data_dir)
         assert refused.returncode == 1 and "unknown faults ['flood']" in refused.stderr, refused.stderr
     finally:
