@@ -14,7 +14,8 @@ A new coordinator must replay `__transaction_state` and finish what was prepared
 still down, paused or cut off; the producer either commits or is told to abort (never a silent
 loss); a read_committed reader then sees every transaction wholly or not at all, each committed one
 exactly once and in order. The same holds when a partition's leader dies in the middle of a
-transaction.
+transaction, or while the coordinator's markers are on their way to it (they must then reach the
+new leader promptly).
 
 Layout (4 nodes): C leads the transactional id's state partition, whose replicas are C, Y and Z; X is
 the fourth node. Partitions 0 and 1 are led by X (replicas X, Y, Z: C holds none of them, X none of
@@ -32,8 +33,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from cluster.launch import Cluster
-from node.transactions.placement import TRANSACTION_STATE_TOPIC, partition_for
 
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 STATE_PARTITIONS = 4
 RECORDS_PER_PARTITION = 3
 # Kafka's default socket and request timeouts are 60 s and 30 s: a request held by a paused or
@@ -74,17 +75,13 @@ def partition_state(cluster, topic: str, partition: int) -> dict:
     return next(p for p in found["partitions"] if p["partition"] == partition)
 
 
-def state_partition(transactional_id: str) -> int:
-    return partition_for(transactional_id, STATE_PARTITIONS)
-
-
-def coordinator_of(cluster, transactional_id: str) -> int:
-    return partition_state(cluster, TRANSACTION_STATE_TOPIC, state_partition(transactional_id))["leader"]
+def state_partition(cluster, transactional_id: str) -> int:
+    return cluster.transaction_coordinator(transactional_id)["partition"]
 
 
 def layout(cluster, transactional_id: str) -> tuple[int, int, int, int]:
     """(C, X, Y, Z) for this transactional id, as the module docstring names them."""
-    state = partition_state(cluster, TRANSACTION_STATE_TOPIC, state_partition(transactional_id))
+    state = partition_state(cluster, TRANSACTION_STATE_TOPIC, state_partition(cluster, transactional_id))
     coordinator = state["leader"]
     others = [n for n in state["replicas"] if n != coordinator]
     outside = [n for n in cluster.nodes if n not in state["replicas"]]
@@ -105,7 +102,7 @@ def create_topic(cluster, x: int, y: int, z: int) -> str:
 
 
 def heal_all(cluster) -> None:
-    """Every node running and unfaulted, and every partition's replicas back in sync."""
+    """Every node running again, and none paused, isolated or delayed."""
     for node_id, node in cluster.nodes.items():
         if not node.alive():
             cluster.restart_node(node_id)
@@ -280,7 +277,7 @@ def test_a_new_coordinator_completes_what_the_old_one_left(healed, step, fault):
     write(producer, topic, name, partitions)
     if step == "open":
         inject(cluster, coordinator, fault)
-        wait_led_elsewhere(cluster, TRANSACTION_STATE_TOPIC, state_partition(transactional_id), coordinator)
+        wait_led_elsewhere(cluster, TRANSACTION_STATE_TOPIC, state_partition(cluster, transactional_id), coordinator)
         committed = finish(producer)
         end_fault(cluster, coordinator, fault)
     else:
@@ -293,7 +290,7 @@ def test_a_new_coordinator_completes_what_the_old_one_left(healed, step, fault):
         assert not stable(cluster, topic, [0, 1]), "a marker reached X through its isolation"
         inject(cluster, coordinator, fault)
         # The new coordinator writes the held markers while the old one is still down, paused or cut off.
-        wait_led_elsewhere(cluster, TRANSACTION_STATE_TOPIC, state_partition(transactional_id), coordinator)
+        wait_led_elsewhere(cluster, TRANSACTION_STATE_TOPIC, state_partition(cluster, transactional_id), coordinator)
         wait_for(lambda: stable(cluster, topic), "the new coordinator to write the markers")
         end_fault(cluster, coordinator, fault)
         cluster.heal_node(x)  # whatever the old coordinator still sends X is refused now
