@@ -142,7 +142,8 @@ class TransactionWriters:
 
     def join(self, timeout_s: float) -> None:
         for writer in self.writers:
-            writer.thread.join(timeout_s)
+            if writer.thread is not None:
+                writer.thread.join(timeout_s)
 
     @property
     def transactions(self) -> list[Transaction]:
