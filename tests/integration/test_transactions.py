@@ -5,9 +5,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from cluster.launch import Cluster
+from tests.integration.confluent_reads import read_all
+from tests.integration.txn_wire import init_producer_id
 
 
 @pytest.fixture(scope="module")
@@ -29,34 +31,6 @@ def transactional_producer(cluster, transactional_id: str | None = None, **confi
                          "linger.ms": 5, **config})
     producer.init_transactions(15)
     return producer
-
-
-def read_all(cluster, topic: str, isolation: str, partitions: int = 2, expected: int | None = None,
-             timeout_s: float = 10.0) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every record a consumer at `isolation` reads to the end."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"r-{uuid.uuid4().hex[:6]}",
-                         "isolation.level": isolation, "auto.offset.reset": "earliest",
-                         "enable.partition.eof": True, "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    found, at_end = [], set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                    if len(at_end) == partitions and (expected is None or len(found) >= expected):
-                        break
-                    continue
-                raise KafkaException(message.error())
-            at_end.discard(message.partition())
-            found.append((message.partition(), message.offset(), message.value()))
-    finally:
-        consumer.close()
-    return sorted(found)
 
 
 def values(records) -> list[bytes]:
@@ -201,17 +175,6 @@ def test_consume_transform_produce_commits_the_offsets_with_the_output(cluster):
         b"out-%d" % i for i in range(6)]
 
 
-def init_producer_id(address, transactional_id: str, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
-    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
-
-    from tests.integration.wire import exchange_once
-    answer = exchange_once(address, InitProducerIdRequest[4](
-        transactional_id=transactional_id, transaction_timeout_ms=10_000, producer_id=producer_id,
-        producer_epoch=epoch), InitProducerIdResponse, 4)
-    assert answer.error_code == 0, answer
-    return answer.producer_id, answer.producer_epoch
-
-
 def test_an_idle_transactional_id_expires_and_starts_over_with_a_new_producer_id(tmp_path):
     settings = {"transactional.id.expiration.ms": "1000",
                 "transaction.remove.expired.transaction.cleanup.interval.ms": "300",
@@ -220,12 +183,12 @@ def test_an_idle_transactional_id_expires_and_starts_over_with_a_new_producer_id
         transactional_producer(single, "short-lived").flush(1)  # finds the coordinator, makes the id
         host, port = single.bootstrap_servers.rsplit(":", 1)
         address = (host, int(port))
-        producer_id, epoch = init_producer_id(address, "short-lived")
+        _, producer_id, epoch = init_producer_id(address, "short-lived", timeout_ms=10_000)
         assert epoch == 1  # the same id, the next epoch
         node_log = single.data_dir / "logs" / "node-1.log"
         deadline = time.monotonic() + 15
         while "expired 1 transactional ids" not in node_log.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
         # The old instance, naming its id and epoch (KIP-360), recovers with a new producer id.
-        new_id, new_epoch = init_producer_id(address, "short-lived", producer_id, epoch)
-        assert new_id != producer_id and new_epoch == 0
+        error, new_id, new_epoch = init_producer_id(address, "short-lived", 10_000, producer_id, epoch)
+        assert (error, new_epoch) == (0, 0) and new_id != producer_id
