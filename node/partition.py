@@ -290,6 +290,10 @@ class Partition:
             self.follower_log_starts[follower] = log_start_offset
             if self._low_watermark_waiters:
                 self._release_low_watermark_waiters()
+        if 0 <= log_start_offset < self.log.log_start_offset:
+            # Behind our log start (it missed a DeleteRecords or retention, or dropped the answer that
+            # told it): its session reads this partition again, though quiet, until it has caught up.
+            self._broker.fetch_sessions.read_next_for([follower], self.key[0], self.log.topic_id, self.key[1])
         offsets = self.follower_offsets
         moved = offsets.get(follower) != log_end_offset
         offsets[follower] = log_end_offset

@@ -123,7 +123,8 @@ def test_the_start_survives_restarts_and_reaches_a_follower_that_was_down(cluste
     cluster.kill_node(leader)
     cluster.restart_node(leader)
     assert cluster.wait_in_sync("restarted-deleted")
-    assert {start for start, _ in replica_starts(cluster, "restarted-deleted").values()} == {90}
+    starts = replica_starts(cluster, "restarted-deleted")
+    assert {start for start, _ in starts.values()} == {90}, (starts, leader, follower)
     assert read_from_beginning(cluster, "restarted-deleted") == list(enumerate(values))[90:]
 
 
