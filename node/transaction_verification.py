@@ -11,12 +11,11 @@ turns it off, as in Kafka.
 from __future__ import annotations
 
 import logging
-import struct
 
 from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, HEADER_SIZE, MAGIC_OFFSET
+from cluster.formats.records import HEADER_SIZE, MAGIC_OFFSET, read_header
 from node.peer_client import PeerUnavailable
 from node.transactions.placement import TRANSACTION_STATE_TOPIC
 
@@ -27,10 +26,6 @@ VERIFY_VERSION = 4
 # partition outside the transaction is INVALID_TXN_STATE.
 FIRST_TRANSACTION_ABORTABLE_VERSION = 11
 VERIFY_TIMEOUT_S = 10.0
-# Attributes, producer id and epoch, where a magic-2 batch header keeps them.
-_ATTRIBUTES = struct.Struct(">h")
-_PRODUCER = struct.Struct(">qh")
-_ATTRIBUTES_AT, _PRODUCER_AT = 21, 43
 # What a produce answer says when the coordinator could not tell (Kafka's AddPartitionsToTxnManager):
 # retriable errors every client retries on.
 _PRODUCE_ERRORS = {
@@ -48,10 +43,10 @@ def transactional_producer(records) -> tuple[int, int] | None:
     """(producer id, epoch) of a produce payload whose batch is transactional, read from its header."""
     if records is None or len(records) < HEADER_SIZE or records[MAGIC_OFFSET] != 2:
         return None
-    attributes = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)[0]
-    if attributes & ATTR_CONTROL or not attributes & ATTR_TRANSACTIONAL:
+    header = read_header(records)
+    if header.is_control or not header.is_transactional:
         return None
-    return _PRODUCER.unpack_from(records, _PRODUCER_AT)
+    return header.producer_id, header.producer_epoch
 
 
 async def refusals(broker, transactional_id: str, writes: list[tuple[Partition, object]],
