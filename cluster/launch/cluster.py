@@ -53,7 +53,8 @@ class Cluster:
         # Kafka defaults to one copy; a cluster launched to test failover wants min(3, nodes).
         replicas = str(min(3, nodes))
         self.node_config = {"default.replication.factor": replicas, "offsets.topic.replication.factor": replicas,
-                            "transaction.state.log.replication.factor": replicas, **(node_config or {})}
+                            "transaction.state.log.replication.factor": replicas,
+                            "share.coordinator.state.topic.replication.factor": replicas, **(node_config or {})}
         self.startup_timeout = startup_timeout
         self.nodes: dict[int, NodeProcess] = {}
         self.controller_pid: int | None = None
