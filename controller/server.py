@@ -374,11 +374,11 @@ class Controller:
             log.info("answering a creation before every live node applied offset %d", offset)
 
     async def alter_configs(self, args: dict, conn) -> dict:
-        return await self._decide_and_apply(lambda: topics.alter_configs(self.image, args["resources"]),
+        return await self._decide_and_apply(lambda: topics.alter_configs(self.image, args["resources"], self.config),
                                             bool(args.get("validate_only")))
 
     async def replace_configs(self, args: dict, conn) -> dict:
-        return await self._decide_and_apply(lambda: topics.replace_configs(self.image, args["resources"]),
+        return await self._decide_and_apply(lambda: topics.replace_configs(self.image, args["resources"], self.config),
                                             bool(args.get("validate_only")))
 
     async def alter_reassignments(self, args: dict, conn) -> dict:

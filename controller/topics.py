@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 from cluster.formats.config import TOPIC_CONFIG_DEFAULTS_FROM_BROKER, TOPIC_CONFIG_FIXED_DEFAULTS, valid_throttled_replicas
 from cluster.formats.errors import ErrorCode
-from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC, MetadataImage
+from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC, MetadataImage
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.runtime.time_slices import gently
 from cluster.formats.topic_names import illegal_name_message, topic_name_error
 from controller.arguments import expect, expect_list, optional
+from controller.group_configs import GroupConfigRefused, altered_group_records, replaced_group_records
 from controller.placement import iter_replica_assignments
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_DEFAULTS_FROM_BROKER) | frozenset(TOPIC_CONFIG_FIXED_DEFAULTS)
@@ -407,19 +408,22 @@ def _new_partition_records(image, brokers, topic, request):
 
 # --- IncrementalAlterConfigs and AlterConfigs ---
 
-async def alter_configs(image: MetadataImage, resources: list) -> Outcome:
+async def alter_configs(image: MetadataImage, resources: list, broker_config=None) -> Outcome:
     """IncrementalAlterConfigs: each named config is set, deleted, appended to or subtracted from.
     Of a BROKER resource (a node id, or "" for every node) only the replication throttle rates can
-    change, as they are the broker configs kraftwerk reads while it runs."""
+    change, as they are the broker configs kraftwerk reads while it runs. A GROUP resource's configs
+    are checked within the bounds of `broker_config` (controller.group_configs)."""
     def changed(name: str, resource: dict) -> list:
         if resource["resource_type"] == CONFIG_RESOURCE_BROKER:
             return _broker_config_records(image, name, resource["configs"])
+        if resource["resource_type"] == CONFIG_RESOURCE_GROUP:
+            return altered_group_records(image, broker_config, name, resource["configs"])
         if name not in image.topics:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
         current = image.topic_configs(name)
         return [_config_record(name, c["name"], _new_value(current, c)) for c in resource["configs"]]
     return await _topic_config_outcome(resources, _config_resource, changed,
-                                       kinds=(CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_BROKER))
+                                       kinds=(CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP))
 
 
 def _broker_config_records(image: MetadataImage, name: str, configs: list) -> list:
@@ -443,10 +447,12 @@ def _broker_config_records(image: MetadataImage, name: str, configs: list) -> li
     return records
 
 
-async def replace_configs(image: MetadataImage, resources: list) -> Outcome:
-    """Legacy AlterConfigs: each topic's dynamic configs become exactly the given set; those not
-    named go back to their defaults (Kafka's ConfigurationControlManager.legacyAlterConfigs)."""
+async def replace_configs(image: MetadataImage, resources: list, broker_config=None) -> Outcome:
+    """Legacy AlterConfigs: each topic's or group's dynamic configs become exactly the given set;
+    those not named go back to their defaults (Kafka's ConfigurationControlManager.legacyAlterConfigs)."""
     def replaced(name: str, resource: dict) -> list:
+        if resource["resource_type"] == CONFIG_RESOURCE_GROUP:
+            return replaced_group_records(image, broker_config, name, resource["configs"])
         if not name:
             raise RequestError(ErrorCode.INVALID_REQUEST, "default topic resources are not allowed")
         wanted = validate_configs(resource["configs"])  # before the topic's existence, as Kafka checks
@@ -455,7 +461,8 @@ async def replace_configs(image: MetadataImage, resources: list) -> Outcome:
         current = image.topic_configs(name)
         return [_config_record(name, key, value) for key, value in wanted.items() if current.get(key) != value] + \
             [_config_record(name, key, None) for key in current if key not in wanted]
-    return await _topic_config_outcome(resources, _replacement_resource, replaced)
+    return await _topic_config_outcome(resources, _replacement_resource, replaced,
+                                       kinds=(CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_GROUP))
 
 
 async def _topic_config_outcome(resources: list, read_resource, records_for,
@@ -474,7 +481,7 @@ async def _topic_config_outcome(resources: list, read_resource, records_for,
             if kind not in kinds:
                 raise RequestError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
             outcome.records += records_for(name, resource)
-        except RequestError as exc:
+        except (RequestError, GroupConfigRefused) as exc:
             reply.update(error_code=int(exc.code), error_message=exc.message)
         outcome.results.append(reply)
     return outcome

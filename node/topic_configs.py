@@ -18,6 +18,7 @@ class ConfigEntry:
     source: int
     read_only: bool = False
     sensitive: bool = False
+    config_type: int = 0  # Kafka's ConfigEntry.ConfigType; 0 (unknown) where not filled in
 
 
 def topic_config_entries(broker, topic: str) -> list[ConfigEntry]:

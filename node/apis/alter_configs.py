@@ -3,9 +3,9 @@
 A config left out goes back to its default; validate_only checks without changing anything. As
 Kafka 3.9 does, the node first checks each resource itself and forwards only what passes to the
 controller: a resource named twice, a config named twice or a null value get INVALID_REQUEST; a
-resource type other than TOPIC or BROKER gets INVALID_REQUEST. Topic configs are applied by the
-controller as ConfigRecords (unknown topic: UNKNOWN_TOPIC_OR_PARTITION; unknown config name or bad
-value: INVALID_CONFIG).
+resource type other than TOPIC, BROKER or GROUP gets INVALID_REQUEST. Topic and group configs are
+applied by the controller as ConfigRecords (unknown topic: UNKNOWN_TOPIC_OR_PARTITION; unknown
+config name or bad value: INVALID_CONFIG; group configs checked as Kafka's GroupConfig checks them).
 
 Differs from Kafka: broker configs are static here. A BROKER resource must name this node (or be
 empty, for the cluster default), and naming any config in it gets the INVALID_REQUEST Kafka answers
@@ -18,7 +18,7 @@ from collections import Counter
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
 from cluster.formats.errors import ErrorCode
-from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC
 
 REQUEST = AlterConfigsRequest
 RESPONSE = AlterConfigsResponse
@@ -34,7 +34,7 @@ async def handle(broker, header, request):
     answers = await _forward(broker, forwarded, request.validate_only)
     results = []
     for resource, error in zip(request.resources, errors):
-        code, message = error or answers.get(resource.resource_name, (ErrorCode.NONE, None))
+        code, message = error or answers.get((resource.resource_type, resource.resource_name), (ErrorCode.NONE, None))
         results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
                               resource_name=resource.resource_name))
     return RESPONSE[header.api_version](throttle_time_ms=0, responses=results)
@@ -42,7 +42,7 @@ async def handle(broker, header, request):
 
 def _local_error(broker, resource, named: Counter) -> tuple[ErrorCode, str | None] | None:
     """The answer for a resource settled on the node, as in Kafka's ConfigAdminManager.preprocess;
-    None for a topic resource, which goes on to the controller."""
+    None for a topic or group resource, which goes on to the controller."""
     if named[(resource.resource_type, resource.resource_name)] > 1:
         return ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
     names = [c.name for c in resource.configs]
@@ -53,7 +53,7 @@ def _local_error(broker, resource, named: Counter) -> tuple[ErrorCode, str | Non
         return ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
     if resource.resource_type == CONFIG_RESOURCE_BROKER:
         return _broker_error(broker, resource.resource_name, names)
-    if resource.resource_type != CONFIG_RESOURCE_TOPIC:
+    if resource.resource_type not in (CONFIG_RESOURCE_TOPIC, CONFIG_RESOURCE_GROUP):
         return ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}"
     return None
 
@@ -69,7 +69,7 @@ def _broker_error(broker, name: str, config_names: list[str]) -> tuple[ErrorCode
 
 
 async def _forward(broker, resources, validate_only: bool) -> dict[str, tuple[int, str | None]]:
-    """Topic name -> (error code, message) from the controller."""
+    """(resource type, name) -> (error code, message) from the controller."""
     if not resources:
         return {}
     wanted = [{"resource_type": r.resource_type, "resource_name": r.resource_name,
@@ -77,5 +77,6 @@ async def _forward(broker, resources, validate_only: bool) -> dict[str, tuple[in
     try:
         reply = await broker.call_controller("replace_configs", resources=wanted, validate_only=validate_only)
     except Exception as exc:
-        return {r.resource_name: (ErrorCode.REQUEST_TIMED_OUT, str(exc)) for r in resources}
-    return {r["resource_name"]: (r["error_code"], r.get("error_message")) for r in reply["results"]}
+        return {(r.resource_type, r.resource_name): (ErrorCode.REQUEST_TIMED_OUT, str(exc)) for r in resources}
+    return {(r["resource_type"], r["resource_name"]): (r["error_code"], r.get("error_message"))
+            for r in reply["results"]}

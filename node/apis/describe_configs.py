@@ -1,19 +1,23 @@
-"""DescribeConfigs v0-4: topic configs (effective values and their sources) and this node's broker configs.
+"""DescribeConfigs v0-4: topic configs (effective values and their sources), this node's broker configs, and group configs.
 
 A topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION; configuration_keys narrows the
-answer.
+answer. A GROUP resource lists every group config, whether or not the group exists: those the
+group sets with source GROUP_CONFIG (8), the others DEFAULT_CONFIG with the broker's value, as
+Kafka's ConfigHelper answers it; an empty group name gets INVALID_REQUEST.
 
 Differs from Kafka: include_synonyms lists each config as its own only synonym, not the chain of
 levels it could come from. Broker configs can be described on that broker only (or with an empty
-name), others get INVALID_REQUEST, as do resource types other than TOPIC and BROKER (no broker
-loggers, no client metrics). Config types and documentation are not filled in.
+name), others get INVALID_REQUEST, as do resource types other than TOPIC, BROKER and GROUP (no
+broker loggers, no client metrics). Config types are filled in for group configs only;
+documentation is not.
 """
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
-from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC
+from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC
 from cluster.formats.errors import ErrorCode
+from node.group_configs import group_config_entries
 from node.topic_configs import DEFAULT_CONFIG, broker_config_entries, topic_config_entries
 
 REQUEST = DescribeConfigsRequest
@@ -42,6 +46,10 @@ def _describe(broker, resource, include_synonyms: bool):
         if resource.resource_name not in ("", str(broker.node_id)):
             return failed(ErrorCode.INVALID_REQUEST, "broker configs can be described on that broker only")
         entries = broker_config_entries(broker)
+    elif resource.resource_type == CONFIG_RESOURCE_GROUP:
+        if not resource.resource_name:
+            return failed(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        entries = group_config_entries(broker, resource.resource_name)
     else:
         return failed(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource.resource_type}")
     keys = resource.configuration_keys
@@ -51,7 +59,7 @@ def _describe(broker, resource, include_synonyms: bool):
         name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
         is_default=e.source == DEFAULT_CONFIG, is_sensitive=e.sensitive,
         synonyms=[Entry.DescribeConfigsSynonym(name=e.name, value=e.value, source=e.source)] if include_synonyms else [],
-        config_type=0, documentation=None,
+        config_type=e.config_type, documentation=None,
     ) for e in entries]
     return Result(error_code=ErrorCode.NONE, error_message=None, resource_type=resource.resource_type,
                   resource_name=resource.resource_name, configs=configs)

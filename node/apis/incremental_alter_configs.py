@@ -1,7 +1,10 @@
-"""IncrementalAlterConfigs v0-1: set, delete, append to or subtract from topic and broker configs.
+"""IncrementalAlterConfigs v0-1: set, delete, append to or subtract from topic, broker and group configs.
 
 Applied by the controller as ConfigRecords; each resource is answered on its own. A controller
-that does not answer in time gives every resource REQUEST_TIMED_OUT.
+that does not answer in time gives every resource REQUEST_TIMED_OUT. A GROUP resource's configs
+(consumer.session.timeout.ms, share.record.lock.duration.ms, ...) are checked as Kafka's
+GroupConfig checks them, within the broker's group.*.min/max bounds (INVALID_CONFIG otherwise);
+they can be set for a group that does not exist yet.
 
 Differs from Kafka: of a BROKER resource (a node id, or empty for every node) only the
 replication throttle rates can change, the broker configs a node reads while it runs; any other
