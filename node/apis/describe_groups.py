@@ -1,10 +1,12 @@
-"""DescribeGroups v0-6: state, protocol and members (with metadata and assignment) of each group.
+"""DescribeGroups v0-6: state, protocol and members (with metadata and assignment) of each classic group.
 
 Members' metadata and assignments are given while the group is Stable. A group that does not
-exist is described as Dead with no error, as Kafka describes it.
+exist, or is not a classic group (a consumer group of KIP-848, a share group), is described as
+Dead with no error up to v5; from v6 (KIP-1043) with GROUP_ID_NOT_FOUND and Kafka's message
+("Group g not found.", "Group g is not a classic group."), as Kafka 4.1 answers. Consumer groups
+are described by ConsumerGroupDescribe.
 
-Differs from Kafka: no ACLs, so authorized operations are never filled in; only classic groups
-exist.
+Differs from Kafka: no ACLs, so authorized operations are never filled in.
 """
 from __future__ import annotations
 
@@ -18,19 +20,31 @@ RESPONSE = DescribeGroupsResponse
 VERSIONS = (0, 6)
 
 Described = RESPONSE.DescribedGroup
+# The first version that tells a missing group from a Dead one (KIP-1043).
+NOT_FOUND_VERSION = 6
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[_describe(broker, g) for g in request.groups])
+    version = header.api_version
+    return RESPONSE[version](throttle_time_ms=0, groups=[_describe(broker, g, version) for g in request.groups])
 
 
-def _describe(broker, group_id: str):
+def _dead(group_id: str, error: ErrorCode, message: str | None, version: int):
+    if error == ErrorCode.GROUP_ID_NOT_FOUND and version < NOT_FOUND_VERSION:
+        error, message = ErrorCode.NONE, None
+    return Described(error_code=error, error_message=message, group_id=group_id, group_state=DEAD,
+                     protocol_type="", protocol_data="", members=[], authorized_operations=None)
+
+
+def _describe(broker, group_id: str, version: int):
     error = broker.groups.owns(group_id)
-    group = None if error else broker.groups.group(group_id)
-    if group is None:
-        # Kafka describes an unknown group as Dead with no error.
-        return Described(error_code=error, error_message=None, group_id=group_id, group_state=DEAD,
-                         protocol_type="", protocol_data="", members=[], authorized_operations=None)
+    if error:
+        return _dead(group_id, error, None, version)
+    group = broker.groups.group(group_id)
+    if group is None or group.state == DEAD:
+        return _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", version)
+    if getattr(group, "group_type", "classic") != "classic":
+        return _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a classic group.", version)
     stable = group.state == "Stable"
     return Described(
         error_code=ErrorCode.NONE, error_message=None, group_id=group_id, group_state=group.state,

@@ -1,7 +1,10 @@
 """ListGroups v0-5: the groups this node coordinates, filtered by state (v4+) and type (v5+).
 
-Differs from Kafka: every group is a classic group, so a type filter without "classic" lists
-none.
+Every group type is listed: classic groups with their own protocol type, consumer groups
+(KIP-848) with protocol type "consumer" and share groups (KIP-932) with "share", as Kafka lists
+them. Both filters are case-insensitive; v5 gives each group's type (classic, consumer, share).
+
+Same as Kafka.
 """
 from __future__ import annotations
 
@@ -13,6 +16,18 @@ REQUEST = ListGroupsRequest
 RESPONSE = ListGroupsResponse
 VERSIONS = (0, 5)
 
+# The protocol type a group of each of the new types lists with (a classic group has its own).
+PROTOCOL_TYPE_OF = {"consumer": "consumer", "share": "share"}
+
+
+def group_type(group) -> str:
+    return getattr(group, "group_type", "classic")
+
+
+def protocol_type(group) -> str:
+    kind = group_type(group)
+    return PROTOCOL_TYPE_OF[kind] if kind in PROTOCOL_TYPE_OF else group.protocol_type or ""
+
 
 async def handle(broker, header, request):
     version = header.api_version
@@ -22,8 +37,8 @@ async def handle(broker, header, request):
     for group in sorted(broker.groups.groups.values(), key=lambda g: g.group_id):
         if states is not None and group.state.lower() not in states:
             continue
-        if types is not None and "classic" not in types:
+        if types is not None and group_type(group) not in types:
             continue
-        listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
-                                           group_state=group.state, group_type="classic"))
+        listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=protocol_type(group),
+                                           group_state=group.state, group_type=group_type(group)))
     return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)

@@ -1,7 +1,9 @@
 """OffsetDelete v0: drop committed offsets of partitions the group no longer consumes.
 
-A topic the group is subscribed to gets GROUP_SUBSCRIBED_TO_TOPIC; a group that does not exist
-gets GROUP_ID_NOT_FOUND; the rest are removed with tombstones.
+A topic the group is subscribed to (a classic group's members' subscriptions, a consumer group's
+subscribed topic names) gets GROUP_SUBSCRIBED_TO_TOPIC; a group that does not exist, or a share
+group (whose offsets are not committed offsets), gets GROUP_ID_NOT_FOUND; the rest are removed
+with tombstones.
 
 Same as Kafka.
 """
@@ -23,11 +25,11 @@ async def handle(broker, header, request):
     coordinator = broker.groups
     error = coordinator.owns(request.group_id)
     group = None if error else coordinator.group(request.group_id)
-    if not error and group is None:
+    if not error and (group is None or getattr(group, "group_type", "classic") == "share"):
         error = ErrorCode.GROUP_ID_NOT_FOUND
     if error:
         return RESPONSE[0](error_code=error, throttle_time_ms=0, topics=[])
-    subscribed = coordinator.classic.subscribed_topics(group)
+    subscribed = _subscribed_topics(coordinator, group)
     topics, deletable = [], []
     for topic in request.topics:
         codes = []
@@ -47,3 +49,11 @@ async def handle(broker, header, request):
     return RESPONSE[0](error_code=ErrorCode.NONE, throttle_time_ms=0, topics=[
         Topic(name=name, partitions=[Topic.OffsetDeleteResponsePartition(partition_index=p, error_code=c)
                                      for p, c in codes]) for name, codes in topics])
+
+
+def _subscribed_topics(coordinator, group) -> set[str] | None:
+    """The topics the group's members consume; None: every topic (a classic member whose
+    subscription cannot be read)."""
+    if getattr(group, "group_type", "classic") == "consumer":
+        return group.subscribed_topic_names()
+    return coordinator.classic.subscribed_topics(group)

@@ -21,6 +21,7 @@ from kafka.protocol.producer import (
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
+from node.apis.consumer_group_describe import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -260,6 +261,9 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def consumer_group_describe(v):
+        return ConsumerGroupDescribeRequest[v](group_ids=["never-existed"], include_authorized_operations=True)
+
     return {
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
@@ -291,6 +295,7 @@ def requests_for(version_of, topic_id):
         61: (describe_producers, admin_api.DescribeProducersResponse),
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
+        69: (consumer_group_describe, ConsumerGroupDescribeResponse),
     }
 
 
@@ -299,7 +304,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 69: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
