@@ -1,7 +1,9 @@
 """DeleteGroups v0-2: empty groups and their committed offsets, removed with tombstones.
 
 Each group is answered on its own: NOT_COORDINATOR where another node coordinates it,
-NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND where it does not exist.
+NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND where it does not exist. Classic,
+consumer (KIP-848) and share (KIP-932) groups alike: every record the coordinator keeps of the
+group gets a tombstone, so a coordinator that takes over does not bring it back.
 
 Same as Kafka.
 """

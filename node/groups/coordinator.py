@@ -151,9 +151,12 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), (group_key(group_id), None)])
+        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *_group_tombstones(group)])
         self._drop(group)
-        group.transition(DEAD)
+        if isinstance(group, ClassicGroup):
+            group.transition(DEAD)
+        else:
+            group.state = DEAD
         return ErrorCode.NONE
 
     # --- offsets ---
@@ -227,3 +230,11 @@ class GroupCoordinator:
         groups = [group_id for group_id in self.offsets.groups_pending_for(producer_id)
                   if group_id in self.groups and self.groups[group_id].partition in ended]
         self.offsets.complete(producer_id, groups, committed)
+
+
+def _group_tombstones(group) -> list[tuple[bytes, None]]:
+    """Every record the group's type keeps of the group, as tombstones (Kafka's
+    createGroupTombstoneRecords): a classic group has one; a consumer or share group names its own."""
+    if isinstance(group, ClassicGroup):
+        return [(group_key(group.group_id), None)]
+    return group.tombstones()
