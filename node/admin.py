@@ -1,12 +1,15 @@
-"""The node's own control port: fault injection, replica state, coordinator placement and group
-rebalances for the launcher and `kraftwerk`.
+"""The node's own control port: fault injection, replica state, coordinator placement, group
+rebalances and member removals for the launcher and `kraftwerk`.
 
 It speaks the msgpack control protocol (cluster/formats/control.py) on a second port, apart from
 the Kafka listener, so that a node isolated from everyone can still be told to heal.
 """
 from __future__ import annotations
 
+import inspect
+
 from cluster.formats.control import ControlServer
+from cluster.formats.errors import ErrorCode
 from cluster.runtime.stall_probe import StallProbe
 from node.groups import placement
 from node.transactions.placement import TRANSACTION_STATE_TOPIC
@@ -43,6 +46,8 @@ class AdminServer:
             "group_coordinator": self.group_coordinator,
             "transaction_coordinator": self.transaction_coordinator,
             "rebalance_group": self.rebalance_group,
+            "group_type": self.group_type,
+            "remove_group_member": self.remove_group_member,
         })
         self.probe = StallProbe()
 
@@ -136,12 +141,61 @@ class AdminServer:
                 "coordinator": info.leader if info else -1}
 
     async def rebalance_group(self, args: dict, conn) -> dict:
-        """Start a rebalance of the group, on its coordinator (others answer NOT_COORDINATOR)."""
-        error, group = self.broker.groups.force_rebalance(_named(args, "group_id", "a group name"))
+        """Start a rebalance of the group, on its coordinator (others answer NOT_COORDINATOR): a classic
+        group's members rejoin; a consumer group's epoch is bumped and a new target assignment computed."""
+        group_id = _named(args, "group_id", "a group name")
+        error, group = self._coordinated(group_id)
+        if group is not None and group.group_type == "consumer":
+            await _done(self.broker.groups.consumer.force_rebalance(group))
+            return {"error_code": 0, "group_type": "consumer", "state": group.state,
+                    "group_epoch": group.group_epoch, "members": sorted(group.members)}
+        if group is not None and group.group_type != "classic":
+            raise ValueError(f"group {group_id} is a {group.group_type} group: only classic and consumer groups "
+                             f"rebalance")
+        error, group = self.broker.groups.force_rebalance(group_id)
         if group is None:
             return {"error_code": int(error)}
-        return {"error_code": 0, "state": group.state, "generation": group.generation,
+        return {"error_code": 0, "group_type": "classic", "state": group.state, "generation": group.generation,
                 "members": sorted(group.members)}
+
+    async def group_type(self, args: dict, conn) -> dict:
+        """The group's type (classic, consumer, share), asked of its coordinator."""
+        error, group = self._coordinated(_named(args, "group_id", "a group name"))
+        if group is None:
+            return {"error_code": int(error)}
+        return {"error_code": 0, "group_type": group.group_type, "state": group.state}
+
+    async def remove_group_member(self, args: dict, conn) -> dict:
+        """Take a member out of a consumer or share group, named by its member id (or a consumer group's
+        static member by its group.instance.id), as if it had left; its partitions go to the others.
+        Classic groups are left to LeaveGroup, which Kafka's admin client sends."""
+        group_id, wanted = _named(args, "group_id", "a group name"), _named(args, "member", "a member")
+        error, group = self._coordinated(group_id)
+        if group is None:
+            return {"error_code": int(error)}
+        if group.group_type == "classic":
+            raise ValueError(f"group {group_id} is a classic group: remove its members with LeaveGroup")
+        member = group.members.get(wanted) or next(
+            (m for m in group.members.values() if getattr(m, "instance_id", None) == wanted), None)
+        if member is None:
+            return {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID)}
+        await _done(getattr(self.broker.groups, group.group_type).remove_member(group, member.member_id))
+        return {"error_code": 0, "group_type": group.group_type, "member_id": member.member_id,
+                "group_instance_id": getattr(member, "instance_id", None), "group_epoch": group.group_epoch}
+
+    def _coordinated(self, group_id: str) -> tuple[ErrorCode, object | None]:
+        """The group, if this node coordinates it and it exists."""
+        error = self.broker.groups.owns(group_id)
+        group = None if error else self.broker.groups.group(group_id)
+        if group is None or group.state == "Dead":
+            return error or ErrorCode.GROUP_ID_NOT_FOUND, None
+        return ErrorCode.NONE, group
+
+
+async def _done(outcome) -> None:
+    """Wait for a membership change that writes its records before it returns."""
+    if inspect.isawaitable(outcome):
+        await outcome
 
 
 def _named(args: dict, key: str, what: str) -> str:

@@ -22,14 +22,15 @@ def group():
 @data_dir_option
 @bootstrap_option
 def group_list(data_dir, bootstrap_server):
-    """Every consumer group with its state."""
+    """Every group with its type (classic, consumer, share) and state."""
     with admin_client(data_dir, bootstrap_server) as admin:
         groups = admin.list_groups()
-    table = Table(title="consumer groups")
-    for column in ("group", "state", "protocol type"):
+    table = Table(title="groups")
+    for column in ("group", "type", "state", "protocol type"):
         table.add_column(column)
     for listed in sorted(groups, key=lambda g: g["group_id"]):
-        table.add_row(listed["group_id"], listed.get("group_state", ""), listed["protocol_type"])
+        table.add_row(listed["group_id"], listed.get("group_type") or "classic", listed.get("group_state", ""),
+                      listed["protocol_type"])
     console.print(table)
 
 
@@ -50,23 +51,54 @@ def group_lag(bootstrap: str, partitions) -> dict:
 @bootstrap_option
 @json_option
 def group_describe(group_id, data_dir, bootstrap_server, as_json):
-    """Members, assignments, committed offsets and lag, as kafka-consumer-groups.sh shows them."""
+    """Members, assignments, committed offsets and lag, as kafka-consumer-groups.sh shows them; a consumer
+    group (KIP-848) with its epochs and each member's current and target assignment, a share group with
+    its members and their assignments."""
+    from cluster.tools import group_descriptions
+
     bootstrap = bootstrap_servers(data_dir, bootstrap_server)
     with admin_client(data_dir, bootstrap) as admin:
-        described = admin.describe_groups([group_id])[group_id]
-        committed = admin.list_group_offsets(group_id)[group_id]
-    if described.get("error"):
-        fail(group_error(group_id, described["error"].errno))
-    if described["group_state"] == "Dead" and not committed:
-        fail(group_error(group_id, GroupIdNotFoundError.errno))  # what Kafka's tool says of a group nobody knows
-    owner = _partition_owners(described)
-    shown = {TopicPartition(topic, partition) for topic, partition in owner} | set(committed)
-    document = group_document(group_id, described, owner, committed, group_lag(bootstrap, shown) if shown else {})
+        document = group_descriptions.consumer_group(admin, group_id)
+        if document is None:
+            kind, described = group_descriptions.classic_or_share(admin, group_id)
+            document = described if kind == "share" else None
+        committed = admin.list_group_offsets(group_id)[group_id] if document is None or \
+            document["type"] == "consumer" else {}
+    if document is None:
+        if described["group_state"] == "Dead" and not committed:
+            fail(group_error(group_id, GroupIdNotFoundError.errno))  # what Kafka's tool says of a group nobody knows
+        owner = _partition_owners(described)
+        document = group_document(group_id, described, owner, committed)
+    elif document["type"] == "consumer":
+        document["partitions"] = _partition_rows(committed, {(t, p): m for m in document["members"]
+                                                             for t, p in m["assignment"]})
+    _add_lag(bootstrap, document)
     if as_json:
         print_json(document)
         return
-    console.print(f"group {group_id}: {document['state']}, protocol {document['protocol'] or '-'}, "
-                  f"{len(document['members'])} members")
+    _print_group(document)
+
+
+def _print_group(document: dict) -> None:
+    members = len(document["members"])
+    if document["type"] == "classic":
+        console.print(f"group {document['group_id']}: classic, {document['state']}, "
+                      f"protocol {document['protocol'] or '-'}, {members} members")
+    else:
+        console.print(f"group {document['group_id']}: {document['type']}, {document['state']}, group epoch "
+                      f"{document['group_epoch']}, assignment epoch {document['assignment_epoch']}, assignor "
+                      f"{document['assignor']}, {members} members")
+        table = Table()
+        columns = ("member", "epoch", "client id", "host", "assigned") + \
+            (("target",) if document["type"] == "consumer" else ())
+        for column in columns:
+            table.add_column(column)
+        for m in document["members"]:
+            row = [m["member_id"], str(m["member_epoch"]), m["client_id"], m["host"], _listed(m["assignment"])]
+            table.add_row(*row, *([_listed(m["target_assignment"])] if document["type"] == "consumer" else []))
+        console.print(table)
+    if document["type"] == "share":
+        return
     table = Table()
     for column in ("topic", "partition", "committed", "log end", "lag", "member", "host", "client id"):
         table.add_column(column)
@@ -74,6 +106,26 @@ def group_describe(group_id, data_dir, bootstrap_server, as_json):
         table.add_row(row["topic"], str(row["partition"]), _dash(row["committed"]), _dash(row["log_end"]),
                       _dash(row["lag"]), _dash(row["member_id"]), _dash(row["host"]), _dash(row["client_id"]))
     console.print(table)
+
+
+def _listed(partitions: list) -> str:
+    """[[topic, partition], ...] as topic:0,1 other:2."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(by_topic.items())) or "-"
+
+
+def _add_lag(bootstrap: str, document: dict) -> None:
+    """Fill in each partition row's log end and lag."""
+    rows = document.get("partitions", [])
+    if not rows:
+        return
+    ends = group_lag(bootstrap, {TopicPartition(r["topic"], r["partition"]) for r in rows})
+    for row in rows:
+        end = ends.get(TopicPartition(row["topic"], row["partition"]))
+        row["log_end"] = end
+        row["lag"] = end - row["committed"] if end is not None and row["committed"] is not None else None
 
 
 def _partition_owners(described: dict) -> dict[tuple[str, int], dict]:
@@ -86,26 +138,29 @@ def _partition_owners(described: dict) -> dict[tuple[str, int], dict]:
     return owner
 
 
-def group_document(group_id: str, described: dict, owner: dict, committed: dict, ends: dict) -> dict:
-    """A group's state, members and per-partition committed offset, log end and lag (None where unknown)."""
-    rows = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
-    for topic, partition in owner:
-        rows.setdefault((topic, partition), None)
-    log_ends = {(tp.topic, tp.partition): end for tp, end in ends.items()}
-    partitions = []
-    for (topic, partition), offset in sorted(rows.items()):
-        end = log_ends.get((topic, partition))
-        member = owner.get((topic, partition), {})
-        partitions.append({"topic": topic, "partition": partition, "committed": offset, "log_end": end,
-                           "lag": end - offset if end is not None and offset is not None else None,
-                           "member_id": member.get("member_id"), "host": member.get("client_host"),
-                           "client_id": member.get("client_id")})
+def group_document(group_id: str, described: dict, owner: dict, committed: dict) -> dict:
+    """A classic group's state, members and per-partition committed offsets (log ends and lag: _add_lag)."""
     members = [{"member_id": m["member_id"], "client_id": m.get("client_id"), "host": m.get("client_host"),
                 "assignment": sorted([a["topic"], p] for a in (m.get("member_assignment") or {})
                                      .get("assigned_partitions", []) for p in a["partitions"])}
                for m in described["members"]]
-    return {"group_id": group_id, "state": described["group_state"], "protocol": described["protocol_data"] or None,
-            "members": members, "partitions": partitions}
+    owners = {position: {"member_id": m["member_id"], "host": m.get("client_host"), "client_id": m.get("client_id")}
+              for position, m in owner.items()}
+    return {"group_id": group_id, "type": "classic", "state": described["group_state"],
+            "protocol": described["protocol_data"] or None, "members": members,
+            "partitions": _partition_rows(committed, owners)}
+
+
+def _partition_rows(committed: dict, owner: dict) -> list[dict]:
+    """A row per partition the group has an offset in or is assigned: its committed offset and owner."""
+    rows = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+    for topic, partition in owner:
+        rows.setdefault((topic, partition), None)
+    return [{"topic": topic, "partition": partition, "committed": offset, "log_end": None, "lag": None,
+             "member_id": owner.get((topic, partition), {}).get("member_id"),
+             "host": owner.get((topic, partition), {}).get("host"),
+             "client_id": owner.get((topic, partition), {}).get("client_id")}
+            for (topic, partition), offset in sorted(rows.items())]
 
 
 def _dash(value) -> str:
@@ -182,11 +237,17 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
 @click.argument("group_id", metavar="GROUP")
 @data_dir_option
 def group_rebalance(group_id, data_dir):
-    """Start a rebalance of GROUP now, as when a member joins: every member is told on its next heartbeat."""
+    """Start a rebalance of GROUP now, as when a member joins: every member is told on its next heartbeat.
+    A consumer group (KIP-848) gets a new group epoch and target assignment, which its members reconcile to."""
     started = attached(data_dir).rebalance_group(group_id)
     members = len(started["members"])
+    plural = "s" * (members != 1)
+    if started["group_type"] == "consumer":
+        click.echo(f"consumer group {group_id}: rebalance started on coordinator node {started['coordinator']} "
+                   f"(group epoch now {started['group_epoch']}, {members} member{plural} to reconcile)")
+        return
     click.echo(f"consumer group {group_id}: rebalance started on coordinator node {started['coordinator']} "
-               f"(leaving generation {started['generation']}, {members} member{'s' * (members != 1)} to rejoin)")
+               f"(leaving generation {started['generation']}, {members} member{plural} to rejoin)")
 
 
 @group.command("remove-member")
@@ -195,10 +256,13 @@ def group_rebalance(group_id, data_dir):
 @data_dir_option
 def group_remove_member(group_id, member, data_dir):
     """Remove MEMBER (a static member's group.instance.id, or a member id) from GROUP, as Kafka's
-    AdminClient.removeMembersFromConsumerGroup does; the others rebalance."""
+    AdminClient.removeMembersFromConsumerGroup does; the others rebalance. Of a consumer or share group,
+    the coordinator takes the member out as if it had left, and its partitions go to the others."""
     removed = attached(data_dir).remove_group_member(group_id, member)
     what = "static member" if removed["group_instance_id"] else "member"
-    click.echo(f"consumer group {group_id}: removed {what} {member}")
+    kind = "share" if removed["group_type"] == "share" else "consumer"
+    epoch = f" (group epoch now {removed['group_epoch']})" if removed["group_type"] != "classic" else ""
+    click.echo(f"{kind} group {group_id}: removed {what} {member}{epoch}")
 
 
 @group.command("move-coordinator")

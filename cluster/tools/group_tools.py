@@ -1,10 +1,12 @@
-"""Consumer-group rebalances on demand, for testing rebalance listeners.
+"""Group rebalances on demand, for testing rebalance listeners, of every group type.
 
 - rebalance: the group's coordinator starts a rebalance exactly as a member joining the group
-  would (asked through its node's admin port, since Kafka has no request for it);
-- remove_member: Kafka's RemoveMembersFromGroup, sent by a real admin client as Kafka's
-  AdminClient sends it: a LeaveGroup v3+ naming a static member by its group.instance.id (and no
-  member id), or a dynamic member by its member id;
+  would (asked through its node's admin port, since Kafka has no request for it); a consumer
+  group (KIP-848) has its group epoch bumped and a new target assignment computed;
+- remove_member: of a classic group, Kafka's RemoveMembersFromGroup, sent by a real admin client
+  as Kafka's AdminClient sends it: a LeaveGroup v3+ naming a static member by its
+  group.instance.id (and no member id), or a dynamic member by its member id; of a consumer or
+  share group, the coordinator takes the member out as if it had left (admin port);
 - move_coordinator: the group's `__consumer_offsets` partition gets another in-sync leader,
   which becomes its preferred replica too, so the members must find the new coordinator.
 
@@ -45,17 +47,32 @@ def coordinator_placement(cluster, group_id: str) -> dict:
     return first_answer(cluster, "group_coordinator", group_id=group_id)
 
 
-def rebalance(cluster, group_id: str) -> dict:
-    """Start a rebalance of the group; returns its state, the generation it is leaving and its members."""
+def _on_coordinator(cluster, group_id: str, op: str, **args) -> tuple[int, dict]:
+    """(coordinator node id, its answer to `op` about the group); a refusal is a GroupRefused."""
     placement = coordinator_placement(cluster, group_id)
     if placement["coordinator"] < 0:
         raise _unknown_group(group_id)
-    reply = cluster.node_control(placement["coordinator"], "rebalance_group", group_id=group_id)
+    try:
+        reply = cluster.node_control(placement["coordinator"], op, group_id=group_id, **args)
+    except ControlError as exc:
+        raise ClusterError(str(exc)) from None
     if reply["error_code"]:
-        raise GroupRefused(group_id, reply["error_code"])
+        raise GroupRefused(group_id, reply["error_code"], args.get("member"))
+    return placement["coordinator"], reply
+
+
+def group_type(cluster, group_id: str) -> str:
+    """classic, consumer or share, as the group's coordinator knows it."""
+    return _on_coordinator(cluster, group_id, "group_type")[1]["group_type"]
+
+
+def rebalance(cluster, group_id: str) -> dict:
+    """Start a rebalance of the group; returns its type, state and members, and the generation a classic
+    group is leaving or the group epoch a consumer group moved to."""
+    coordinator, reply = _on_coordinator(cluster, group_id, "rebalance_group")
     if not reply["members"]:
         raise ClusterError(f"consumer group '{group_id}' has no active members: there is nothing to rebalance.")
-    return {"group_id": group_id, "coordinator": placement["coordinator"], **reply}
+    return {"group_id": group_id, "coordinator": coordinator, **reply}
 
 
 def _admin(cluster) -> KafkaAdminClient:
@@ -71,6 +88,11 @@ def _described(admin: KafkaAdminClient, group_id: str) -> dict:
 
 def remove_member(cluster, group_id: str, member: str) -> dict:
     """Remove a member, named by its group.instance.id (a static member) or its member id."""
+    if group_type(cluster, group_id) != "classic":
+        reply = _on_coordinator(cluster, group_id, "remove_group_member", member=member)[1]
+        return {"group_id": group_id, "member_id": None if reply["group_instance_id"] == member else member,
+                "group_instance_id": reply["group_instance_id"] if reply["group_instance_id"] == member else None,
+                "group_type": reply["group_type"], "group_epoch": reply["group_epoch"]}
     admin = _admin(cluster)
     try:
         described = _described(admin, group_id)
@@ -88,21 +110,14 @@ def remove_member(cluster, group_id: str, member: str) -> dict:
     if outcome is not kafka_errors.NoError:
         raise GroupRefused(group_id, outcome.errno)
     return {"group_id": group_id, "member_id": None if static else member,
-            "group_instance_id": member if static else None}
-
-
-def _require_group(cluster, group_id: str) -> None:
-    admin = _admin(cluster)
-    try:
-        _described(admin, group_id)
-    finally:
-        admin.close()
+            "group_instance_id": member if static else None, "group_type": "classic"}
 
 
 def move_coordinator(cluster, group_id: str, to: int | None = None) -> dict:
     """Move the group's coordinator to node `to` (default: the controller picks another in-sync
-    replica); returns once every running node knows the new leader."""
-    _require_group(cluster, group_id)
+    replica); returns once every running node knows the new leader. Any group type: its coordinator
+    is the leader of its `__consumer_offsets` partition."""
+    group_type(cluster, group_id)  # the group must exist
     placement = coordinator_placement(cluster, group_id)
     reply = cluster.control("move_leader", topic=placement["topic"], partition=placement["partition"], target=to)
     partition = f"{placement['topic']}-{placement['partition']}"

@@ -151,13 +151,21 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *_group_tombstones(group)])
+        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *self._group_tombstones(group)])
         self._drop(group)
         if isinstance(group, ClassicGroup):
             group.transition(DEAD)
         else:
             group.state = DEAD
         return ErrorCode.NONE
+
+    def _group_tombstones(self, group) -> list[tuple[bytes, None]]:
+        """Every record the group's type keeps of the group, as tombstones (Kafka's
+        createGroupTombstoneRecords): a classic group has one; the membership of a consumer
+        (self.consumer) or share group (self.share) names its own."""
+        if isinstance(group, ClassicGroup):
+            return [(group_key(group.group_id), None)]
+        return getattr(self, group.group_type).tombstones(group)
 
     # --- offsets ---
 
@@ -230,11 +238,3 @@ class GroupCoordinator:
         groups = [group_id for group_id in self.offsets.groups_pending_for(producer_id)
                   if group_id in self.groups and self.groups[group_id].partition in ended]
         self.offsets.complete(producer_id, groups, committed)
-
-
-def _group_tombstones(group) -> list[tuple[bytes, None]]:
-    """Every record the group's type keeps of the group, as tombstones (Kafka's
-    createGroupTombstoneRecords): a classic group has one; a consumer or share group names its own."""
-    if isinstance(group, ClassicGroup):
-        return [(group_key(group.group_id), None)]
-    return group.tombstones()

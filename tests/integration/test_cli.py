@@ -163,7 +163,7 @@ def test_group_commands(data_dir):
         member_id = described["members"][0]["member_id"]
         assert member_id.startswith("reader-1-")  # Kafka's member ids: the client id and a uuid
         assert described == {
-            "group_id": "readers", "state": "Stable", "protocol": "range",
+            "group_id": "readers", "type": "classic", "state": "Stable", "protocol": "range",
             "members": [{"member_id": member_id, "client_id": "reader-1", "host": "/127.0.0.1",
                          "assignment": [["events", 0], ["events", 1]]}],
             "partitions": [
