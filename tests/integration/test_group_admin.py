@@ -1,0 +1,361 @@
+"""What admins and tools see of the new group types, with real clients: group configs through
+confluent-kafka's and kafka-python's admin clients, consumer groups (KIP-848) listed and described by
+confluent-kafka's AdminClient and by `kraftwerk group`, rebalanced and shrunk on demand; share
+groups (KIP-932) listed and described.
+
+The consumer-group and share-group parts need the nodes to serve ConsumerGroupHeartbeat and
+ShareGroupHeartbeat; they are skipped, saying so, on a build that does not serve them yet."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType,
+)
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import ConfigResource as KafkaPythonResource, ConfigResourceType
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
+from kafka.structs import OffsetAndMetadata, TopicPartition as KafkaPythonPartition
+
+from cluster.launch import Cluster
+from node.apis import schemas
+from tests.integration.test_cli import kraftwerk
+from tests.integration.wire import exchange_once
+
+PARTITIONS = 4
+WAIT_S = 60
+CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
+# Every group config with its default on a cluster launched by kraftwerk (cluster/formats/config.py).
+DEFAULTS = {
+    "consumer.heartbeat.interval.ms": "500", "consumer.session.timeout.ms": "10000",
+    "share.auto.offset.reset": "latest", "share.heartbeat.interval.ms": "500",
+    "share.isolation.level": "read_uncommitted", "share.record.lock.duration.ms": "30000",
+    "share.session.timeout.ms": "10000",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(nodes=3, data_dir=tmp_path_factory.mktemp("group-admin") / "cluster") as running:
+        yield running
+
+
+@pytest.fixture
+def admin(cluster):
+    return AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+
+def address(cluster, node_id: int | None = None) -> tuple[str, int]:
+    host, port = cluster.address(cluster.nodes[node_id or min(cluster.nodes)]).rsplit(":", 1)
+    return host, int(port)
+
+
+def served(cluster, api_key: int) -> bool:
+    versions = exchange_once(address(cluster), ApiVersionsRequest[3](client_software_name="tests",
+                                                                     client_software_version="1"),
+                             ApiVersionsResponse, 3)
+    return any(a.api_key == api_key for a in versions.api_keys)
+
+
+def needs(cluster, api_key: int, what: str) -> None:
+    if not served(cluster, api_key):
+        pytest.skip(f"the nodes do not serve {what} yet")
+
+
+# --- group configs ---
+
+def group_configs(admin: AdminClient, group: str) -> dict[str, tuple[str, ConfigSource]]:
+    [future] = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values()
+    return {name: (entry.value, ConfigSource(entry.source)) for name, entry in future.result(timeout=WAIT_S).items()}
+
+
+def alter(admin: AdminClient, group: str, *changes: tuple[str, str | None]) -> None:
+    entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET if value is not None
+                           else AlterConfigOpType.DELETE) for name, value in changes]
+    [future] = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                               incremental_configs=entries)]).values()
+    future.result(timeout=WAIT_S)
+
+
+def refusal(admin: AdminClient, group: str, name: str, value: str) -> tuple[int, str]:
+    with pytest.raises(KafkaException) as refused:
+        alter(admin, group, (name, value))
+    error = refused.value.args[0]
+    return error.code(), error.str()
+
+
+def test_group_configs_are_set_described_with_their_sources_and_deleted(admin):
+    group = f"configured-{uuid.uuid4().hex[:6]}"  # a group config needs no group
+    defaults = {name: (value, ConfigSource.DEFAULT_CONFIG) for name, value in DEFAULTS.items()}
+    assert group_configs(admin, group) == defaults
+    alter(admin, group, ("consumer.heartbeat.interval.ms", "2000"), ("share.auto.offset.reset", "by_duration:PT1H"))
+    assert group_configs(admin, group) == {
+        **defaults, "consumer.heartbeat.interval.ms": ("2000", ConfigSource.GROUP_CONFIG),
+        "share.auto.offset.reset": ("by_duration:PT1H", ConfigSource.GROUP_CONFIG)}
+    alter(admin, group, ("consumer.heartbeat.interval.ms", None))
+    assert group_configs(admin, group) == {
+        **defaults, "share.auto.offset.reset": ("by_duration:PT1H", ConfigSource.GROUP_CONFIG)}
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("consumer.heartbeat.interval.ms", "50",
+     "consumer.heartbeat.interval.ms must be greater than or equal to group.consumer.min.heartbeat.interval.ms"),
+    ("consumer.session.timeout.ms", "500",
+     "consumer.session.timeout.ms must be greater than or equal to group.consumer.min.session.timeout.ms"),
+    ("share.record.lock.duration.ms", "7200000",
+     "share.record.lock.duration.ms must be less than or equal to group.share.max.record.lock.duration.ms"),
+    ("share.isolation.level", "read_everything",
+     "Invalid value read_everything for configuration share.isolation.level: String must be one of: "
+     "read_committed, read_uncommitted"),
+    ("session.timeout.ms", "10000", "Unknown group config name: session.timeout.ms"),
+])
+def test_invalid_group_configs_are_refused_with_invalid_config(admin, name, value, message):
+    group = f"refused-{uuid.uuid4().hex[:6]}"
+    assert refusal(admin, group, name, value) == (KafkaError.INVALID_CONFIG, message)
+    assert group_configs(admin, group) == {name: (value, ConfigSource.DEFAULT_CONFIG)
+                                           for name, value in DEFAULTS.items()}
+
+
+def test_kafka_python_replaces_and_describes_group_configs(cluster):
+    group = f"replaced-{uuid.uuid4().hex[:6]}"
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        resource = KafkaPythonResource(ConfigResourceType.GROUP, group, configs={"share.isolation.level": "read_committed"})
+        assert client.alter_configs([resource]) == {"group": {group: "OK"}}
+        described = client.describe_configs([KafkaPythonResource(ConfigResourceType.GROUP, group)])
+        assert described["group"][group]["share.isolation.level"]["value"] == "read_committed"
+        assert described["group"][group]["share.isolation.level"]["config_source"] == "DYNAMIC_GROUP_CONFIG"
+        bad = KafkaPythonResource(ConfigResourceType.GROUP, group, configs={"share.session.timeout.ms": "0"})
+        assert client.alter_configs([bad]) == {"group": {group: (
+            "[Error 40] InvalidConfigurationError: Invalid value 0 for configuration share.session.timeout.ms: "
+            "Value must be at least 1")}}
+    finally:
+        client.close()
+
+
+# --- consumer groups (KIP-848) ---
+
+class Member:
+    """A confluent-kafka consumer of the consumer protocol, polling in its own thread; `assigned` is
+    what the client itself holds after each poll."""
+
+    def __init__(self, cluster, group: str, topic: str, client_id: str):
+        self.consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                                  "group.protocol": "consumer", "client.id": client_id,
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        self.consumer.subscribe([topic])
+        self.assigned: set[int] = set()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"confluent-kafka-{client_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            self.consumer.poll(0.1)
+            self.assigned = {tp.partition for tp in self.consumer.assignment()}
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=WAIT_S)
+        self.consumer.close()
+
+
+def wait_for(condition, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def described(admin: AdminClient, group: str):
+    [future] = admin.describe_consumer_groups([group]).values()
+    return future.result(timeout=WAIT_S)
+
+
+def cli_describe(cluster, group: str) -> dict:
+    return json.loads(kraftwerk("group", "describe", group, "--json", data_dir=cluster.data_dir).stdout)
+
+
+def settled(cluster, group: str, members: int) -> dict | None:
+    """The CLI's description once the group is Stable with `members` members, each holding its target."""
+    document = cli_describe(cluster, group)
+    if document["state"] != "Stable" or len(document["members"]) != members:
+        return None
+    if any(m["assignment"] != m["target_assignment"] for m in document["members"]):
+        return None
+    return document
+
+
+@pytest.fixture
+def consumer_group(cluster):
+    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
+    topic = f"admin-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    group = f"modern-{uuid.uuid4().hex[:6]}"
+    members = [Member(cluster, group, topic, f"member-{i}") for i in range(2)]
+    try:
+        wait_for(lambda: sorted(len(m.assigned) for m in members) == [2, 2]
+                 and set().union(*(m.assigned for m in members)) == set(range(PARTITIONS)),
+                 "two members with two partitions each")
+        yield group, topic, members
+    finally:
+        for member in members:
+            member.close()
+
+
+def classic_group(cluster, topic: str) -> str:
+    """An Empty classic group, made by a kafka-python commit."""
+    group = f"classic-{uuid.uuid4().hex[:6]}"
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group, enable_auto_commit=False)
+    try:
+        consumer.commit({KafkaPythonPartition(topic, 0): OffsetAndMetadata(0, "", -1)})
+    finally:
+        consumer.close()
+    return group
+
+
+def test_a_consumer_group_is_listed_by_type_and_described_with_its_members_assignments(cluster, admin,
+                                                                                      consumer_group):
+    group, topic, members = consumer_group
+    classic = classic_group(cluster, topic)
+
+    def listed(kind):
+        return {g.group_id: g for g in admin.list_consumer_groups(types={kind}).result(timeout=WAIT_S).valid}
+    consumers, classics = listed(ConsumerGroupType.CONSUMER), listed(ConsumerGroupType.CLASSIC)
+    assert group in consumers and classic not in consumers
+    assert classic in classics and group not in classics
+    assert consumers[group].type == ConsumerGroupType.CONSUMER
+
+    description = wait_for(lambda: (d := described(admin, group)) and len(d.members) == 2 and d, "two members")
+    assert description.type == ConsumerGroupType.CONSUMER
+    by_client = {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in description.members}
+    assert by_client == {"member-0": members[0].assigned, "member-1": members[1].assigned}
+    assert all(tp.topic == topic for m in description.members for tp in m.assignment.topic_partitions)
+
+    document = wait_for(lambda: settled(cluster, group, 2), "a Stable group")
+    assert document["type"] == "consumer" and document["assignment_epoch"] == document["group_epoch"]
+    assert {m["client_id"]: m["member_epoch"] for m in document["members"]} == {
+        "member-0": document["group_epoch"], "member-1": document["group_epoch"]}
+    assert {m["client_id"]: m["assignment"] for m in document["members"]} == {
+        f"member-{i}": sorted([topic, p] for p in members[i].assigned) for i in range(2)}
+    listed_text = kraftwerk("group", "list", data_dir=cluster.data_dir).stdout
+    assert any(group in line and "consumer" in line for line in listed_text.splitlines())
+    assert any(classic in line and "classic" in line and "Empty" in line for line in listed_text.splitlines())
+
+
+def test_rebalance_bumps_the_epoch_and_remove_member_hands_its_partitions_over(cluster, consumer_group):
+    group, topic, members = consumer_group
+    before = wait_for(lambda: settled(cluster, group, 2), "a Stable group")["group_epoch"]
+    out = kraftwerk("group", "rebalance", group, data_dir=cluster.data_dir).stdout
+    assert f"(group epoch now {before + 1}, 2 members to reconcile)" in out
+    assert wait_for(lambda: settled(cluster, group, 2), "a Stable group again")["group_epoch"] == before + 1
+
+    document = cli_describe(cluster, group)
+    gone = next(m for m in document["members"] if m["client_id"] == "member-0")
+    out = kraftwerk("group", "remove-member", group, gone["member_id"], data_dir=cluster.data_dir).stdout
+    assert out.startswith(f"consumer group {group}: removed member {gone['member_id']} (group epoch now ")
+    document = wait_for(lambda: (d := cli_describe(cluster, group)) and d["state"] == "Stable"
+                        and [m["client_id"] for m in d["members"]] == ["member-1"]
+                        and d["members"][0]["assignment"] == d["members"][0]["target_assignment"] and d,
+                        "the other member alone")
+    assert document["members"][0]["assignment"] == [[topic, p] for p in range(PARTITIONS)]
+    wait_for(lambda: members[1].assigned == set(range(PARTITIONS)), "member-1 to hold every partition")
+
+
+def test_a_live_consumer_group_keeps_its_offsets_and_is_not_deleted(cluster, admin, consumer_group):
+    group, topic, _ = consumer_group
+    [future] = admin.delete_consumer_groups([group]).values()
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=WAIT_S)
+    assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    coordinator = cluster.node_control(min(cluster.nodes), "group_coordinator", group_id=group)["coordinator"]
+    T = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    answer = exchange_once(address(cluster, coordinator), OffsetDeleteRequest[0](group_id=group, topics=[
+        T(name=topic, partitions=[T.OffsetDeleteRequestPartition(partition_index=0)])]), OffsetDeleteResponse, 0)
+    assert answer.error_code == 0
+    assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
+        (0, KafkaError.GROUP_SUBSCRIBED_TO_TOPIC)]
+
+
+class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+def test_a_member_is_told_its_groups_own_heartbeat_interval(cluster, admin):
+    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
+    topic = f"paced-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1)
+    group = f"paced-{uuid.uuid4().hex[:6]}"
+    alter(admin, group, ("consumer.heartbeat.interval.ms", "2000"))
+    coordinator = cluster.node_control(min(cluster.nodes), "group_coordinator", group_id=group)["coordinator"]
+
+    def heartbeat(member_id: str, epoch: int):
+        return exchange_once(address(cluster, coordinator), ConsumerGroupHeartbeatRequest[1](
+            group_id=group, member_id=member_id, member_epoch=epoch, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000, subscribed_topic_names=[topic] if epoch == 0 else None,
+            subscribed_topic_regex=None, server_assignor=None, topic_partitions=[] if epoch == 0 else None),
+            ConsumerGroupHeartbeatResponse, 1)
+    member_id = uuid.uuid4().hex[:22]
+    joined = heartbeat(member_id, 0)
+    try:
+        assert (joined.error_code, joined.heartbeat_interval_ms) == (0, 2000)
+    finally:
+        heartbeat(member_id, -1)
+    alter(admin, group, ("consumer.heartbeat.interval.ms", None))
+    again = heartbeat(member_id, 0)
+    try:
+        assert (again.error_code, again.heartbeat_interval_ms) == (0, 500)
+    finally:
+        heartbeat(member_id, -1)
+
+
+# --- share groups (KIP-932) ---
+
+def test_a_share_group_is_listed_as_share_and_described_with_its_members(cluster):
+    needs(cluster, SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat (KIP-932)")
+    from confluent_kafka import ShareConsumer
+
+    topic = f"shared-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    group = f"share-{uuid.uuid4().hex[:6]}"
+    consumer = ShareConsumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                              "client.id": "sharer"})
+    try:
+        consumer.subscribe([topic])
+        stop = threading.Event()
+        poller = threading.Thread(target=lambda: [consumer.poll(0.1) for _ in iter(stop.is_set, True)], daemon=True)
+        poller.start()
+        try:
+            document = wait_for(lambda: (d := cli_describe(cluster, group)) and d["members"]
+                                and d["members"][0]["assignment"] and d, "the share member's assignment")
+        finally:
+            stop.set()
+            poller.join(timeout=WAIT_S)
+        assert document["type"] == "share" and document["state"] == "Stable"
+        assert [(m["client_id"], m["assignment"]) for m in document["members"]] == [
+            ("sharer", [[topic, 0], [topic, 1]])]
+        client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            shares = client.list_groups(types_filter=["share"])
+            consumers = client.list_groups(types_filter=["consumer"])
+        finally:
+            client.close()
+        assert [(g["group_id"], g["group_type"], g["protocol_type"]) for g in shares if g["group_id"] == group] == [
+            (group, "share", "share")]
+        assert group not in {g["group_id"] for g in consumers}
+    finally:
+        consumer.close()
