@@ -12,6 +12,7 @@ from cluster.formats.control import ControlServer
 from cluster.formats.errors import ErrorCode
 from cluster.runtime.stall_probe import StallProbe
 from node.groups import placement
+from node.groups.persistence import GroupError
 from node.transactions.placement import TRANSACTION_STATE_TOPIC
 from node.apis import HANDLERS
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
@@ -146,7 +147,10 @@ class AdminServer:
         group_id = _named(args, "group_id", "a group name")
         error, group = self._coordinated(group_id)
         if group is not None and group.group_type == "consumer":
-            await _done(self.broker.groups.consumer.force_rebalance(group))
+            try:
+                await _done(self.broker.groups.consumer.force_rebalance(group))
+            except GroupError as exc:
+                return {"error_code": int(exc.code)}
             return {"error_code": 0, "group_type": "consumer", "state": group.state,
                     "group_epoch": group.group_epoch, "members": sorted(group.members)}
         if group is not None and group.group_type != "classic":
@@ -179,7 +183,10 @@ class AdminServer:
             (m for m in group.members.values() if getattr(m, "instance_id", None) == wanted), None)
         if member is None:
             return {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID)}
-        await _done(getattr(self.broker.groups, group.group_type).remove_member(group, member.member_id))
+        try:
+            await _done(getattr(self.broker.groups, group.group_type).remove_member(group, member.member_id))
+        except GroupError as exc:
+            return {"error_code": int(exc.code)}
         return {"error_code": 0, "group_type": group.group_type, "member_id": member.member_id,
                 "group_instance_id": getattr(member, "instance_id", None), "group_epoch": group.group_epoch}
 
