@@ -136,6 +136,7 @@ class ShareMembership:
                               list(topics) if topics is not None else list(member.subscribed_topic_names),
                               member.assigned)
         records = self._heartbeat_records(group, member, updated)
+        assigned_before = {topic_id: set(partitions) for topic_id, partitions in member.assigned.items()}
         try:
             await self._write(group, records)
         except GroupError as exc:
@@ -146,7 +147,7 @@ class ShareMembership:
             return HeartbeatAnswer(ErrorCode.NOT_COORDINATOR if group_id not in self.directory.groups
                                    else ErrorCode.UNKNOWN_MEMBER_ID)
         self._arm_session(group_id, current)
-        changed = current.assigned != member.assigned
+        changed = current.assigned != assigned_before
         send = member_epoch == JOIN_EPOCH or topics is not None or changed
         return HeartbeatAnswer(ErrorCode.NONE, None, member_id, current.member_epoch,
                                group_setting_int(self.broker, group_id, "share.heartbeat.interval.ms"),
