@@ -21,6 +21,8 @@ from kafka.protocol.producer import (
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
+from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -260,6 +262,13 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def share_group_heartbeat(v):
+        return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
+                                             rack_id=None, subscribed_topic_names=None)
+
+    def share_group_describe(v):
+        return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
+
     return {
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
@@ -291,6 +300,7 @@ def requests_for(version_of, topic_id):
         61: (describe_producers, admin_api.DescribeProducersResponse),
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
+        76: (share_group_heartbeat, ShareGroupHeartbeatResponse), 77: (share_group_describe, ShareGroupDescribeResponse),
     }
 
 
@@ -299,7 +309,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.

@@ -245,3 +245,73 @@ def test_a_member_that_stops_heartbeating_is_removed(cluster):
         gone = heartbeat(sock, group, "member-a", 1)
         assert (gone.error_code, gone.error_message) == \
             (ErrorCode.UNKNOWN_MEMBER_ID, f"Member member-a is not a member of group {group}.")
+
+
+def test_a_share_consumer_joins_and_its_heartbeats_are_answered(cluster):
+    from confluent_kafka import ShareConsumer
+
+    topic, tid = new_topic(cluster, partitions=2)
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    consumer = ShareConsumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 20
+        with connect(cluster, group) as sock:
+            while True:
+                consumer.poll(0.2)
+                [described] = describe(sock, group)
+                members = list(described.members)
+                if members and members[0].member_epoch > 0 and members[0].assignment.topic_partitions:
+                    break
+                assert time.monotonic() < deadline, f"the share consumer did not join: {described}"
+            [member] = members
+            assert (described.group_state, member.member_epoch, member.subscribed_topic_names) == ("Stable", 1, [topic])
+            assert {(tp.topic_id, tp.topic_name): list(tp.partitions) for tp in member.assignment.topic_partitions} == \
+                {(tid, topic): [0, 1]}
+            assert member.client_host.startswith("/")
+            # It keeps heartbeating at its epoch: still a member after more than a session timeout.
+            until = time.monotonic() + SESSION_TIMEOUT_MS / 1000 + 1
+            while time.monotonic() < until:
+                consumer.poll(0.2)
+            [described] = describe(sock, group)
+            assert [(m.member_id, m.member_epoch) for m in described.members] == [(member.member_id, 1)]
+    finally:
+        consumer.close()
+    with connect(cluster, group) as sock:
+        [described] = describe(sock, group)
+        assert (described.group_state, list(described.members)) == ("Empty", [])
+
+
+def test_a_new_coordinator_has_the_group_after_the_old_one_dies(cluster):
+    topic, tid = new_topic(cluster, partitions=3)
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    with connect(cluster, group) as sock:
+        assert heartbeat(sock, group, "member-a", 0, [topic]).member_epoch == 1
+        assert answer(heartbeat(sock, group, "member-b", 0, [topic])) == (0, 2, HEARTBEAT_INTERVAL_MS, {tid: [2]})
+        assert answer(heartbeat(sock, group, "member-a", 1)) == (0, 2, HEARTBEAT_INTERVAL_MS, {tid: [0, 1]})
+    old_coordinator, _ = find_coordinator(cluster, group)
+    cluster.kill_node(old_coordinator)
+    try:
+        deadline = time.monotonic() + 30
+        while (found := find_coordinator(cluster, group))[0] == old_coordinator:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        with socket.create_connection(found[1], timeout=10) as sock:
+            while (kept := heartbeat(sock, group, "member-a", 2)).error_code in (
+                    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            # The same epoch, and nothing new to tell.
+            assert answer(kept) == (0, 2, HEARTBEAT_INTERVAL_MS, None)
+            [described] = describe(sock, group)
+            assert (described.group_state, described.group_epoch, described.assignment_epoch) == ("Stable", 2, 2)
+            assert members_of(described) == {"member-a": (2, [topic], {(topic, tid): [0, 1]}),
+                                             "member-b": (2, [topic], {(topic, tid): [2]})}
+            assert heartbeat(sock, group, "member-a", 1).error_code == 0  # the previous epoch is still accepted
+            assert heartbeat(sock, group, "member-a", 3).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+            # A member leaving bumps the epoch there as it did here: the other takes every partition.
+            assert heartbeat(sock, group, "member-b", -1).error_code == 0
+            assert answer(heartbeat(sock, group, "member-a", 2)) == \
+                (0, 3, HEARTBEAT_INTERVAL_MS, {tid: [0, 1, 2]})
+    finally:
+        cluster.restart_node(old_coordinator)
