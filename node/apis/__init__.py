@@ -77,6 +77,8 @@ API_MODULES = (
     "list_transactions",
     "consumer_group_heartbeat",
     "consumer_group_describe",
+    "share_group_heartbeat",
+    "share_group_describe",
 )
 
 

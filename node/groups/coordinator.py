@@ -30,6 +30,8 @@ from node.coordinator_log import Producer
 from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
 from node.groups import consumer_records
 from node.groups.records import CommittedOffset, decode_key, group_key, key_version
+from node.groups.share import ShareGroup, ShareMembership
+from node.groups.share_records import decode_share_key
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class GroupCoordinator:
         self.group_log = GroupLog(broker)
         self.classic = ClassicMembership(broker.config, self, self.group_log)
         self.consumer = ConsumerMembership(broker, self, self.group_log)
+        self.share = ShareMembership(broker, self, self.group_log)
         self.offsets = OffsetStore(self.group_log)
         self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
 
@@ -112,6 +115,7 @@ class GroupCoordinator:
         self.loaded_partitions.add(partition)
         self._forget_refusals(partition)
         self.consumer.loaded(self.consumer_groups(partition))
+        self.share.on_loaded(partition)
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
                  placement.OFFSETS_TOPIC, partition)
 
@@ -122,7 +126,10 @@ class GroupCoordinator:
         if key_type in consumer_records.KEY_TYPES:
             self._apply_consumer_record(partition, record)
             return
-        # key types 9-15: share groups
+        share_key = decode_share_key(record.key)
+        if share_key is not None:
+            self.share.replay(partition, share_key, record.value)
+            return
         decoded = decode_key(record.key)
         if decoded is None:
             return
@@ -210,7 +217,7 @@ class GroupCoordinator:
         if isinstance(group, ClassicGroup):
             group.transition(DEAD)
         else:
-            group.state = DEAD
+            group.resign()
         return ErrorCode.NONE
 
     def _group_tombstones(self, group) -> list[tuple[bytes, None]]:
@@ -288,8 +295,8 @@ class GroupCoordinator:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         expired = 0
         for group in list(self.groups.values()):
-            if group.state != EMPTY or group.partition not in self.loaded_partitions:
-                continue
+            if group.state != EMPTY or group.partition not in self.loaded_partitions or isinstance(group, ShareGroup):
+                continue  # a share group is kept while empty, as Kafka's ShareGroup.shouldExpire says
             stale = self.offsets.stale(group.group_id, retention_ms, now)
             try:
                 self.delete_offsets(group.group_id, stale)

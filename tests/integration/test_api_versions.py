@@ -22,6 +22,8 @@ from kafka.protocol.producer import (
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
 from node.apis.consumer_group_describe import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -264,6 +266,13 @@ def requests_for(version_of, topic_id):
     def consumer_group_describe(v):
         return ConsumerGroupDescribeRequest[v](group_ids=["never-existed"], include_authorized_operations=True)
 
+    def share_group_heartbeat(v):
+        return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
+                                             rack_id=None, subscribed_topic_names=None)
+
+    def share_group_describe(v):
+        return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
+
     return {
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
@@ -296,6 +305,7 @@ def requests_for(version_of, topic_id):
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
         69: (consumer_group_describe, ConsumerGroupDescribeResponse),
+        76: (share_group_heartbeat, ShareGroupHeartbeatResponse), 77: (share_group_describe, ShareGroupDescribeResponse),
     }
 
 
@@ -304,7 +314,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69}, 69: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 69: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
