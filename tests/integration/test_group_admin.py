@@ -8,6 +8,9 @@ ShareGroupHeartbeat; they are skipped, saying so, on a build that does not serve
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,13 +23,15 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import ConfigResource as KafkaPythonResource, ConfigResourceType
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+)
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kafka.structs import OffsetAndMetadata, TopicPartition as KafkaPythonPartition
 
 from cluster.launch import Cluster
 from node.apis import schemas
-from tests.integration.test_cli import kraftwerk
+from tests.integration.test_cli import KRAFTWERK, kraftwerk
 from tests.integration.wire import exchange_once
 
 PARTITIONS = 4
@@ -162,6 +167,8 @@ class Member:
             self.assigned = {tp.partition for tp in self.consumer.assignment()}
 
     def close(self) -> None:
+        if self.stopping.is_set():
+            return
         self.stopping.set()
         self.thread.join(timeout=WAIT_S)
         self.consumer.close()
@@ -253,27 +260,48 @@ def test_a_consumer_group_is_listed_by_type_and_described_with_its_members_assig
     assert any(classic in line and "classic" in line and "Empty" in line for line in listed_text.splitlines())
 
 
-def test_rebalance_bumps_the_epoch_and_remove_member_hands_its_partitions_over(cluster, consumer_group):
+# A member in a process of its own, which the test can stop (SIGSTOP) as a stuck member would be.
+MEMBER_PROGRAM = """
+import sys
+from confluent_kafka import Consumer
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+                     "client.id": "member-0", "enable.auto.commit": False})
+consumer.subscribe([sys.argv[3]])
+while True:
+    consumer.poll(0.1)
+"""
+
+
+def test_rebalance_bumps_the_epoch_and_remove_member_hands_its_partitions_over(cluster):
+    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
+    topic = f"removal-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    group = f"shrunk-{uuid.uuid4().hex[:6]}"
+    stuck = subprocess.Popen([sys.executable, "-c", MEMBER_PROGRAM, cluster.bootstrap_servers, group, topic])
+    member = Member(cluster, group, topic, "member-1")
+    try:
+        before = wait_for(lambda: settled(cluster, group, 2), "a Stable group of two")["group_epoch"]
+        out = kraftwerk("group", "rebalance", group, data_dir=cluster.data_dir).stdout
+        assert f"(group epoch now {before + 1}, 2 members to reconcile)" in out
+        assert wait_for(lambda: settled(cluster, group, 2), "a Stable group again")["group_epoch"] == before + 1
+
+        stuck.send_signal(signal.SIGSTOP)  # it heartbeats no more, but its session has not run out
+        gone = next(m for m in cli_describe(cluster, group)["members"] if m["client_id"] == "member-0")
+        out = kraftwerk("group", "remove-member", group, gone["member_id"], data_dir=cluster.data_dir).stdout
+        assert out == f"consumer group {group}: removed member {gone['member_id']} (group epoch now {before + 2})\n"
+        document = wait_for(lambda: settled(cluster, group, 1), "the other member alone")
+        assert document["group_epoch"] == before + 2
+        assert [(m["client_id"], m["assignment"]) for m in document["members"]] == [
+            ("member-1", [[topic, p] for p in range(PARTITIONS)])]
+        wait_for(lambda: member.assigned == set(range(PARTITIONS)), "member-1 to hold every partition")
+    finally:
+        stuck.kill()
+        stuck.wait()
+        member.close()
+
+
+def test_a_consumer_group_is_deleted_only_once_empty_and_keeps_subscribed_offsets(cluster, admin, consumer_group):
     group, topic, members = consumer_group
-    before = wait_for(lambda: settled(cluster, group, 2), "a Stable group")["group_epoch"]
-    out = kraftwerk("group", "rebalance", group, data_dir=cluster.data_dir).stdout
-    assert f"(group epoch now {before + 1}, 2 members to reconcile)" in out
-    assert wait_for(lambda: settled(cluster, group, 2), "a Stable group again")["group_epoch"] == before + 1
-
-    document = cli_describe(cluster, group)
-    gone = next(m for m in document["members"] if m["client_id"] == "member-0")
-    out = kraftwerk("group", "remove-member", group, gone["member_id"], data_dir=cluster.data_dir).stdout
-    assert out.startswith(f"consumer group {group}: removed member {gone['member_id']} (group epoch now ")
-    document = wait_for(lambda: (d := cli_describe(cluster, group)) and d["state"] == "Stable"
-                        and [m["client_id"] for m in d["members"]] == ["member-1"]
-                        and d["members"][0]["assignment"] == d["members"][0]["target_assignment"] and d,
-                        "the other member alone")
-    assert document["members"][0]["assignment"] == [[topic, p] for p in range(PARTITIONS)]
-    wait_for(lambda: members[1].assigned == set(range(PARTITIONS)), "member-1 to hold every partition")
-
-
-def test_a_live_consumer_group_keeps_its_offsets_and_is_not_deleted(cluster, admin, consumer_group):
-    group, topic, _ = consumer_group
     [future] = admin.delete_consumer_groups([group]).values()
     with pytest.raises(KafkaException) as refused:
         future.result(timeout=WAIT_S)
@@ -286,6 +314,17 @@ def test_a_live_consumer_group_keeps_its_offsets_and_is_not_deleted(cluster, adm
     assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
         (0, KafkaError.GROUP_SUBSCRIBED_TO_TOPIC)]
 
+    for member in members:
+        member.close()  # each leaves the group
+    wait_for(lambda: cli_describe(cluster, group)["state"] == "Empty", "an Empty group")
+    [future] = admin.delete_consumer_groups([group]).values()
+    assert future.result(timeout=WAIT_S) is None
+    listed = admin.list_consumer_groups().result(timeout=WAIT_S).valid
+    assert group not in {g.group_id for g in listed}
+    refused = subprocess.run([*KRAFTWERK, "group", "describe", group, "--data-dir", str(cluster.data_dir)],
+                             capture_output=True, text=True, timeout=120)
+    assert (refused.returncode, refused.stderr) == (1, f"Error: consumer group '{group}' does not exist.\n")
+
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=schemas):
     pass
@@ -295,13 +334,21 @@ class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=schemas):
     pass
 
 
+def coordinator_of(cluster, group: str) -> int:
+    """The group's coordinator, found with FindCoordinator (which creates `__consumer_offsets` first)."""
+    def found():
+        answer = exchange_once(address(cluster), FindCoordinatorRequest[2](key=group, key_type=0),
+                               FindCoordinatorResponse, 2)
+        return answer.node_id if answer.error_code == 0 else None
+    return wait_for(found, f"a coordinator of {group}")
+
+
 def test_a_member_is_told_its_groups_own_heartbeat_interval(cluster, admin):
     needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
     topic = f"paced-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, partitions=1)
     group = f"paced-{uuid.uuid4().hex[:6]}"
-    alter(admin, group, ("consumer.heartbeat.interval.ms", "2000"))
-    coordinator = cluster.node_control(min(cluster.nodes), "group_coordinator", group_id=group)["coordinator"]
+    coordinator = coordinator_of(cluster, group)
 
     def heartbeat(member_id: str, epoch: int):
         return exchange_once(address(cluster, coordinator), ConsumerGroupHeartbeatRequest[1](
@@ -309,18 +356,22 @@ def test_a_member_is_told_its_groups_own_heartbeat_interval(cluster, admin):
             rebalance_timeout_ms=30000, subscribed_topic_names=[topic] if epoch == 0 else None,
             subscribed_topic_regex=None, server_assignor=None, topic_partitions=[] if epoch == 0 else None),
             ConsumerGroupHeartbeatResponse, 1)
-    member_id = uuid.uuid4().hex[:22]
-    joined = heartbeat(member_id, 0)
-    try:
-        assert (joined.error_code, joined.heartbeat_interval_ms) == (0, 2000)
-    finally:
-        heartbeat(member_id, -1)
+
+    def told_interval() -> int:
+        """The interval a member joining now is told; it leaves again at once."""
+        member_id = uuid.uuid4().hex[:22]
+        joined = heartbeat(member_id, 0)
+        assert joined.error_code == 0
+        assert heartbeat(member_id, -1).error_code == 0
+        return joined.heartbeat_interval_ms
+
+    assert told_interval() == 500  # group.consumer.heartbeat.interval.ms
+    alter(admin, group, ("consumer.heartbeat.interval.ms", "2000"))
+    # The coordinator reads the group config from its metadata image, which follows the controller's
+    # log a moment behind the node that answered the change.
+    wait_for(lambda: told_interval() == 2000, "the group's own interval")
     alter(admin, group, ("consumer.heartbeat.interval.ms", None))
-    again = heartbeat(member_id, 0)
-    try:
-        assert (again.error_code, again.heartbeat_interval_ms) == (0, 500)
-    finally:
-        heartbeat(member_id, -1)
+    wait_for(lambda: told_interval() == 500, "the broker's interval again")
 
 
 # --- share groups (KIP-932) ---
