@@ -326,6 +326,19 @@ def test_a_consumer_group_is_deleted_only_once_empty_and_keeps_subscribed_offset
     assert (refused.returncode, refused.stderr) == (1, f"Error: consumer group '{group}' does not exist.\n")
 
 
+def test_a_consumer_groups_coordinator_moves_and_the_new_one_describes_it(cluster, consumer_group):
+    group, topic, members = consumer_group
+    before = wait_for(lambda: settled(cluster, group, 2), "a Stable group")
+    old = coordinator_of(cluster, group)
+    out = kraftwerk("group", "move-coordinator", group, data_dir=cluster.data_dir).stdout
+    assert out.startswith(f"consumer group {group}: coordinator moved from node {old} to node ")
+    assert coordinator_of(cluster, group) != old
+    after = wait_for(lambda: settled(cluster, group, 2), "the group Stable at its new coordinator")
+    assert {m["member_id"] for m in after["members"]} == {m["member_id"] for m in before["members"]}
+    assert {m["client_id"]: m["assignment"] for m in after["members"]} == {
+        f"member-{i}": sorted([topic, p] for p in members[i].assigned) for i in range(2)}
+
+
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=schemas):
     pass
 
