@@ -61,7 +61,7 @@ def _describe(broker, group_id: str):
     group = broker.groups.group(group_id)
     if group is None or group.state == "Dead":
         return _failed(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-    if getattr(group, "group_type", "classic") != "consumer":
+    if group.group_type != "consumer":
         return _failed(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
     return Described(
         error_code=ErrorCode.NONE, error_message=None, group_id=group_id, group_state=group.state,

@@ -43,7 +43,7 @@ def _describe(broker, group_id: str, version: int):
     group = broker.groups.group(group_id)
     if group is None or group.state == DEAD:
         return _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", version)
-    if getattr(group, "group_type", "classic") != "classic":
+    if group.group_type != "classic":
         return _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a classic group.", version)
     stable = group.state == "Stable"
     return Described(

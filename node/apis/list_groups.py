@@ -16,17 +16,13 @@ REQUEST = ListGroupsRequest
 RESPONSE = ListGroupsResponse
 VERSIONS = (0, 5)
 
-# The protocol type a group of each of the new types lists with (a classic group has its own).
-PROTOCOL_TYPE_OF = {"consumer": "consumer", "share": "share"}
-
-
-def group_type(group) -> str:
-    return getattr(group, "group_type", "classic")
-
 
 def protocol_type(group) -> str:
-    kind = group_type(group)
-    return PROTOCOL_TYPE_OF[kind] if kind in PROTOCOL_TYPE_OF else group.protocol_type or ""
+    """A consumer group lists with protocol type "consumer", a share group with "share"; a classic
+    group with the one its members joined with."""
+    if group.group_type == "classic":
+        return group.protocol_type or ""
+    return group.group_type
 
 
 async def handle(broker, header, request):
@@ -37,8 +33,8 @@ async def handle(broker, header, request):
     for group in sorted(broker.groups.groups.values(), key=lambda g: g.group_id):
         if states is not None and group.state.lower() not in states:
             continue
-        if types is not None and group_type(group) not in types:
+        if types is not None and group.group_type not in types:
             continue
         listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=protocol_type(group),
-                                           group_state=group.state, group_type=group_type(group)))
+                                           group_state=group.state, group_type=group.group_type))
     return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)

@@ -25,7 +25,7 @@ async def handle(broker, header, request):
     coordinator = broker.groups
     error = coordinator.owns(request.group_id)
     group = None if error else coordinator.group(request.group_id)
-    if not error and (group is None or getattr(group, "group_type", "classic") == "share"):
+    if not error and (group is None or group.group_type == "share"):
         error = ErrorCode.GROUP_ID_NOT_FOUND
     if error:
         return RESPONSE[0](error_code=error, throttle_time_ms=0, topics=[])
@@ -54,6 +54,6 @@ async def handle(broker, header, request):
 def _subscribed_topics(coordinator, group) -> set[str] | None:
     """The topics the group's members consume; None: every topic (a classic member whose
     subscription cannot be read)."""
-    if getattr(group, "group_type", "classic") == "consumer":
+    if group.group_type == "consumer":
         return group.subscribed_topic_names()
     return coordinator.classic.subscribed_topics(group)
