@@ -260,8 +260,8 @@ def group_remove_member(group_id, member, data_dir):
     the coordinator takes the member out as if it had left, and its partitions go to the others."""
     removed = attached(data_dir).remove_group_member(group_id, member)
     what = "static member" if removed["group_instance_id"] else "member"
-    kind = "share" if removed["group_type"] == "share" else "consumer"
-    epoch = f" (group epoch now {removed['group_epoch']})" if removed["group_type"] != "classic" else ""
+    kind = "share" if removed.get("group_type") == "share" else "consumer"
+    epoch = f" (group epoch now {removed['group_epoch']})" if "group_epoch" in removed else ""
     click.echo(f"{kind} group {group_id}: removed {what} {member}{epoch}")
 
 

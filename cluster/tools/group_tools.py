@@ -110,7 +110,7 @@ def remove_member(cluster, group_id: str, member: str) -> dict:
     if outcome is not kafka_errors.NoError:
         raise GroupRefused(group_id, outcome.errno)
     return {"group_id": group_id, "member_id": None if static else member,
-            "group_instance_id": member if static else None, "group_type": "classic"}
+            "group_instance_id": member if static else None}
 
 
 def move_coordinator(cluster, group_id: str, to: int | None = None) -> dict:
