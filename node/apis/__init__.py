@@ -75,6 +75,14 @@ API_MODULES = (
     "describe_producers",
     "describe_transactions",
     "list_transactions",
+    "initialize_share_group_state",
+    "read_share_group_state",
+    "write_share_group_state",
+    "delete_share_group_state",
+    "read_share_group_state_summary",
+    "describe_share_group_offsets",
+    "alter_share_group_offsets",
+    "delete_share_group_offsets",
 )
 
 
