@@ -207,8 +207,8 @@ def test_a_persister_on_another_node_reaches_the_coordinator_over_the_wire(clust
     coordinator = coordinator_of(cluster, key)
     caller = next(n for n in (1, 2, 3) if n != coordinator)
 
-    def persister(action, **args):
-        answer = cluster.node_control(caller, "share_state", action=action, group_id=group, topic=TOPIC,
+    def persister(action, on=caller, **args):
+        answer = cluster.node_control(on, "share_state", action=action, group_id=group, topic=TOPIC,
                                       partition=1, **args)
         return {"error_code": answer["error_code"], "state": answer["state"]}
 
@@ -223,6 +223,8 @@ def test_a_persister_on_another_node_reaches_the_coordinator_over_the_wire(clust
                                                   "batches": []}
     assert read(cluster, coordinator, group, tid, 1, leader_epoch=3) == (
         NONE, 0, 7, [(7, 9, ACKNOWLEDGED, 1), (10, 12, AVAILABLE, 2)])
+    # On the coordinator's own node the persister calls it directly, with the same answers.
+    assert persister("read", on=coordinator, leader_epoch=3) == persister("read", leader_epoch=3)
     assert persister("write", state_epoch=0, leader_epoch=2, start_offset=-1, batches=[]) == {
         "error_code": FENCED_LEADER_EPOCH, "state": None}
     assert persister("delete")["error_code"] == NONE
