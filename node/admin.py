@@ -49,12 +49,9 @@ class AdminServer:
             "group_coordinator": self.group_coordinator,
             "transaction_coordinator": self.transaction_coordinator,
             "rebalance_group": self.rebalance_group,
-<<<<<<< HEAD
             "group_type": self.group_type,
             "remove_group_member": self.remove_group_member,
-=======
             "share_state": self.share_state,
->>>>>>> main
         })
         self.probe = StallProbe()
 
@@ -168,7 +165,6 @@ class AdminServer:
         return {"error_code": 0, "group_type": "classic", "state": group.state, "generation": group.generation,
                 "members": sorted(group.members)}
 
-<<<<<<< HEAD
     async def group_type(self, args: dict, conn) -> dict:
         """The group's type (classic, consumer, share), asked of its coordinator."""
         error, group = self._coordinated(_named(args, "group_id", "a group name"))
@@ -205,12 +201,6 @@ class AdminServer:
             return error or ErrorCode.GROUP_ID_NOT_FOUND, None
         return ErrorCode.NONE, group
 
-
-async def _done(outcome) -> None:
-    """Wait for a membership change that writes its records before it returns."""
-    if inspect.isawaitable(outcome):
-        await outcome
-=======
     async def share_state(self, args: dict, conn) -> dict:
         """A share-partition's state through this node's persister, as a partition leader here would
         call it (args["action"]: read, write, initialize, read_summary or delete): the share
@@ -242,7 +232,12 @@ async def _done(outcome) -> None:
         return {"error_code": 0, "state": None if state is None else {
             "state_epoch": state.state_epoch, "leader_epoch": state.leader_epoch, "start_offset": state.start_offset,
             "batches": [[b.first_offset, b.last_offset, b.delivery_state, b.delivery_count] for b in state.batches]}}
->>>>>>> main
+
+
+async def _done(outcome) -> None:
+    """Wait for a membership change that writes its records before it returns."""
+    if inspect.isawaitable(outcome):
+        await outcome
 
 
 def _named(args: dict, key: str, what: str) -> str:
