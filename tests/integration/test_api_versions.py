@@ -21,6 +21,7 @@ from kafka.protocol.producer import (
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
+from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -260,7 +261,12 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def consumer_group_heartbeat(v):
+        # A heartbeat of a member of a group that does not exist.
+        return ConsumerGroupHeartbeatRequest[v](group_id="versions-cg", member_id="member", member_epoch=1)
+
     return {
+        68: (consumer_group_heartbeat, ConsumerGroupHeartbeatResponse),
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
         27: (write_txn_markers, txn_api.WriteTxnMarkersResponse),
@@ -299,7 +305,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 68: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
