@@ -354,6 +354,11 @@ def test_a_consumer_group_id_is_not_a_classic_group(cluster):
     beat = exchange_once(address, HeartbeatRequest[3](group_id=group, generation_id=1, member_id="m",
                                                       group_instance_id=None), HeartbeatResponse, 3)
     assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+    listed = exchange_once(address, ListGroupsRequest[5](states_filter=[], types_filter=["consumer"]),
+                           ListGroupsResponse, 5)
+    assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+            if g.group_id == group] == [(group, "consumer", "Stable", "consumer")]
 
 
 def test_members_carry_on_when_their_coordinator_dies(members):
