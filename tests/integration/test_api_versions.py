@@ -28,6 +28,7 @@ from node.apis import (
     alter_share_group_offsets, delete_share_group_offsets, delete_share_group_state, describe_share_group_offsets,
     initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
 )
+from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -277,6 +278,10 @@ def requests_for(version_of, topic_id):
     def share_group_describe(v):
         return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
 
+    def consumer_group_heartbeat(v):
+        # A heartbeat of a member of a group that does not exist.
+        return ConsumerGroupHeartbeatRequest[v](group_id="versions-cg", member_id="member", member_epoch=1)
+
     def share_state(api, **partition_fields):
         def build(v):
             return api.REQUEST[v](group_id="versions-share", topics=[api.TOPIC(topic_id=topic_id, partitions=[
@@ -301,6 +306,7 @@ def requests_for(version_of, topic_id):
                                                                                               partitions=[0])])
 
     return {
+        68: (consumer_group_heartbeat, ConsumerGroupHeartbeatResponse),
         83: share_state(initialize_share_group_state, state_epoch=0, start_offset=0),
         84: share_state(read_share_group_state, leader_epoch=0),
         85: share_state(write_share_group_state, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[]),
@@ -349,7 +355,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69}, 69: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 68: {69}, 69: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
