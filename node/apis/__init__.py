@@ -78,6 +78,14 @@ API_MODULES = (
     "consumer_group_heartbeat",
     "share_group_heartbeat",
     "share_group_describe",
+    "initialize_share_group_state",
+    "read_share_group_state",
+    "write_share_group_state",
+    "delete_share_group_state",
+    "read_share_group_state_summary",
+    "describe_share_group_offsets",
+    "alter_share_group_offsets",
+    "delete_share_group_offsets",
 )
 
 
