@@ -25,6 +25,7 @@ from node.apis import (
     alter_share_group_offsets, delete_share_group_offsets, delete_share_group_state, describe_share_group_offsets,
     initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
 )
+from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
@@ -266,6 +267,10 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def consumer_group_heartbeat(v):
+        # A heartbeat of a member of a group that does not exist.
+        return ConsumerGroupHeartbeatRequest[v](group_id="versions-cg", member_id="member", member_epoch=1)
+
     def share_group_heartbeat(v):
         return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
                                              rack_id=None, subscribed_topic_names=None)
@@ -297,6 +302,7 @@ def requests_for(version_of, topic_id):
                                                                                               partitions=[0])])
 
     return {
+        68: (consumer_group_heartbeat, ConsumerGroupHeartbeatResponse),
         83: share_state(initialize_share_group_state, state_epoch=0, start_offset=0),
         84: share_state(read_share_group_state, leader_epoch=0),
         85: share_state(write_share_group_state, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[]),
@@ -344,7 +350,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 68: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.

@@ -26,7 +26,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
 from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
-from tests.integration.observe import committed
+from tests.integration.observe import committed, logged_errors
 from tests.integration.wire import exchange_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +37,8 @@ SESSION_TIMEOUT_MS = 10000  # group.consumer.session.timeout.ms of the cluster (
 def cluster():
     with Cluster(nodes=3) as running:
         yield running
+        # Joins, rebalances, leaves, sessions that end, refusals: all normal use, none worth an ERROR.
+        assert {name: lines for name, lines in logged_errors(running).items() if lines} == {}
 
 
 @pytest.fixture
