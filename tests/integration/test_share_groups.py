@@ -16,6 +16,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
 from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from tests.integration.observe import logged_errors
 from tests.integration.wire import exchange, exchange_once
 
 SESSION_TIMEOUT_MS = 3000
@@ -32,6 +33,8 @@ CONFIG = {
 def cluster():
     with Cluster(nodes=3, node_config=CONFIG) as running:
         yield running
+        # Joins, leaves, sessions that end, refusals, a coordinator's death: none worth an ERROR.
+        assert {name: lines for name, lines in logged_errors(running).items() if lines} == {}
 
 
 def new_topic(cluster, partitions: int) -> tuple[str, uuid.UUID]:
