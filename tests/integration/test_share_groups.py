@@ -193,8 +193,8 @@ def test_a_full_group_refuses_new_members(cluster):
         for index in range(MAX_SIZE):
             assert heartbeat(sock, group, f"member-{index}", 0, [topic]).error_code == 0
         full = heartbeat(sock, group, "member-late", 0, [topic])
-        assert (full.error_code, full.error_message) == (
-            ErrorCode.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of {MAX_SIZE} members.")
+        assert (full.error_code, full.error_message) == \
+            (ErrorCode.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of {MAX_SIZE} members.")
         # Three members over two partitions: each partition shared by two members, the first member given both.
         # Members that joined earlier move to the latest epoch at their next heartbeat; their partitions did
         # not change, so no assignment is sent.
