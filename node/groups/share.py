@@ -258,8 +258,7 @@ class ShareMembership:
             self.directory.refused(group_id, "a share-group leave", exc.code)
             return HeartbeatAnswer(exc.code)
         log.info("share group %s: member %s left", group_id, member_id)
-        return HeartbeatAnswer(ErrorCode.NONE, None, member_id, LEAVE_EPOCH,
-                               group_setting_int(self.broker, group_id, "share.heartbeat.interval.ms"))
+        return HeartbeatAnswer(ErrorCode.NONE, None, member_id, LEAVE_EPOCH)  # no interval, as from Kafka
 
     async def remove_member(self, group: ShareGroup, member_id: str) -> None:
         """Take a member out of the group (it left, its session expired, or an admin removed it) and

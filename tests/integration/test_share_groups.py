@@ -118,7 +118,7 @@ def test_members_join_share_the_partitions_and_leave(cluster):
                                          "member-b": (2, [topic], {(topic, tid): [2]})}
 
         left = heartbeat(sock, group, "member-b", -1)
-        assert (left.error_code, left.member_id, left.member_epoch) == (0, "member-b", -1)
+        assert answer(left) == (0, -1, 0, None) and left.member_id == "member-b"
         # Leaving bumped the group epoch; the next heartbeat computes the assignment of that epoch.
         assert answer(heartbeat(sock, group, "member-a", 2)) == (0, 3, HEARTBEAT_INTERVAL_MS, {tid: [0, 1, 2]})
         [described] = describe(sock, group)
