@@ -58,6 +58,7 @@ class ShareGroup:
     group_id: str
     partition: int
     group_type = "share"
+    protocol_type = "share"  # what ListGroups lists, as Kafka's ShareGroup.PROTOCOL_TYPE
     state: str = EMPTY
     group_epoch: int = 0
     assignment_epoch: int = 0
