@@ -31,7 +31,7 @@ from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, Transa
 from node.groups import consumer_records
 from node.groups.records import CommittedOffset, decode_key, group_key, key_version
 from node.groups.share import ShareGroup, ShareMembership
-from node.groups.share_records import decode_share_key
+from node.groups.share_records import SHARE_RECORD_TYPES, decode_share_key
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,11 @@ class GroupCoordinator:
         """The metadata image moved: consumer groups whose subscribed topics changed rebalance."""
         self.consumer.metadata_changed(self.consumer_groups())
 
+    def share_group_refusal(self, group_id: str) -> ErrorCode:
+        """A classic group API naming a share group is answered GROUP_ID_NOT_FOUND, as Kafka answers
+        it ("Group ... is not a classic group")."""
+        return ErrorCode.GROUP_ID_NOT_FOUND if isinstance(self.groups.get(group_id), ShareGroup) else ErrorCode.NONE
+
     def group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
         group = self.groups.get(group_id)
         if group is None and create:
@@ -126,9 +131,10 @@ class GroupCoordinator:
         if key_type in consumer_records.KEY_TYPES:
             self._apply_consumer_record(partition, record)
             return
-        share_key = decode_share_key(record.key)
-        if share_key is not None:
-            self.share.replay(partition, share_key, record.value)
+        if key_type in SHARE_RECORD_TYPES:
+            share_key = decode_share_key(record.key)
+            if share_key is not None:
+                self.share.replay(partition, share_key, record.value)
             return
         decoded = decode_key(record.key)
         if decoded is None:
@@ -192,14 +198,15 @@ class GroupCoordinator:
 
     def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | ConsumerGroup | None]:
         """Start a rebalance of a group with members, as a member joining it would (see
-        ClassicMembership.force_rebalance and ConsumerMembership.force_rebalance)."""
+        ClassicMembership.force_rebalance, ConsumerMembership.force_rebalance and
+        ShareMembership.force_rebalance)."""
         error = self.owns(group_id)
         group = self.groups.get(group_id)
         if error or group is None or group.state == DEAD:
             return error or ErrorCode.GROUP_ID_NOT_FOUND, None
-        if group.group_type == "consumer":
+        if group.group_type in ("consumer", "share"):
             try:
-                self.consumer.force_rebalance(group)
+                getattr(self, group.group_type).force_rebalance(group)
             except GroupError as exc:
                 return exc.code, None
         else:
@@ -212,7 +219,13 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *self._group_tombstones(group)])
+        if isinstance(group, ShareGroup):
+            removal = group.tombstones()
+        elif group.group_type == "consumer":
+            removal = self.consumer.tombstones(group)
+        else:
+            removal = [(group_key(group_id), None)]
+        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *removal])
         self._drop(group)
         if isinstance(group, ClassicGroup):
             group.transition(DEAD)
@@ -220,20 +233,14 @@ class GroupCoordinator:
             group.resign()
         return ErrorCode.NONE
 
-    def _group_tombstones(self, group) -> list[tuple[bytes, None]]:
-        """Every record the group's type keeps of the group, as tombstones (Kafka's
-        createGroupTombstoneRecords): a classic group has one; the membership of a consumer
-        (self.consumer) or share group (self.share) names its own."""
-        if isinstance(group, ClassicGroup):
-            return [(group_key(group.group_id), None)]
-        return getattr(self, group.group_type).tombstones(group)
-
     # --- offsets ---
 
     def check_commit(self, group_id: str, generation_or_epoch: int, member_id: str, instance_id: str | None,
                      version: int) -> ErrorCode:
         """Whether an OffsetCommit may commit for the group: its group type's rule."""
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.group_type == "consumer":
             return self.consumer.check_commit(group, member_id, generation_or_epoch, version)
         return self.classic.check_commit(group_id, generation_or_epoch, member_id, instance_id)
@@ -241,6 +248,8 @@ class GroupCoordinator:
     def check_transactional_commit(self, group_id: str, generation_or_epoch: int, member_id: str,
                                    instance_id: str | None) -> ErrorCode:
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.group_type == "consumer":
             return self.consumer.check_commit(group, member_id, generation_or_epoch, 0, transactional=True)
         return self.classic.check_transactional_commit(group_id, generation_or_epoch, member_id, instance_id)

@@ -22,13 +22,13 @@ from kafka.protocol.producer import (
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
 from node.apis.consumer_group_describe import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
-from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
-from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis import (
     alter_share_group_offsets, delete_share_group_offsets, delete_share_group_state, describe_share_group_offsets,
     initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
 )
 from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 

@@ -16,6 +16,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
 from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from tests.integration.observe import logged_errors
 from tests.integration.wire import exchange, exchange_once
 
 SESSION_TIMEOUT_MS = 3000
@@ -32,6 +33,8 @@ CONFIG = {
 def cluster():
     with Cluster(nodes=3, node_config=CONFIG) as running:
         yield running
+        # Joins, leaves, sessions that end, refusals, a coordinator's death: none worth an ERROR.
+        assert {name: lines for name, lines in logged_errors(running).items() if lines} == {}
 
 
 def new_topic(cluster, partitions: int) -> tuple[str, uuid.UUID]:
@@ -115,7 +118,7 @@ def test_members_join_share_the_partitions_and_leave(cluster):
                                          "member-b": (2, [topic], {(topic, tid): [2]})}
 
         left = heartbeat(sock, group, "member-b", -1)
-        assert (left.error_code, left.member_id, left.member_epoch) == (0, "member-b", -1)
+        assert answer(left) == (0, -1, 0, None) and left.member_id == "member-b"
         # Leaving bumped the group epoch; the next heartbeat computes the assignment of that epoch.
         assert answer(heartbeat(sock, group, "member-a", 2)) == (0, 3, HEARTBEAT_INTERVAL_MS, {tid: [0, 1, 2]})
         [described] = describe(sock, group)
@@ -190,8 +193,8 @@ def test_a_full_group_refuses_new_members(cluster):
         for index in range(MAX_SIZE):
             assert heartbeat(sock, group, f"member-{index}", 0, [topic]).error_code == 0
         full = heartbeat(sock, group, "member-late", 0, [topic])
-        assert (full.error_code, full.error_message) == (
-            ErrorCode.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of {MAX_SIZE} members.")
+        assert (full.error_code, full.error_message) == \
+            (ErrorCode.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of {MAX_SIZE} members.")
         # Three members over two partitions: each partition shared by two members, the first member given both.
         # Members that joined earlier move to the latest epoch at their next heartbeat; their partitions did
         # not change, so no assignment is sent.
@@ -315,3 +318,54 @@ def test_a_new_coordinator_has_the_group_after_the_old_one_dies(cluster):
                 (0, 3, HEARTBEAT_INTERVAL_MS, {tid: [0, 1, 2]})
     finally:
         cluster.restart_node(old_coordinator)
+
+
+def test_classic_group_apis_naming_a_share_group_are_told_it_is_not_found(cluster):
+    from kafka.protocol.consumer import (
+        HeartbeatRequest, HeartbeatResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+        OffsetFetchResponse,
+    )
+
+    topic, _ = new_topic(cluster, partitions=1)
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    with connect(cluster, group) as sock:
+        assert heartbeat(sock, group, "member-a", 0, [topic]).error_code == 0
+        joined = exchange(sock, JoinGroupRequest[3](group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000,
+                                                    member_id="", protocol_type="consumer",
+                                                    protocols=[("range", b"subscription")]), JoinGroupResponse, 3)
+        assert joined.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        beat = exchange(sock, HeartbeatRequest[3](group_id=group, generation_id=1, member_id="member-a",
+                                                  group_instance_id=None), HeartbeatResponse, 3)
+        assert beat.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        commit = OffsetCommitRequest[2](
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
+            topics=[T(name=topic, partitions=[T.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=5, committed_metadata="")])])
+        [committed] = exchange(sock, commit, OffsetCommitResponse, 2).topics
+        assert [p.error_code for p in committed.partitions] == [ErrorCode.GROUP_ID_NOT_FOUND]
+        F = OffsetFetchRequest.OffsetFetchRequestTopic
+        fetched = exchange(sock, OffsetFetchRequest[3](group_id=group, topics=[F(name=topic, partition_indexes=[0])]),
+                           OffsetFetchResponse, 3)
+        assert fetched.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        # The share group is untouched.
+        assert answer(heartbeat(sock, group, "member-a", 1)) == (0, 1, HEARTBEAT_INTERVAL_MS, None)
+
+
+def test_list_groups_and_describe_groups_name_a_share_group_as_kafka_does(cluster):
+    from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse
+
+    topic, _ = new_topic(cluster, partitions=1)
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    with connect(cluster, group) as sock:
+        assert heartbeat(sock, group, "member-a", 0, [topic]).error_code == 0
+        listed = exchange(sock, ListGroupsRequest[5](states_filter=[], types_filter=["share"]), ListGroupsResponse, 5)
+        assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+                if g.group_id == group] == [(group, "share", "Stable", "share")]
+        [described] = exchange(sock, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False),
+                               DescribeGroupsResponse, 5).groups
+        assert (described.error_code, described.group_state, described.members) == (0, "Dead", [])
+        [described] = exchange(sock, DescribeGroupsRequest[6](groups=[group], include_authorized_operations=False),
+                               DescribeGroupsResponse, 6).groups
+        assert (described.error_code, described.error_message, described.group_state) == \
+            (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a classic group.", "Dead")
