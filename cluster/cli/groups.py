@@ -202,8 +202,11 @@ def group_reset_offsets(group_id, topic_name, target, to_offset, to_datetime, da
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
     bootstrap = bootstrap_servers(data_dir, bootstrap_server)
+    from cluster.tools import group_descriptions
+
     with admin_client(data_dir, bootstrap) as admin:
-        state = admin.describe_groups([group_id])[group_id]["group_state"]
+        modern = group_descriptions.consumer_group(admin, group_id)  # DescribeGroups calls it Dead
+        state = modern["state"] if modern else admin.describe_groups([group_id])[group_id]["group_state"]
     if state not in ("Empty", "Dead"):
         fail(f"offsets of consumer group '{group_id}' can only be reset while it is inactive, "
              f"but its state is {state}.")
