@@ -313,6 +313,11 @@ def test_a_consumer_group_is_deleted_only_once_empty_and_keeps_subscribed_offset
     assert answer.error_code == 0
     assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
         (0, KafkaError.GROUP_SUBSCRIBED_TO_TOPIC)]
+    wait_for(lambda: settled(cluster, group, 2), "a Stable group")
+    refused = subprocess.run([*KRAFTWERK, "group", "reset-offsets", group, "--topic", topic, "--to-earliest",
+                              "--data-dir", str(cluster.data_dir)], capture_output=True, text=True, timeout=120)
+    assert (refused.returncode, refused.stderr) == (1, f"Error: offsets of consumer group '{group}' can only be "
+                                                       f"reset while it is inactive, but its state is Stable.\n")
 
     for member in members:
         member.close()  # each leaves the group
