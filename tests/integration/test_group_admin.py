@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType,
 )
@@ -242,11 +242,16 @@ def test_a_consumer_group_is_listed_by_type_and_described_with_its_members_assig
     assert group in consumers and classic not in consumers
     assert classic in classics and group not in classics
     assert consumers[group].type == ConsumerGroupType.CONSUMER
+    empty_classics = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC},
+                                                states={ConsumerGroupState.EMPTY}).result(timeout=WAIT_S).valid
+    assert classic in {g.group_id for g in empty_classics} and group not in {g.group_id for g in empty_classics}
 
     description = wait_for(lambda: (d := described(admin, group)) and len(d.members) == 2 and d, "two members")
     assert description.type == ConsumerGroupType.CONSUMER
     by_client = {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in description.members}
     assert by_client == {"member-0": members[0].assigned, "member-1": members[1].assigned}
+    assert {m.client_id: {tp.partition for tp in m.target_assignment.topic_partitions}
+            for m in description.members} == by_client
     assert all(tp.topic == topic for m in description.members for tp in m.assignment.topic_partitions)
 
     document = wait_for(lambda: settled(cluster, group, 2), "a Stable group")
