@@ -177,6 +177,7 @@ class ReplicaManager:
         """Load the groups of `__consumer_offsets` partitions led here, and the transactional ids of
         `__transaction_state` partitions; forget those led elsewhere."""
         self._update_transaction_partitions()
+        self.broker.share_partitions.forget_unled()
         coordinator = self.broker.groups
         topic = self.broker.image.topics.get(OFFSETS_TOPIC)
         led = {index for index, info in (topic.partitions.items() if topic else ())

@@ -75,6 +75,8 @@ API_MODULES = (
     "describe_producers",
     "describe_transactions",
     "list_transactions",
+    "share_fetch",
+    "share_acknowledge",
 )
 
 
