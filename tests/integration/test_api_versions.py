@@ -21,6 +21,8 @@ from kafka.protocol.producer import (
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
+from node.apis.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
+from node.apis.share_fetch import ShareFetchRequest, ShareFetchResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -260,6 +262,19 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def share_fetch(v):
+        T = ShareFetchRequest.FetchTopic
+        # Opens the share session that share_acknowledge goes on with.
+        return ShareFetchRequest[v](group_id="versions-share", member_id="versions-member", share_session_epoch=0,
+                                    max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10,
+                                    topics=[T(topic_id=topic_id, partitions=[T.FetchPartition(
+                                        partition_index=0, acknowledgement_batches=[])])],
+                                    forgotten_topics_data=[])
+
+    def share_acknowledge(v):
+        return ShareAcknowledgeRequest[v](group_id="versions-share", member_id="versions-member",
+                                          share_session_epoch=1, topics=[])
+
     return {
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
@@ -291,6 +306,7 @@ def requests_for(version_of, topic_id):
         61: (describe_producers, admin_api.DescribeProducersResponse),
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
+        78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
     }
 
 
