@@ -75,6 +75,8 @@ API_MODULES = (
     "describe_producers",
     "describe_transactions",
     "list_transactions",
+    "share_group_heartbeat",
+    "share_group_describe",
     "share_fetch",
     "share_acknowledge",
 )

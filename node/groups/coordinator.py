@@ -27,6 +27,8 @@ from node.groups.offsets import OffsetStore, Position
 from node.coordinator_log import Producer
 from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
 from node.groups.records import CommittedOffset, decode_key, group_key
+from node.groups.share import ShareGroup, ShareMembership
+from node.groups.share_records import decode_share_key
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class GroupCoordinator:
         self.loaded_partitions: set[int] = set()
         self.group_log = GroupLog(broker)
         self.classic = ClassicMembership(broker.config, self, self.group_log)
+        self.share = ShareMembership(broker, self, self.group_log)
         self.offsets = OffsetStore(self.group_log)
         self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
 
@@ -98,10 +101,15 @@ class GroupCoordinator:
                 self._apply_record(partition, item)
         self.loaded_partitions.add(partition)
         self._forget_refusals(partition)
+        self.share.on_loaded(partition)
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
                  placement.OFFSETS_TOPIC, partition)
 
     def _apply_record(self, partition: int, record: ReplayedRecord) -> None:
+        share_key = decode_share_key(record.key) if record.key else None
+        if share_key is not None:
+            self.share.replay(partition, share_key, record.value)
+            return
         decoded = decode_key(record.key) if record.key else None
         if decoded is None:
             return
@@ -148,9 +156,13 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), (group_key(group_id), None)])
+        own = self.share.tombstones(group) if isinstance(group, ShareGroup) else [(group_key(group_id), None)]
+        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *own])
         self._drop(group)
-        group.transition(DEAD)
+        if isinstance(group, ShareGroup):
+            group.resign()
+        else:
+            group.transition(DEAD)
         return ErrorCode.NONE
 
     # --- offsets ---
@@ -188,8 +200,8 @@ class GroupCoordinator:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         expired = 0
         for group in list(self.groups.values()):
-            if group.state != EMPTY or group.partition not in self.loaded_partitions:
-                continue
+            if group.state != EMPTY or group.partition not in self.loaded_partitions or isinstance(group, ShareGroup):
+                continue  # a share group is kept while empty, as Kafka's ShareGroup.shouldExpire says
             stale = self.offsets.stale(group.group_id, retention_ms, now)
             try:
                 self.delete_offsets(group.group_id, stale)
