@@ -1,7 +1,8 @@
 """Share groups (KIP-932) on the partition leaders: ShareFetch and ShareAcknowledge against a 3-node
-cluster. Each record goes to one member at a time; released and lock-expired records come back with
-their delivery count raised; rejected ones and those past the delivery limit never come back;
-errors are Kafka's and leave the node serving."""
+cluster, one request at a time and through confluent-kafka's ShareConsumer. Each record goes to one
+member at a time; released and lock-expired records come back with their delivery count raised;
+rejected ones and those past the delivery limit never come back; errors are Kafka's and leave the
+node serving."""
 from __future__ import annotations
 
 import socket
@@ -9,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import AcknowledgeType, ShareConsumer
 from kafka import KafkaProducer
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
@@ -17,7 +19,7 @@ from tests.integration.share_wire import ACCEPT, GAP, RELEASE, REJECT, ShareMemb
 from tests.integration.txn_wire import leader_address, leader_of, node_addresses
 from tests.integration.wire import exchange, exchange_once
 
-LOCK_MS = 1000  # the shortest group.share.record.lock.duration.ms Kafka allows
+LOCK_MS = 2000  # group.share.record.lock.duration.ms: long enough for a client between polls
 DELIVERY_LIMIT = 3
 NOT_LEADER_OR_FOLLOWER = 6
 INVALID_REQUEST = 42
@@ -145,7 +147,7 @@ def test_expired_locks_go_to_another_member(cluster):
         # The waiting fetch is woken by the lock's expiry, not by its own timeout.
         got = other.fetch(topic_id, max_wait_ms=10_000)
         assert got.acquired == [(0, 2, 2)] and got.values == {0: b"m0", 1: b"m1", 2: b"m2"}
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < LOCK_MS / 1000 + 2
         # The silent member's lock is gone: its late acknowledgement is refused.
         late = silent.fetch(topic_id, acks={0: [(0, 2, ACCEPT)]}, max_wait_ms=0)
         assert late.acknowledge_error_code == INVALID_RECORD_STATE
@@ -207,3 +209,124 @@ def test_bad_input_gets_kafkas_errors(cluster):
         with socket.create_connection((host, port), timeout=10) as sock:
             assert exchange(sock, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
                             ApiVersionsResponse, 3).error_code == 0
+
+
+# --- through confluent-kafka's ShareConsumer ---
+
+def start_share_partitions(cluster, topic: str, topic_id, group: str, partitions: int) -> None:
+    """Make the group's share-partitions start at offset 0 of the empty topic (latest, as the group
+    reads share.auto.offset.reset), before anything is produced, as a consumer's first fetch would."""
+    for partition in range(partitions):
+        with ShareMember(leader_address(cluster, topic, partition), group) as member:
+            assert member.fetch(topic_id, partition=partition).error_code == 0
+
+
+def share_consumer(cluster, group: str, topic: str, **config) -> ShareConsumer:
+    consumer = ShareConsumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group, **config})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def poll_until(consumers: list, count: int, timeout_s: float = 60, on_message=None, settle_s: float = 1.0) -> list:
+    """(consumer index, message) polled round-robin from consumers until count came, and settle_s
+    more (to see that nothing else does)."""
+    got = []
+    deadline = time.monotonic() + timeout_s
+    settled_at = None
+    while time.monotonic() < deadline:
+        for index, consumer in enumerate(consumers):
+            for message in consumer.poll(0.1):
+                assert message.error() is None, message.error()
+                got.append((index, message))
+                if on_message:
+                    on_message(consumer, message)
+        if len(got) >= count:
+            settled_at = settled_at or time.monotonic() + settle_s
+            if time.monotonic() >= settled_at:
+                break
+    return got
+
+
+def closing(consumers: list) -> None:
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_a_share_consumer_gets_the_messages_in_order(cluster):
+    topic_id, _ = new_topic(cluster, "sc-one")
+    start_share_partitions(cluster, "sc-one", topic_id, "sc-one-group", 1)
+    consumer = share_consumer(cluster, "sc-one-group", "sc-one")
+    try:
+        produce(cluster, "sc-one", values(30), batches=3)
+        got = poll_until([consumer], 30)
+        assert [(m.offset(), m.value(), m.delivery_count()) for _, m in got] == \
+            [(o, f"m{o}".encode(), 1) for o in range(30)]
+    finally:
+        closing([consumer])
+
+
+def test_four_share_consumers_get_each_message_once(cluster):
+    topic_id, _ = new_topic(cluster, "sc-four", partitions=2)
+    start_share_partitions(cluster, "sc-four", topic_id, "sc-four-group", 2)
+    consumers = [share_consumer(cluster, "sc-four-group", "sc-four") for _ in range(4)]
+    try:
+        for partition in range(2):
+            produce(cluster, "sc-four", values(100, f"p{partition}-"), partition=partition, batches=10)
+        got = poll_until(consumers, 200)
+        delivered = sorted((m.partition(), m.offset(), m.value()) for _, m in got)
+        assert delivered == [(p, o, f"p{p}-{o}".encode()) for p in range(2) for o in range(100)]
+        assert len({index for index, _ in got}) > 1, "one consumer got everything"
+    finally:
+        closing(consumers)
+
+
+def test_explicit_release_redelivers_and_reject_does_not(cluster):
+    topic_id, _ = new_topic(cluster, "sc-explicit")
+    start_share_partitions(cluster, "sc-explicit", topic_id, "sc-explicit-group", 1)
+    consumer = share_consumer(cluster, "sc-explicit-group", "sc-explicit", **{"share.acknowledgement.mode": "explicit"})
+    try:
+        produce(cluster, "sc-explicit", values(2))
+        decisions = {(0, 1): AcknowledgeType.RELEASE, (1, 1): AcknowledgeType.REJECT, (0, 2): AcknowledgeType.ACCEPT}
+
+        def acknowledge(consumer, message):
+            consumer.acknowledge(message, decisions[(message.offset(), message.delivery_count())])
+            consumer.commit_sync()
+        got = poll_until([consumer], 3, on_message=acknowledge)
+        assert [(m.offset(), m.value(), m.delivery_count()) for _, m in got] == [
+            (0, b"m0", 1), (1, b"m1", 1), (0, b"m0", 2)]
+    finally:
+        closing([consumer])
+
+
+def test_records_past_the_delivery_limit_are_archived(cluster):
+    topic_id, _ = new_topic(cluster, "sc-limit")
+    start_share_partitions(cluster, "sc-limit", topic_id, "sc-limit-group", 1)
+    consumer = share_consumer(cluster, "sc-limit-group", "sc-limit", **{"share.acknowledgement.mode": "explicit"})
+    try:
+        produce(cluster, "sc-limit", [b"poison"])
+
+        def release(consumer, message):
+            consumer.acknowledge(message, AcknowledgeType.RELEASE)
+            consumer.commit_sync()
+        got = poll_until([consumer], DELIVERY_LIMIT + 1, timeout_s=15, on_message=release)
+        assert [(m.offset(), m.delivery_count()) for _, m in got] == [(0, n) for n in range(1, DELIVERY_LIMIT + 1)]
+    finally:
+        closing([consumer])
+
+
+def test_a_consumer_that_stops_acknowledging_loses_its_records(cluster):
+    topic_id, _ = new_topic(cluster, "sc-stalled")
+    start_share_partitions(cluster, "sc-stalled", topic_id, "sc-stalled-group", 1)
+    stalled = share_consumer(cluster, "sc-stalled-group", "sc-stalled", **{"share.acknowledgement.mode": "explicit"})
+    other = share_consumer(cluster, "sc-stalled-group", "sc-stalled")
+    try:
+        produce(cluster, "sc-stalled", values(5))
+        first = poll_until([stalled], 1, timeout_s=30, settle_s=0)
+        # The stalled consumer holds its acquisition and polls no more; the lock runs out and the
+        # records go to the other member with their second delivery.
+        got = poll_until([other], 5, timeout_s=30)
+        assert sorted((m.offset(), m.value(), m.delivery_count()) for _, m in got) == \
+            [(o, f"m{o}".encode(), 2) for o in range(5)]
+        assert first[0][1].delivery_count() == 1
+    finally:
+        closing([other, stalled])
