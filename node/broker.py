@@ -20,6 +20,8 @@ from node.replica_manager import ReplicaManager
 from node.replication_throttle import LEADER, ReplicationThrottle
 from node.share.manager import SharePartitionManager
 from node.share.sessions import ShareSessionCache
+from node.share_coordinator.coordinator import ShareCoordinator
+from node.share_coordinator.persister import CoordinatorPersister
 from node.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -54,9 +56,10 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
-        # Where share-partition state is kept (node.share_coordinator.state.SharePersister); None:
-        # in this node's memory only.
-        self.share_persister = None
+        self.share_coordinator = ShareCoordinator(self)
+        # Where share-partition state is kept (node.share_coordinator.state.SharePersister); None
+        # keeps it in this node's memory only.
+        self.share_persister = CoordinatorPersister(self)
         self.share_partitions = SharePartitionManager(self)
         self.share_sessions = ShareSessionCache(config.get_int("group.share.max.share.sessions"),
                                                 config.get_int("group.share.session.timeout.ms"))

@@ -8,7 +8,8 @@ the controller and nodes are forked from one process that imported their code on
 
 Uses confluent-kafka (librdkafka) when it is installed, since the point is to measure the
 cluster, not the client; kafka-python otherwise. With confluent-kafka, a second table sets a
-transactional producer (100-message transactions) beside an idempotent one (cluster.bench.transactions).
+transactional producer (100-message transactions) beside an idempotent one (cluster.bench.transactions),
+and a third how fast a group of 10 hands out partitions, classic beside KIP-848 (cluster.bench.groups).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from cluster.bench.clients import consume_confluent, consume_kafka_python, produce_confluent, produce_kafka_python
 from cluster.bench.stats import rss_mb
+from cluster.bench.groups import measure as measure_groups, table as groups_table
 from cluster.bench.transactions import measure as measure_transactions, table as transactions_table
 from cluster.launch.cluster import Cluster
 
@@ -218,6 +220,7 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
         figures.append(Figure("fetch (consume all)", messages, seconds, value_size))
         transactions = measure_transactions(bootstrap, [p.pid for p in cluster.nodes.values()], messages,
                                             min(3, nodes)) if confluent_kafka else []
+        groups = measure_groups(cluster) if confluent_kafka else []
         rss_loaded = {n: rss_mb(p.pid) for n, p in cluster.nodes.items()}
         startup = cluster.startup_seconds
         failover = measure_failover(cluster, confluent_kafka) if nodes > 1 else []
@@ -240,6 +243,8 @@ def run_benchmark(nodes: int, messages: int, value_size: int, partitions: int, c
     console.print(table)
     if transactions:
         console.print(transactions_table(transactions, nodes, client, min(3, nodes)))
+    if groups:
+        console.print(groups_table(groups, nodes))
     memory = Table(title="node memory (RSS)")
     for column in ("node", "idle MB", "after load MB"):
         memory.add_column(column, justify="right")

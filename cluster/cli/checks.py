@@ -71,6 +71,14 @@ def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
     return low, high
 
 
+def _strategy(chosen: str | None, group_protocol: str) -> str:
+    """What the members ask for: a classic group's partition.assignment.strategy is librdkafka's default
+    unless chosen; a consumer group's assignor is the group's own unless chosen."""
+    if chosen is not None:
+        return chosen
+    return "" if group_protocol == "consumer" else DEFAULT_STRATEGY
+
+
 @click.command("check-failover")
 @click.option("--duration", type=float, default=60, show_default=True, help="seconds of writes under faults")
 @click.option("--seed", type=int, default=None, help="replay the faults and changes of an earlier run")
@@ -84,8 +92,12 @@ def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
 @click.option("--partitions", type=int, default=3, show_default=True)
 @click.option("--group-members", type=int, default=3, show_default=True,
               help="members of a consumer group reading the topic meanwhile (0: no group)")
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True,
-              help="the members' partition.assignment.strategy (e.g. cooperative-sticky)")
+@click.option("--group-protocol", type=click.Choice(["classic", "consumer"]), default="classic", show_default=True,
+              help="the members' group.protocol: consumer makes them a KIP-848 consumer group")
+@click.option("--strategy", default=None,
+              help=f"the members' partition.assignment.strategy (classic, default {DEFAULT_STRATEGY}; e.g. "
+                   "cooperative-sticky), or with --group-protocol consumer their group.remote.assignor "
+                   "(uniform or range; default: the group's)")
 @click.option("--rebalance", is_flag=True,
               help="also add a node and run the planner's moves, then remove a node, during the run")
 @click.option("--transactions", is_flag=True,
@@ -95,8 +107,8 @@ def _seconds_range(ctx, param, value: str) -> tuple[float, float]:
               help="with --transactions: how many transactional producers write")
 @click.option("--topic", default=None, help="a new topic to write [default: kraftwerk-failover-check-<time>]")
 @data_dir_option
-def check_failover(duration, seed, faults, hold, gap, producers, partitions, group_members, strategy, rebalance,
-                   transactions, transactional_ids, topic, data_dir):
+def check_failover(duration, seed, faults, hold, gap, producers, partitions, group_members, group_protocol, strategy,
+                   rebalance, transactions, transactional_ids, topic, data_dir):
     """Write numbered messages with acks=all, and read them in a consumer group, while random nodes are
     killed, stopped, paused, isolated and delayed one at a time (and, with --rebalance, a node is added
     and one removed); then check that every acknowledged message is there once and in order, and the
@@ -111,7 +123,9 @@ def check_failover(duration, seed, faults, hold, gap, producers, partitions, gro
         check = FailoverCheck(cluster, duration_s=duration, seed=seed,
                               faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
                               hold_s=hold, gap_s=gap, producers=producers, partitions=partitions,
-                              group_members=group_members, strategy=strategy, rebalance=rebalance,
+                              group_members=group_members, group_protocol=group_protocol,
+                              strategy=_strategy(strategy, group_protocol),
+                              rebalance=rebalance,
                               transactions=transactional_ids if transactions else 0,
                               topic=topic or f"kraftwerk-failover-check-{int(time.time())}", log=console.print)
         report = check.run()

@@ -29,7 +29,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from cluster.formats.control import ControlError
 from cluster.launch.cluster import Cluster, ClusterError
 from cluster.tools import reassignment
-from cluster.tools.group_readers import ClientError, GroupAudit, GroupReaders, committed_offsets
+from cluster.tools.group_readers import CLASSIC, ClientError, GroupAudit, GroupReaders, committed_offsets
 from cluster.tools.planner import PlannerError, balance_plan
 from cluster.tools.transaction_writers import TransactionAudit, TransactionWriters
 
@@ -178,7 +178,8 @@ class FailoverCheck:
                  faults: tuple[str, ...] = FAULTS, producers: int = 2, partitions: int = 3,
                  topic: str = DEFAULT_TOPIC, hold_s: tuple[float, float] = (2.0, 5.0),
                  gap_s: tuple[float, float] = (1.0, 3.0), group_members: int = 3,
-                 strategy: str = DEFAULT_STRATEGY, rebalance: bool = False, transactions: int = 0, log=print):
+                 strategy: str = DEFAULT_STRATEGY, rebalance: bool = False, transactions: int = 0,
+                 group_protocol: str = CLASSIC, log=print):
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULTS)}")
@@ -196,6 +197,7 @@ class FailoverCheck:
         self.producers = [_Producer(f"p{i}", partitions) for i in range(producers)]
         self.fault_log: list[FaultRecord] = []
         self.group_members, self.strategy, self.rebalance = group_members, strategy, rebalance
+        self.group_protocol = group_protocol
         self.readers: GroupReaders | None = None
         self.change_log: list[ChangeRecord] = []
         # With transactional writers: the two topics they write, and the writers once started.
@@ -215,7 +217,8 @@ class FailoverCheck:
     # --- running ---
 
     def run(self) -> Report:
-        group = f", a group of {self.group_members} ({self.strategy})" if self.group_members else ""
+        group = f", a {self.group_protocol} group of {self.group_members} ({self.strategy or 'default assignor'})" \
+            if self.group_members else ""
         transactional = f", {self.transactional_ids} transactional writers" if self.transactional_ids else ""
         self.log(f"failover check: seed {self.seed}, {self.duration_s:.0f}s, faults {', '.join(self.faults)}{group}"
                  f"{transactional}{', with a node added, a rebalance and a node removed' if self.rebalance else ''}")
@@ -230,7 +233,8 @@ class FailoverCheck:
         self._started = time.monotonic()
         if self.group_members:
             self.readers = GroupReaders(self.cluster.bootstrap_servers, self.topic, f"{self.topic}-readers",
-                                        self.group_members, self.strategy, self.elapsed).start()
+                                        self.group_members, self.strategy, self.elapsed,
+                                        protocol=self.group_protocol).start()
         try:
             self._run_under_faults()
             return self._audit(self._wait_until_healthy(), logs)

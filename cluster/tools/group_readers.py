@@ -1,7 +1,7 @@
 """The consumer group of the failover checker: members reading the checked topic under faults.
 
-Each member is a confluent-kafka (librdkafka) consumer of one classic group, in a thread of its
-own, committing automatically every 500 ms as applications commonly do. librdkafka hands every
+Each member is a confluent-kafka (librdkafka) consumer of one group, classic or (with the
+`consumer` group protocol) a KIP-848 consumer group, in a thread of its own, committing automatically every 500 ms as applications commonly do. librdkafka hands every
 error it meets to the application (the error callback, errored messages, commit callbacks), so
 the members record each one with when it was seen; errors a client meets during failover on
 Kafka too (a coordinator or leader moving, a connection dropped, a rebalance) are expected, any
@@ -27,7 +27,11 @@ EXPECTED_DURING_FAULTS = frozenset({
     "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REQUEST_TIMED_OUT", "NOT_LEADER_OR_FOLLOWER",
     "LEADER_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "FENCED_LEADER_EPOCH",
     "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE", "NETWORK_EXCEPTION",
+    # KIP-848: a member whose heartbeats a failover interrupted past its session is fenced and joins
+    # again, and its commits with the epoch it had are refused meanwhile, as on Kafka.
+    "FENCED_MEMBER_EPOCH", "STALE_MEMBER_EPOCH",
 })
+CLASSIC, CONSUMER = "classic", "consumer"  # group.protocol
 # Not errors: a commit with nothing new to commit, and the consumer being closed.
 NOT_ERRORS = frozenset({"_NO_OFFSET", "_PARTITION_EOF", "_DESTROY"})
 
@@ -75,10 +79,14 @@ class _Member:
 
 
 class GroupReaders:
-    """`members` consumers of one classic group reading `topic` from its start."""
+    """`members` consumers of one group reading `topic` from its start. With the classic protocol
+    `strategy` is their partition.assignment.strategy; with the consumer protocol, the server-side
+    assignor they ask for (group.remote.assignor), or empty for the group's default."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, members: int, strategy: str, elapsed):
+    def __init__(self, bootstrap: str, topic: str, group: str, members: int, strategy: str, elapsed,
+                 protocol: str = CLASSIC):
         self.bootstrap, self.topic, self.group, self.strategy = bootstrap, topic, group, strategy
+        self.protocol = protocol
         self.elapsed = elapsed
         self.members = [_Member(f"m{i}") for i in range(members)]
         self.reads: list[Read] = []
@@ -128,8 +136,7 @@ class GroupReaders:
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": f"failover-check-{member.name}",
             "auto.offset.reset": "earliest", "enable.auto.commit": True,
-            "auto.commit.interval.ms": AUTO_COMMIT_INTERVAL_MS, "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "partition.assignment.strategy": self.strategy,
+            "auto.commit.interval.ms": AUTO_COMMIT_INTERVAL_MS, **self._protocol_config(),
             "log_level": 0,  # what it would log about failed connections arrives through error_cb
             "error_cb": lambda error: self._error(member, error),
             "on_commit": lambda error, partitions: self._committed(member, error, partitions),
@@ -146,6 +153,18 @@ class GroupReaders:
                 self._take(member, message)
         finally:
             consumer.close()  # leaves the group after committing what it read
+
+    def _protocol_config(self) -> dict:
+        if self.protocol == CONSUMER:
+            # The session and assignment belong to the group coordinator under KIP-848: librdkafka
+            # refuses session.timeout.ms and partition.assignment.strategy with this protocol.
+            return {"group.protocol": CONSUMER, **({"group.remote.assignor": self.strategy} if self.strategy else {})}
+        return {"session.timeout.ms": SESSION_TIMEOUT_MS, "partition.assignment.strategy": self.strategy}
+
+    def _describe_strategy(self) -> str:
+        if self.protocol == CONSUMER:
+            return f"consumer protocol, {self.strategy or 'the group default'} assignor"
+        return self.strategy
 
     def _take(self, member: _Member, message) -> None:
         read = Read(member.name, message.partition(), message.offset(), message.value().decode())
@@ -184,7 +203,7 @@ class GroupReaders:
         committed_past_end = sorted({(p, offset, ends.get(p, 0)) for p, offset in [*commits, *final_committed.items()]
                                      if offset > ends.get(p, 0)})
         return GroupAudit(
-            group=self.group, members=len(self.members), strategy=self.strategy, reads=len(reads),
+            group=self.group, members=len(self.members), strategy=self._describe_strategy(), reads=len(reads),
             undelivered=sorted(acknowledged - delivered),
             phantom=[read for read in reads if value_at.get((read.partition, read.offset)) != read.value],
             committed_past_end=committed_past_end, final_committed=final_committed, ends=ends, caught_up=caught_up)
