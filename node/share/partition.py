@@ -16,8 +16,9 @@ records at the head of the window.
 
 Acknowledgements, releases on lock expiry and start-offset moves are written through the
 persister (node.share_coordinator.state) before they take effect for the client; a write that
-fails undoes the change. Acquisitions are not written, as in Kafka: a new leader makes what was
-acquired available again with the delivery count last written.
+fails undoes the change. Acquisitions are not written by themselves, as in Kafka, but every write
+carries the acquired runs along: a new leader makes what was acquired available again, with the
+delivery count last written.
 """
 from __future__ import annotations
 
@@ -280,13 +281,17 @@ class SharePartition:
     # --- persistence ---
 
     def state_batches(self, changed: list[tuple[int, int]]) -> list[StateBatch]:
-        """The runs overlapping the changed ranges, past the start offset, as persisted batches."""
-        if not changed:
-            return []
-        low = max(min(first for first, _ in changed), self.start_offset)
-        high = max(last for _, last in changed)
-        return [StateBatch(max(run.first, low), min(run.last, high), run.state, run.delivery_count)
-                for run in self.runs if run.last >= low and run.first <= high]
+        """The runs overlapping the changed ranges, past the start offset, as persisted batches; and
+        the acquired runs with them, so that a new leader knows their delivery counts."""
+        low = max(min((first for first, _ in changed), default=self.end_offset), self.start_offset)
+        high = max((last for _, last in changed), default=-1)
+        batches = []
+        for run in self.runs:
+            if run.last >= low and run.first <= high:
+                batches.append(StateBatch(max(run.first, low), min(run.last, high), run.state, run.delivery_count))
+            elif run.state == ACQUIRED:
+                batches.append(StateBatch(run.first, run.last, run.state, run.delivery_count))
+        return batches
 
     async def _write(self, changed: list[tuple[int, int]]) -> None:
         if self.persister is None:  # state in memory only: no share coordinator on this node

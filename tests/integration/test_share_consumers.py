@@ -34,6 +34,13 @@ def cluster():
     with Cluster(nodes=3, node_config={"group.share.record.lock.duration.ms": str(LOCK_MS),
                                        "group.share.delivery.count.limit": str(DELIVERY_LIMIT)}) as running:
         yield running
+        assert logged_errors(running) == []
+
+
+def logged_errors(cluster) -> list[str]:
+    """Lines any process logged at ERROR: bad input and faults a node answers must not be among them."""
+    return [f"{path.stem}: {line}" for path in sorted((cluster.data_dir / "logs").glob("*.log"))
+            for line in path.read_text(errors="replace").splitlines() if " ERROR " in line]
 
 
 def new_topic(cluster, name: str, partitions: int = 1):
@@ -330,3 +337,34 @@ def test_a_consumer_that_stops_acknowledging_loses_its_records(cluster):
         assert first[0][1].delivery_count() == 1
     finally:
         closing([other, stalled])
+
+
+def test_a_new_leader_goes_on_from_the_persisted_state():
+    """The leader dies holding acknowledged, released and acquired records: its successor reads the
+    share coordinator's state, delivers the released and acquired ones again with their delivery
+    counts raised, and never the acknowledged ones."""
+    with Cluster(nodes=3, node_config={"group.share.record.lock.duration.ms": "60000"}) as cluster:
+        topic_id, address = new_topic(cluster, "share-failover")
+        old_leader = leader_of(cluster, "share-failover", 0)
+        with opened(address, "share-failover-group", topic_id) as member:
+            produce(cluster, "share-failover", values(6))
+            assert member.fetch(topic_id, max_wait_ms=5000).acquired == [(0, 5, 1)]
+            answer = member.acknowledge(topic_id, {0: [(0, 2, [ACCEPT, ACCEPT, RELEASE])]})
+            assert answer.responses[0].partitions[0].error_code == 0
+        cluster.kill_node(old_leader)
+        deadline = time.monotonic() + 30
+        while leader_of(cluster, "share-failover", 0) in (old_leader, -1):
+            assert time.monotonic() < deadline, "no new leader"
+            time.sleep(0.1)
+        new_leader = leader_of(cluster, "share-failover", 0)
+        successor = (cluster.host, cluster.nodes[new_leader].port)
+        with ShareMember(successor, "share-failover-group") as member:
+            got = member.fetch(topic_id, max_wait_ms=5000)
+            while got.error_code == NOT_LEADER_OR_FOLLOWER:  # (the new term still being taken)
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+                got = member.fetch(topic_id, max_wait_ms=5000)
+            assert got.acquired == [(2, 5, 2)]
+            assert got.values == {o: f"m{o}".encode() for o in range(2, 6)}
+            assert member.fetch(topic_id, acks={0: [(2, 5, ACCEPT)]}, max_wait_ms=300).acquired == []
+        assert [line for line in logged_errors(cluster) if f"node-{old_leader}" not in line] == []

@@ -76,6 +76,19 @@ def test_accept_release_reject_and_the_start_offset():
     run(body)
 
 
+def test_acquired_runs_ride_along_with_each_write():
+    async def body():
+        persister = RecordingPersister()
+        sp = share_partition(persister)
+        sp.acquire("a", [(0, 5)], 10)
+        sp.acquire("b", [(6, 7)], 10)
+        assert persister.writes == []  # acquiring alone writes nothing
+        assert await sp.acknowledge("a", [(0, 1, [ACCEPT])]) == ErrorCode.NONE
+        assert persister.writes == [ShareState(0, 0, 2, [StateBatch(2, 5, ACQUIRED, 1), StateBatch(6, 7, ACQUIRED, 1)])]
+        sp.close()
+    run(body)
+
+
 def test_only_the_holder_may_acknowledge_acquired_records():
     async def body():
         sp = share_partition()
