@@ -21,6 +21,10 @@ from kafka.protocol.producer import (
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
+from node.apis import (
+    alter_share_group_offsets, delete_share_group_offsets, delete_share_group_state, describe_share_group_offsets,
+    initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
+)
 from node.apis.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 from node.apis.share_fetch import ShareFetchRequest, ShareFetchResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
@@ -265,17 +269,48 @@ def requests_for(version_of, topic_id):
     def share_fetch(v):
         T = ShareFetchRequest.FetchTopic
         # Opens the share session that share_acknowledge goes on with.
-        return ShareFetchRequest[v](group_id="versions-share", member_id="versions-member", share_session_epoch=0,
+        return ShareFetchRequest[v](group_id="versions-share-fetch", member_id="versions-member", share_session_epoch=0,
                                     max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10,
                                     topics=[T(topic_id=topic_id, partitions=[T.FetchPartition(
                                         partition_index=0, acknowledgement_batches=[])])],
                                     forgotten_topics_data=[])
 
     def share_acknowledge(v):
-        return ShareAcknowledgeRequest[v](group_id="versions-share", member_id="versions-member",
+        return ShareAcknowledgeRequest[v](group_id="versions-share-fetch", member_id="versions-member",
                                           share_session_epoch=1, topics=[])
 
+    def share_state(api, **partition_fields):
+        def build(v):
+            return api.REQUEST[v](group_id="versions-share", topics=[api.TOPIC(topic_id=topic_id, partitions=[
+                api.PARTITION(partition=0, **partition_fields)])])
+        return build, api.RESPONSE
+
+    def describe_share_group_offsets_(v):
+        R = describe_share_group_offsets.REQUEST
+        G = R.DescribeShareGroupOffsetsRequestGroup
+        return R[v](groups=[G(group_id="versions-share", topics=[
+            G.DescribeShareGroupOffsetsRequestTopic(topic_name=TOPIC, partitions=[0])])])
+
+    def alter_share_group_offsets_(v):
+        R = alter_share_group_offsets.REQUEST
+        T = R.AlterShareGroupOffsetsRequestTopic
+        return R[v](group_id="versions-share", topics=[T(topic_name=TOPIC, partitions=[
+            T.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0)])])
+
+    def delete_share_group_offsets_(v):
+        R = delete_share_group_offsets.REQUEST
+        return R[v](group_id="versions-share", topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC,
+                                                                                              partitions=[0])])
+
     return {
+        83: share_state(initialize_share_group_state, state_epoch=0, start_offset=0),
+        84: share_state(read_share_group_state, leader_epoch=0),
+        85: share_state(write_share_group_state, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[]),
+        86: share_state(delete_share_group_state),
+        87: share_state(read_share_group_state_summary, leader_epoch=0),
+        90: (describe_share_group_offsets_, describe_share_group_offsets.RESPONSE),
+        91: (alter_share_group_offsets_, alter_share_group_offsets.RESPONSE),
+        92: (delete_share_group_offsets_, delete_share_group_offsets.RESPONSE),
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
         27: (write_txn_markers, txn_api.WriteTxnMarkersResponse),
@@ -321,6 +356,9 @@ EXPECTED_ERRORS = {
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
     24: {0, 16, 49}, 25: {16, 49}, 26: {16, 49},
     65: {16, 105},  # DescribeTransactions: no coordinator loaded yet, or the id is unknown to it
+    # The share-state RPCs before anything created __share_group_state: no coordinator for them.
+    83: {16}, 84: {16}, 85: {16}, 86: {16}, 87: {16},
+    90: {69}, 91: {69}, 92: {69},  # the offset admin APIs of a group that is no share group
 }
 
 
