@@ -83,6 +83,7 @@ API_MODULES = (
     "describe_share_group_offsets",
     "alter_share_group_offsets",
     "delete_share_group_offsets",
+    "consumer_group_heartbeat",
     "share_group_heartbeat",
     "share_group_describe",
     "share_fetch",

@@ -3,11 +3,18 @@
 The join waits for the rebalance to complete; a new member must first learn its member id (v4+,
 MEMBER_ID_REQUIRED); static members (group.instance.id, v5+) keep their place across restarts.
 
-Differs from Kafka: only classic groups; skip_assignment is never set.
+A KIP-848 consumer group with members answers INCONSISTENT_GROUP_PROTOCOL; an empty one becomes
+a classic group, its offsets kept, as Kafka converts it.
+
+Differs from Kafka: a classic member does not join a consumer group with members (Kafka 4.1 takes
+it in, KIP-848's mixed groups); skip_assignment is never set.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+
+from cluster.formats.errors import ErrorCode
+from node.groups.persistence import GroupError
 
 REQUEST = JoinGroupRequest
 RESPONSE = JoinGroupResponse
@@ -16,7 +23,7 @@ VERSIONS = (0, 9)
 
 async def handle(broker, header, request):
     version = header.api_version
-    owner = broker.groups.owns(request.group_id)
+    owner = broker.groups.owns(request.group_id) or _consumer_group_refusal(broker, request.group_id)
     if owner:
         return _response(version, error=owner, member_id=request.member_id)
     result = await broker.groups.classic.join(
@@ -28,6 +35,21 @@ async def handle(broker, header, request):
                      protocol=result.protocol, leader=result.leader, member_id=result.member_id,
                      members=[RESPONSE.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=data)
                               for m, i, data in result.members])
+
+
+def _consumer_group_refusal(broker, group_id: str) -> ErrorCode:
+    """A KIP-848 consumer group with members takes no classic member (INCONSISTENT_GROUP_PROTOCOL);
+    an empty one becomes a classic group, its offsets kept."""
+    group = broker.groups.consumer_group(group_id)
+    if group is None:
+        return ErrorCode.NONE
+    if group.members:
+        return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    try:
+        broker.groups.make_classic(group)
+    except GroupError as exc:
+        return exc.code
+    return ErrorCode.NONE
 
 
 def _response(version, error, member_id, generation=-1, protocol_type=None, protocol=None, leader="", members=()):

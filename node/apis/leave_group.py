@@ -1,6 +1,7 @@
 """LeaveGroup v0-5: one member (v0-2) or a batch of members with per-member results (v3+).
 
 A member leaving starts a rebalance for the others; static members are named by their instance id.
+A KIP-848 consumer group has no classic members: each one named is UNKNOWN_MEMBER_ID.
 
 Same as Kafka.
 """
@@ -20,7 +21,12 @@ async def handle(broker, header, request):
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]
     owner = broker.groups.owns(request.group_id)
-    errors = [owner] * len(leaving) if owner else broker.groups.classic.leave(request.group_id, leaving)
+    if owner:
+        errors = [owner] * len(leaving)
+    elif broker.groups.consumer_group(request.group_id) is not None:
+        errors = [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)  # its members leave by ConsumerGroupHeartbeat
+    else:
+        errors = broker.groups.classic.leave(request.group_id, leaving)
     if version < 3:
         return RESPONSE[version](throttle_time_ms=0, error_code=errors[0], members=[])
     return RESPONSE[version](throttle_time_ms=0, error_code=owner or ErrorCode.NONE, members=[

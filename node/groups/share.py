@@ -58,18 +58,16 @@ class ShareGroup:
     group_id: str
     partition: int
     group_type = "share"
+    state: str = EMPTY
     group_epoch: int = 0
     assignment_epoch: int = 0
     metadata_hash: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> its target assignment
-    dead: bool = False
 
-    @property
-    def state(self) -> str:
-        if self.dead:
-            return DEAD
-        return STABLE if self.members else EMPTY
+    def members_changed(self) -> None:
+        if self.state != DEAD:
+            self.state = STABLE if self.members else EMPTY
 
     def subscribed_topics(self) -> set[str]:
         return {name for member in self.members.values() for name in member.subscribed_topic_names}
@@ -83,7 +81,17 @@ class ShareGroup:
     def resign(self) -> None:
         """Coordinated elsewhere now: its members find the new coordinator at their next heartbeat."""
         self.cancel_timers()
-        self.dead = True
+        self.state = DEAD
+
+    def tombstones(self) -> list[tuple[bytes, None]]:
+        """The tombstones that delete every record of the group (DeleteGroups of an empty group)."""
+        records = [(rec.share_key(record_type, self.group_id, member_id), None)
+                   for member_id in sorted(set(self.members) | set(self.target))
+                   for record_type in (rec.CURRENT_MEMBER_ASSIGNMENT, rec.TARGET_ASSIGNMENT_MEMBER,
+                                       rec.MEMBER_METADATA)]
+        records.append((rec.share_key(rec.TARGET_ASSIGNMENT_METADATA, self.group_id), None))
+        records.append((rec.share_key(rec.GROUP_METADATA, self.group_id), None))
+        return records
 
 
 class HeartbeatAnswer(NamedTuple):
@@ -253,15 +261,9 @@ class ShareMembership:
                         rec.group_metadata_value(group.group_epoch + 1, self._metadata_hash(others))))
         await self._write(group, records)
 
-    def tombstones(self, group: ShareGroup) -> list[tuple[bytes, None]]:
-        """The tombstones that delete the group's records (DeleteGroups of an empty share group)."""
-        records = [(rec.share_key(record_type, group.group_id, member_id), None)
-                   for member_id in sorted(set(group.members) | set(group.target))
-                   for record_type in (rec.CURRENT_MEMBER_ASSIGNMENT, rec.TARGET_ASSIGNMENT_MEMBER,
-                                       rec.MEMBER_METADATA)]
-        records.append((rec.share_key(rec.TARGET_ASSIGNMENT_METADATA, group.group_id), None))
-        records.append((rec.share_key(rec.GROUP_METADATA, group.group_id), None))
-        return records
+    @staticmethod
+    def tombstones(group: ShareGroup) -> list[tuple[bytes, None]]:
+        return group.tombstones()
 
     # --- sessions ---
 
@@ -279,7 +281,7 @@ class ShareMembership:
 
     async def _expire_member(self, group_id: str, member_id: str) -> None:
         group = self.directory.groups.get(group_id)
-        if not isinstance(group, ShareGroup) or group.dead or member_id not in group.members:
+        if not isinstance(group, ShareGroup) or group.state == DEAD or member_id not in group.members:
             return
         group.members[member_id].expiry = None
         log.info("share group %s: member %s removed, its session expired", group_id, member_id)
@@ -320,7 +322,7 @@ class ShareMembership:
 
     def _member(self, group_id: str, member_id: str) -> ShareMember | None:
         group = self.directory.groups.get(group_id)
-        return group.members.get(member_id) if isinstance(group, ShareGroup) and not group.dead else None
+        return group.members.get(member_id) if isinstance(group, ShareGroup) and group.state != DEAD else None
 
     def replay(self, partition: int, key: rec.ShareKey, value: bytes | None) -> None:
         """Apply one share-group record of a partition, as written or read back on loading it."""
@@ -338,6 +340,7 @@ class ShareMembership:
             del self.directory.groups[key.group_id]
             return
         _REPLAY[key.record_type](group, key.member_id, value)
+        group.members_changed()
 
 
 def _fenced(member: ShareMember, epoch: int) -> str | None:

@@ -3,6 +3,7 @@ codec at that version gets a response that decodes at that version, without erro
 from __future__ import annotations
 
 import socket
+import uuid
 
 import pytest
 from kafka import KafkaProducer
@@ -27,6 +28,8 @@ from node.apis import (
 )
 from node.apis.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 from node.apis.share_fetch import ShareFetchRequest, ShareFetchResponse
+from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -268,10 +271,11 @@ def requests_for(version_of, topic_id):
 
     def share_fetch(v):
         T = ShareFetchRequest.FetchTopic
-        # Opens the share session that share_acknowledge goes on with.
+        # Opens the share session that share_acknowledge goes on with. Of a topic id nobody has: the
+        # share-state requests after it meet __share_group_state as never used.
         return ShareFetchRequest[v](group_id="versions-share-fetch", member_id="versions-member", share_session_epoch=0,
                                     max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10,
-                                    topics=[T(topic_id=topic_id, partitions=[T.FetchPartition(
+                                    topics=[T(topic_id=uuid.UUID(int=1), partitions=[T.FetchPartition(
                                         partition_index=0, acknowledgement_batches=[])])],
                                     forgotten_topics_data=[])
 
@@ -301,6 +305,13 @@ def requests_for(version_of, topic_id):
         R = delete_share_group_offsets.REQUEST
         return R[v](group_id="versions-share", topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC,
                                                                                               partitions=[0])])
+
+    def share_group_heartbeat(v):
+        return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
+                                             rack_id=None, subscribed_topic_names=None)
+
+    def share_group_describe(v):
+        return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
 
     return {
         83: share_state(initialize_share_group_state, state_epoch=0, start_offset=0),
@@ -342,6 +353,7 @@ def requests_for(version_of, topic_id):
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
         78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
+        76: (share_group_heartbeat, ShareGroupHeartbeatResponse), 77: (share_group_describe, ShareGroupDescribeResponse),
     }
 
 
@@ -350,7 +362,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
@@ -359,6 +371,7 @@ EXPECTED_ERRORS = {
     # The share-state RPCs before anything created __share_group_state: no coordinator for them.
     83: {16}, 84: {16}, 85: {16}, 86: {16}, 87: {16},
     90: {69}, 91: {69}, 92: {69},  # the offset admin APIs of a group that is no share group
+    78: {100},  # ShareFetch of a topic id nobody has: UNKNOWN_TOPIC_ID
 }
 
 
