@@ -90,6 +90,11 @@ class GroupCoordinator:
         """The metadata image moved: consumer groups whose subscribed topics changed rebalance."""
         self.consumer.metadata_changed(self.consumer_groups())
 
+    def share_group_refusal(self, group_id: str) -> ErrorCode:
+        """A classic group API naming a share group is answered GROUP_ID_NOT_FOUND, as Kafka answers
+        it ("Group ... is not a classic group")."""
+        return ErrorCode.GROUP_ID_NOT_FOUND if isinstance(self.groups.get(group_id), ShareGroup) else ErrorCode.NONE
+
     def group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
         group = self.groups.get(group_id)
         if group is None and create:
@@ -233,6 +238,8 @@ class GroupCoordinator:
                      version: int) -> ErrorCode:
         """Whether an OffsetCommit may commit for the group: its group type's rule."""
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.group_type == "consumer":
             return self.consumer.check_commit(group, member_id, generation_or_epoch, version)
         return self.classic.check_commit(group_id, generation_or_epoch, member_id, instance_id)
@@ -240,6 +247,8 @@ class GroupCoordinator:
     def check_transactional_commit(self, group_id: str, generation_or_epoch: int, member_id: str,
                                    instance_id: str | None) -> ErrorCode:
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.group_type == "consumer":
             return self.consumer.check_commit(group, member_id, generation_or_epoch, 0, transactional=True)
         return self.classic.check_transactional_commit(group_id, generation_or_epoch, member_id, instance_id)

@@ -26,6 +26,7 @@ from node.apis import (
     alter_share_group_offsets, delete_share_group_offsets, delete_share_group_state, describe_share_group_offsets,
     initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
 )
+from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from node.apis.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 from node.apis.share_fetch import ShareFetchRequest, ShareFetchResponse
 from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
@@ -269,6 +270,17 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def consumer_group_heartbeat(v):
+        # A heartbeat of a member of a group that does not exist.
+        return ConsumerGroupHeartbeatRequest[v](group_id="versions-cg", member_id="member", member_epoch=1)
+
+    def share_group_heartbeat(v):
+        return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
+                                             rack_id=None, subscribed_topic_names=None)
+
+    def share_group_describe(v):
+        return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
+
     def share_fetch(v):
         T = ShareFetchRequest.FetchTopic
         # Opens the share session that share_acknowledge goes on with. Of a topic id nobody has: the
@@ -306,14 +318,8 @@ def requests_for(version_of, topic_id):
         return R[v](group_id="versions-share", topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC,
                                                                                               partitions=[0])])
 
-    def share_group_heartbeat(v):
-        return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
-                                             rack_id=None, subscribed_topic_names=None)
-
-    def share_group_describe(v):
-        return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
-
     return {
+        68: (consumer_group_heartbeat, ConsumerGroupHeartbeatResponse),
         83: share_state(initialize_share_group_state, state_epoch=0, start_offset=0),
         84: share_state(read_share_group_state, leader_epoch=0),
         85: share_state(write_share_group_state, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[]),
@@ -352,8 +358,8 @@ def requests_for(version_of, topic_id):
         61: (describe_producers, admin_api.DescribeProducersResponse),
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
-        78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
         76: (share_group_heartbeat, ShareGroupHeartbeatResponse), 77: (share_group_describe, ShareGroupDescribeResponse),
+        78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
     }
 
 
@@ -362,7 +368,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 68: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.

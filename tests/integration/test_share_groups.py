@@ -315,3 +315,35 @@ def test_a_new_coordinator_has_the_group_after_the_old_one_dies(cluster):
                 (0, 3, HEARTBEAT_INTERVAL_MS, {tid: [0, 1, 2]})
     finally:
         cluster.restart_node(old_coordinator)
+
+
+def test_classic_group_apis_naming_a_share_group_are_told_it_is_not_found(cluster):
+    from kafka.protocol.consumer import (
+        HeartbeatRequest, HeartbeatResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+        OffsetFetchResponse,
+    )
+
+    topic, _ = new_topic(cluster, partitions=1)
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    with connect(cluster, group) as sock:
+        assert heartbeat(sock, group, "member-a", 0, [topic]).error_code == 0
+        joined = exchange(sock, JoinGroupRequest[3](group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000,
+                                                    member_id="", protocol_type="consumer",
+                                                    protocols=[("range", b"subscription")]), JoinGroupResponse, 3)
+        assert joined.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        beat = exchange(sock, HeartbeatRequest[3](group_id=group, generation_id=1, member_id="member-a",
+                                                  group_instance_id=None), HeartbeatResponse, 3)
+        assert beat.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        commit = OffsetCommitRequest[2](
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
+            topics=[T(name=topic, partitions=[T.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=5, committed_metadata="")])])
+        [committed] = exchange(sock, commit, OffsetCommitResponse, 2).topics
+        assert [p.error_code for p in committed.partitions] == [ErrorCode.GROUP_ID_NOT_FOUND]
+        F = OffsetFetchRequest.OffsetFetchRequestTopic
+        fetched = exchange(sock, OffsetFetchRequest[3](group_id=group, topics=[F(name=topic, partition_indexes=[0])]),
+                           OffsetFetchResponse, 3)
+        assert fetched.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        # The share group is untouched.
+        assert answer(heartbeat(sock, group, "member-a", 1)) == (0, 1, HEARTBEAT_INTERVAL_MS, None)
