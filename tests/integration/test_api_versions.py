@@ -377,7 +377,7 @@ EXPECTED_ERRORS = {
     # The share-state RPCs before anything created __share_group_state: no coordinator for them.
     83: {16}, 84: {16}, 85: {16}, 86: {16}, 87: {16},
     90: {69}, 91: {69}, 92: {69},  # the offset admin APIs of a group that is no share group
-    78: {100},  # ShareFetch of a topic id nobody has: UNKNOWN_TOPIC_ID
+    78: {0, 100},  # ShareFetch of a topic id nobody has: UNKNOWN_TOPIC_ID (nothing to acknowledge: 0)
 }
 
 
