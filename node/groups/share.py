@@ -165,38 +165,56 @@ class ShareMembership:
         """The records of one heartbeat, as Kafka's shareGroupHeartbeat builds them: the member's
         metadata, a bumped group epoch, the new target assignment, the member's new assignment."""
         records = []
-        group_id, member_id = group.group_id, member.member_id
-        if updated.metadata() != member.metadata() or member_id not in group.members:
-            records.append((rec.share_key(rec.MEMBER_METADATA, group_id, member_id),
+        if updated.metadata() != member.metadata() or member.member_id not in group.members:
+            records.append((rec.share_key(rec.MEMBER_METADATA, group.group_id, member.member_id),
                             rec.member_metadata_value(updated.metadata())))
         subscription_changed = updated.subscribed_topic_names != member.subscribed_topic_names
-        members = {**group.members, member_id: updated}
-        metadata_hash = self._metadata_hash({t for m in members.values() for t in m.subscribed_topic_names})
-        group_epoch = group.group_epoch
-        if subscription_changed or metadata_hash != group.metadata_hash:
-            group_epoch += 1
-            records.append((rec.share_key(rec.GROUP_METADATA, group_id),
-                            rec.group_metadata_value(group_epoch, metadata_hash)))
-            log.info("share group %s: epoch %d", group_id, group_epoch)
+        members = {**group.members, member.member_id: updated}
+        group_epoch = self._bump_epoch(group, members, subscription_changed, records)
         if group_epoch > group.assignment_epoch:
-            target = self._assign(group, members)
-            records.extend((rec.share_key(rec.TARGET_ASSIGNMENT_MEMBER, group_id, m), rec.target_member_value(a))
-                           for m, a in target.items() if group.target.get(m) != a or m not in group.target)
-            records.append((rec.share_key(rec.TARGET_ASSIGNMENT_METADATA, group_id),
-                            rec.target_metadata_value(group_epoch)))
-            target_epoch, member_target = group_epoch, target[member_id]
+            target = self._new_target(group, members, group_epoch, records)[member.member_id]
+            target_epoch = group_epoch
         else:
-            target_epoch, member_target = group.assignment_epoch, group.target.get(member_id, {})
+            target, target_epoch = group.target.get(member.member_id, {}), group.assignment_epoch
         if target_epoch != member.member_epoch or subscription_changed:
-            assigned = self._within_subscription(member_target, updated.subscribed_topic_names)
-            epochs = (target_epoch, member.member_epoch) if target_epoch != member.member_epoch \
-                else (member.member_epoch, member.previous_member_epoch)
-            current = rec.CurrentAssignment(*epochs, rec.MEMBER_STATE_STABLE, assigned)
-            if current != rec.CurrentAssignment(member.member_epoch, member.previous_member_epoch,
-                                                rec.MEMBER_STATE_STABLE, member.assigned):
-                records.append((rec.share_key(rec.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id),
-                                rec.current_assignment_value(current)))
+            self._reconcile(group, member, updated, target_epoch, target, records)
         return records
+
+    def _bump_epoch(self, group: ShareGroup, members: dict[str, ShareMember], subscription_changed: bool,
+                    records: list) -> int:
+        """The group epoch, one higher (and written) if a subscription or the subscribed topics changed."""
+        metadata_hash = self._metadata_hash({t for m in members.values() for t in m.subscribed_topic_names})
+        if not subscription_changed and metadata_hash == group.metadata_hash:
+            return group.group_epoch
+        epoch = group.group_epoch + 1
+        records.append((rec.share_key(rec.GROUP_METADATA, group.group_id),
+                        rec.group_metadata_value(epoch, metadata_hash)))
+        log.info("share group %s: epoch %d", group.group_id, epoch)
+        return epoch
+
+    def _new_target(self, group: ShareGroup, members: dict[str, ShareMember], epoch: int,
+                    records: list) -> dict[str, Assignment]:
+        """The target assignment of the epoch; the members' targets that changed are written."""
+        target = self._assign(group, members)
+        records.extend((rec.share_key(rec.TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id),
+                        rec.target_member_value(assigned))
+                       for member_id, assigned in target.items()
+                       if member_id not in group.target or group.target[member_id] != assigned)
+        records.append((rec.share_key(rec.TARGET_ASSIGNMENT_METADATA, group.group_id),
+                        rec.target_metadata_value(epoch)))
+        return target
+
+    def _reconcile(self, group: ShareGroup, member: ShareMember, updated: ShareMember, target_epoch: int,
+                   target: Assignment, records: list) -> None:
+        """The member takes its target at once (Kafka's ShareGroupAssignmentBuilder), within its subscription."""
+        assigned = self._within_subscription(target, updated.subscribed_topic_names)
+        epochs = (target_epoch, member.member_epoch) if target_epoch != member.member_epoch \
+            else (member.member_epoch, member.previous_member_epoch)
+        current = rec.CurrentAssignment(*epochs, rec.MEMBER_STATE_STABLE, assigned)
+        if current != rec.CurrentAssignment(member.member_epoch, member.previous_member_epoch,
+                                            rec.MEMBER_STATE_STABLE, member.assigned):
+            records.append((rec.share_key(rec.CURRENT_MEMBER_ASSIGNMENT, group.group_id, member.member_id),
+                            rec.current_assignment_value(current)))
 
     def _assign(self, group: ShareGroup, members: dict[str, ShareMember]) -> dict[str, Assignment]:
         topics = self.broker.image.topics

@@ -16,6 +16,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
 from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from tests.integration.observe import logged_errors
 from tests.integration.wire import exchange, exchange_once
 
 SESSION_TIMEOUT_MS = 3000
@@ -32,6 +33,8 @@ CONFIG = {
 def cluster():
     with Cluster(nodes=3, node_config=CONFIG) as running:
         yield running
+        # Joins, leaves, sessions that end, refusals, a coordinator's death: none worth an ERROR.
+        assert {name: lines for name, lines in logged_errors(running).items() if lines} == {}
 
 
 def new_topic(cluster, partitions: int) -> tuple[str, uuid.UUID]:
@@ -190,8 +193,8 @@ def test_a_full_group_refuses_new_members(cluster):
         for index in range(MAX_SIZE):
             assert heartbeat(sock, group, f"member-{index}", 0, [topic]).error_code == 0
         full = heartbeat(sock, group, "member-late", 0, [topic])
-        assert (full.error_code, full.error_message) == (
-            ErrorCode.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of {MAX_SIZE} members.")
+        assert (full.error_code, full.error_message) == \
+            (ErrorCode.GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of {MAX_SIZE} members.")
         # Three members over two partitions: each partition shared by two members, the first member given both.
         # Members that joined earlier move to the latest epoch at their next heartbeat; their partitions did
         # not change, so no assignment is sent.

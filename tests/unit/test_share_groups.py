@@ -11,7 +11,7 @@ from cluster.formats.partition_log import PartitionLog
 from node.groups import share_records as rec
 from node.groups.share import DEAD, EMPTY, STABLE
 from node.groups.share_assignor import assign
-from tests.unit.test_group_coordinator import LeaderBroker, coordinator_of
+from tests.unit.test_group_coordinator import LeaderBroker
 
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
 
@@ -128,7 +128,8 @@ def test_members_join_leave_and_a_new_coordinator_replays_them(tmp_path):
         assert (await beat(coordinator, "c", 0, ["t"])).assignment == {T1: {1}}
         assert (await beat(coordinator, "c", -1)).member_epoch == -1
         group = coordinator.groups["g"]
-        assert (group.state, group.group_epoch, group.assignment_epoch, list(group.members)) == (STABLE, 4, 3, ["a", "b"])
+        assert (group.state, group.group_epoch, group.assignment_epoch, list(group.members)) == \
+            (STABLE, 4, 3, ["a", "b"])
         coordinator.share.on_loaded(99)  # no partition of ours: nothing armed, nothing broken
         group.cancel_timers()
 
@@ -152,7 +153,8 @@ def test_members_join_leave_and_a_new_coordinator_replays_them(tmp_path):
 
 def test_kafka_refusals(tmp_path):
     async def scenario():
-        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"), **{"group.share.max.size": "1"})
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"),
+                                        **{"group.share.max.size": "1"})
         missing = await beat(coordinator, "a", 1)
         assert (missing.error, missing.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Share group g not found.")
         assert (await beat(coordinator, "a", 0, ["t"])).error == ErrorCode.NONE
