@@ -157,6 +157,7 @@ class SharePartition:
         lock = AcquisitionLock(member)
         acquired: list[Run] = []
         count = 0
+        self._archive_missing(batches)
         for first, last in batches:
             if count >= max_records:
                 break
@@ -179,6 +180,24 @@ class SharePartition:
             lock.timer = loop.call_later(self.limits.lock_duration_ms / 1000, self._lock_expired, lock)
             self._merge()
         return ranges
+
+    def _archive_missing(self, batches) -> None:
+        """Available offsets the read passed over hold no record any more (compacted away): archived,
+        so that the start offset can move past them."""
+        expected = self.next_fetch_offset()
+        missing = []
+        for first, last in batches:
+            if first > expected and expected < self.end_offset:
+                missing.append((expected, min(first, self.end_offset) - 1))
+            expected = max(expected, last + 1)
+        for first, last in missing:
+            self._split_at(first)
+            self._split_at(last + 1)
+            for run in self._runs_between(first, last):
+                if run.state == AVAILABLE:
+                    run.state = ARCHIVED
+        if missing:
+            self._advance_start()
 
     def _acquire_in_flight(self, first: int, last: int, lock: AcquisitionLock, acquired: list[Run]) -> int:
         self._split_at(first)

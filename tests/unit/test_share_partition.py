@@ -115,6 +115,19 @@ def test_gap_offsets_are_archived():
     run(body)
 
 
+def test_available_offsets_the_log_no_longer_holds_are_passed_over():
+    async def body():
+        sp = share_partition()
+        sp.acquire("a", [(0, 9)], 100)
+        await sp.acknowledge("a", [(0, 9, [RELEASE])])
+        # Compaction left batches 3-4 and 8-9 of what was released.
+        assert sp.acquire("b", [(3, 4), (8, 9)], 100) == [(3, 4, 2), (8, 9, 2)]
+        assert sp.start_offset == 3
+        assert states(sp) == [(3, 4, ACQUIRED, 2), (5, 7, ARCHIVED, 1), (8, 9, ACQUIRED, 2)]
+        sp.close()
+    run(body)
+
+
 def test_lock_expiry_releases_and_wakes_waiters():
     async def body():
         persister = RecordingPersister()
