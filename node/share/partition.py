@@ -233,6 +233,8 @@ class SharePartition:
         """Apply member's acknowledgements (first, last, types) as a whole, once written; an error
         changes nothing."""
         async with self.mutex:
+            if self.closed:  # (the partition's leadership moved while this waited)
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
             error = self.check_acknowledgements(member, batches)
             if error:
                 return error
