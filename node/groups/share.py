@@ -58,6 +58,7 @@ class ShareGroup:
     group_id: str
     partition: int
     group_type = "share"
+    protocol_type = "share"  # what ListGroups lists, as Kafka's ShareGroup.PROTOCOL_TYPE
     state: str = EMPTY
     group_epoch: int = 0
     assignment_epoch: int = 0
@@ -258,8 +259,7 @@ class ShareMembership:
             self.directory.refused(group_id, "a share-group leave", exc.code)
             return HeartbeatAnswer(exc.code)
         log.info("share group %s: member %s left", group_id, member_id)
-        return HeartbeatAnswer(ErrorCode.NONE, None, member_id, LEAVE_EPOCH,
-                               group_setting_int(self.broker, group_id, "share.heartbeat.interval.ms"))
+        return HeartbeatAnswer(ErrorCode.NONE, None, member_id, LEAVE_EPOCH)  # no interval, as from Kafka
 
     async def remove_member(self, group: ShareGroup, member_id: str) -> None:
         """Take a member out of the group (it left, its session expired, or an admin removed it) and
@@ -278,6 +278,14 @@ class ShareMembership:
         records.append((rec.share_key(rec.GROUP_METADATA, group.group_id),
                         rec.group_metadata_value(group.group_epoch + 1, self._metadata_hash(others))))
         await self._write(group, records)
+
+    def force_rebalance(self, group: ShareGroup) -> None:
+        """Bump the group epoch (`kraftwerk group rebalance`): the members are given the target of the
+        new epoch at their next heartbeat. Raises GroupError if the record cannot be written."""
+        records = [(rec.share_key(rec.GROUP_METADATA, group.group_id),
+                    rec.group_metadata_value(group.group_epoch + 1, group.metadata_hash))]
+        self.group_log.append(group.partition, records)
+        self._replay_all(group.partition, records)
 
     @staticmethod
     def tombstones(group: ShareGroup) -> list[tuple[bytes, None]]:

@@ -354,6 +354,11 @@ def test_a_consumer_group_id_is_not_a_classic_group(cluster):
     beat = exchange_once(address, HeartbeatRequest[3](group_id=group, generation_id=1, member_id="m",
                                                       group_instance_id=None), HeartbeatResponse, 3)
     assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+    listed = exchange_once(address, ListGroupsRequest[5](states_filter=[], types_filter=["consumer"]),
+                           ListGroupsResponse, 5)
+    assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+            if g.group_id == group] == [(group, "consumer", "Stable", "consumer")]
 
 
 def test_members_carry_on_when_their_coordinator_dies(members):
@@ -382,3 +387,60 @@ def test_members_carry_on_when_their_coordinator_dies(members):
         assert [[e for e in m.errors() if "_TRANSPORT" not in e] for m in pair] == [[], []]
         for member in pair:
             member.stop()
+
+
+def owned_field(response) -> list:
+    return [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t.topic_id, partitions=sorted(t.partitions))
+            for t in response.assignment.topic_partitions]
+
+
+def test_a_partition_moves_only_once_its_owner_revoked_it(cluster):
+    topic, group = new_topic(cluster, 2), f"g-{uuid.uuid4().hex[:8]}"
+    address, _ = coordinator(cluster, group)
+    first = heartbeat(address, **join_fields(group, "a", topic))
+    assert (first.member_epoch, sorted(first.assignment.topic_partitions[0].partitions)) == (1, [0, 1])
+    topic_id = first.assignment.topic_partitions[0].topic_id
+    second = heartbeat(address, **join_fields(group, "b", topic))
+    # b is at the new epoch, but its partition is not released yet.
+    assert (second.member_epoch, second.assignment.topic_partitions) == (2, [])
+
+    def beat(member_id: str, epoch: int, owned: list[int]) -> ConsumerGroupHeartbeatResponse:
+        return heartbeat(address, group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=[
+            ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=topic_id, partitions=owned)] if owned else [])
+
+    told = beat("a", 1, [0, 1])  # a must give one up: it keeps the other, at its old epoch
+    assert told.member_epoch == 1
+    kept = told.assignment.topic_partitions[0].partitions
+    assert len(kept) == 1
+    assert beat("b", 2, []).assignment is None  # still owned by a
+    revoked = beat("a", 1, kept)
+    assert revoked.member_epoch == 2
+    given = beat("b", 2, [])
+    assert [t.partitions for t in given.assignment.topic_partitions] == [[1 - kept[0]]]
+
+
+def test_a_member_that_does_not_revoke_in_time_is_fenced(cluster):
+    topic, group = new_topic(cluster, 2), f"g-{uuid.uuid4().hex[:8]}"
+    address, _ = coordinator(cluster, group)
+    first = heartbeat(address, **join_fields(group, "slow", topic, rebalance_timeout_ms=1000))
+    topic_id = first.assignment.topic_partitions[0].topic_id
+    heartbeat(address, **join_fields(group, "quick", topic))
+    owned = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=topic_id, partitions=[0, 1])]
+    assert heartbeat(address, group_id=group, member_id="slow", member_epoch=1,
+                     topic_partitions=owned).member_epoch == 1
+    time.sleep(1.5)
+    late = heartbeat(address, group_id=group, member_id="slow", member_epoch=1, topic_partitions=owned)
+    assert late.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    quick = heartbeat(address, group_id=group, member_id="quick", member_epoch=2, topic_partitions=[])
+    assert sorted(quick.assignment.topic_partitions[0].partitions) == [0, 1]
+
+
+def test_a_full_group_takes_no_new_member():
+    with Cluster(nodes=1, node_config={"group.consumer.max.size": "1"}) as small:
+        topic, group = f"kip848-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+        small.create_topic(topic, partitions=1)
+        address, _ = coordinator(small, group)
+        assert heartbeat(address, **join_fields(group, "one", topic)).error_code == 0
+        refused = heartbeat(address, **join_fields(group, "two", topic))
+        assert (refused.error_code, refused.error_message) == (
+            ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of 1 members.")

@@ -118,7 +118,7 @@ def test_members_join_share_the_partitions_and_leave(cluster):
                                          "member-b": (2, [topic], {(topic, tid): [2]})}
 
         left = heartbeat(sock, group, "member-b", -1)
-        assert (left.error_code, left.member_id, left.member_epoch) == (0, "member-b", -1)
+        assert answer(left) == (0, -1, 0, None) and left.member_id == "member-b"
         # Leaving bumped the group epoch; the next heartbeat computes the assignment of that epoch.
         assert answer(heartbeat(sock, group, "member-a", 2)) == (0, 3, HEARTBEAT_INTERVAL_MS, {tid: [0, 1, 2]})
         [described] = describe(sock, group)
@@ -350,3 +350,22 @@ def test_classic_group_apis_naming_a_share_group_are_told_it_is_not_found(cluste
         assert fetched.error_code == ErrorCode.GROUP_ID_NOT_FOUND
         # The share group is untouched.
         assert answer(heartbeat(sock, group, "member-a", 1)) == (0, 1, HEARTBEAT_INTERVAL_MS, None)
+
+
+def test_list_groups_and_describe_groups_name_a_share_group_as_kafka_does(cluster):
+    from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse
+
+    topic, _ = new_topic(cluster, partitions=1)
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    with connect(cluster, group) as sock:
+        assert heartbeat(sock, group, "member-a", 0, [topic]).error_code == 0
+        listed = exchange(sock, ListGroupsRequest[5](states_filter=[], types_filter=["share"]), ListGroupsResponse, 5)
+        assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+                if g.group_id == group] == [(group, "share", "Stable", "share")]
+        [described] = exchange(sock, DescribeGroupsRequest[5](groups=[group], include_authorized_operations=False),
+                               DescribeGroupsResponse, 5).groups
+        assert (described.error_code, described.group_state, described.members) == (0, "Dead", [])
+        [described] = exchange(sock, DescribeGroupsRequest[6](groups=[group], include_authorized_operations=False),
+                               DescribeGroupsResponse, 6).groups
+        assert (described.error_code, described.error_message, described.group_state) == \
+            (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a classic group.", "Dead")
