@@ -5,6 +5,7 @@ MEMBER_ID_REQUIRED); static members (group.instance.id, v5+) keep their place ac
 
 A KIP-848 consumer group with members answers INCONSISTENT_GROUP_PROTOCOL; an empty one becomes
 a classic group, its offsets kept, as Kafka converts it.
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Differs from Kafka: a classic member does not join a consumer group with members (Kafka 4.1 takes
 it in, KIP-848's mixed groups); skip_assignment is never set.
@@ -23,7 +24,8 @@ VERSIONS = (0, 9)
 
 async def handle(broker, header, request):
     version = header.api_version
-    owner = broker.groups.owns(request.group_id) or _consumer_group_refusal(broker, request.group_id)
+    owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id) \
+        or _consumer_group_refusal(broker, request.group_id)
     if owner:
         return _response(version, error=owner, member_id=request.member_id)
     result = await broker.groups.classic.join(

@@ -2,6 +2,7 @@
 
 A member leaving starts a rebalance for the others; static members are named by their instance id.
 A KIP-848 consumer group has no classic members: each one named is UNKNOWN_MEMBER_ID.
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
 """
@@ -20,7 +21,7 @@ async def handle(broker, header, request):
     version = header.api_version
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]
-    owner = broker.groups.owns(request.group_id)
+    owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     if owner:
         errors = [owner] * len(leaving)
     elif broker.groups.consumer_group(request.group_id) is not None:

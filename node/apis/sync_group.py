@@ -2,6 +2,7 @@
 
 Members wait for the leader's assignment; each gets its own, with the group's protocol type and
 name (v5+). A KIP-848 consumer group has no classic members: UNKNOWN_MEMBER_ID.
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
 """
@@ -17,7 +18,7 @@ VERSIONS = (0, 5)
 
 
 async def handle(broker, header, request):
-    owner = broker.groups.owns(request.group_id)
+    owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     if not owner and broker.groups.consumer_group(request.group_id) is not None:
         owner = ErrorCode.UNKNOWN_MEMBER_ID  # a KIP-848 consumer group has no classic members
     if owner:
