@@ -444,3 +444,17 @@ def test_a_full_group_takes_no_new_member():
         refused = heartbeat(address, **join_fields(group, "two", topic))
         assert (refused.error_code, refused.error_message) == (
             ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of 1 members.")
+
+
+def test_a_classic_group_with_members_is_not_a_consumer_group(cluster):
+    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+    topic, group = new_topic(cluster, 1), f"g-{uuid.uuid4().hex[:8]}"
+    address, _ = coordinator(cluster, group)
+    join = exchange_once(address, JoinGroupRequest[3](
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+        protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]),
+        JoinGroupResponse, 3)
+    assert join.error_code == 0
+    refused = heartbeat(address, **join_fields(group, "m", topic))
+    assert (refused.error_code, refused.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a consumer group")
