@@ -87,6 +87,8 @@ API_MODULES = (
     "describe_share_group_offsets",
     "alter_share_group_offsets",
     "delete_share_group_offsets",
+    "share_fetch",
+    "share_acknowledge",
 )
 
 
