@@ -15,6 +15,8 @@ from cluster.tools.errors import GroupRefused
 
 
 def _send(admin: KafkaAdminClient, group_id: str, request):
+    """The request sent to the group's coordinator through kafka-python's admin client, which finds
+    the coordinator and picks the version both sides speak (it has no public call for these APIs)."""
     async def ask():
         coordinator = (await admin._find_coordinator_ids([group_id]))[group_id]
         return await admin._manager.send(request, node_id=coordinator)
