@@ -60,6 +60,7 @@ class ClassicMember:
 class ClassicGroup:
     group_id: str
     partition: int
+    group_type = "classic"
     state: str = EMPTY
     generation: int = 0
     protocol_type: str | None = None

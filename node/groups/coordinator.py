@@ -23,6 +23,8 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.records import NO_PRODUCER_ID
 from node.groups import placement
 from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership
+from node.groups.consumer import ConsumerGroup
+from node.groups.consumer_membership import ConsumerMembership
 from node.groups.offsets import OffsetStore, Position
 from node.coordinator_log import Producer
 from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
@@ -34,10 +36,11 @@ log = logging.getLogger(__name__)
 class GroupCoordinator:
     def __init__(self, broker):
         self.broker = broker
-        self.groups: dict[str, ClassicGroup] = {}
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
         self.loaded_partitions: set[int] = set()
         self.group_log = GroupLog(broker)
         self.classic = ClassicMembership(broker.config, self, self.group_log)
+        self.consumer = ConsumerMembership(broker, self, self.group_log)
         self.offsets = OffsetStore(self.group_log)
         self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
 
