@@ -120,6 +120,18 @@ class ClassicGroup:
         return group_key(self.group_id), group_value(stored)
 
 
+def select_protocol(group: ClassicGroup) -> str:
+    """Kafka's selectProtocol: of the protocols every member offers, the one most members prefer."""
+    members = list(group.members.values())
+    candidates = [name for name, _ in members[0].protocols
+                  if all(name in {n for n, _ in m.protocols} for m in members)]
+    votes = {name: 0 for name in candidates}
+    for member in members:
+        choice = next(name for name, _ in member.protocols if name in votes)
+        votes[choice] += 1
+    return max(candidates, key=lambda name: votes[name])
+
+
 class ClassicMembership:
     """The classic protocol, run on the classic groups of the coordinator's group map
     (`directory.group(group_id, create=...)`), which every group type shares."""
@@ -279,14 +291,7 @@ class ClassicMembership:
             self._arm_session(group, member)
 
     def _select_protocol(self, group: ClassicGroup) -> str:
-        members = list(group.members.values())
-        candidates = [name for name, _ in members[0].protocols
-                      if all(name in {n for n, _ in m.protocols} for m in members)]
-        votes = {name: 0 for name in candidates}
-        for member in members:
-            choice = next(name for name, _ in member.protocols if name in votes)
-            votes[choice] += 1
-        return max(candidates, key=lambda name: votes[name])
+        return select_protocol(group)
 
     def _join_result(self, group: ClassicGroup, member: ClassicMember) -> JoinResult:
         members = []
@@ -415,6 +420,27 @@ class ClassicMembership:
         preparing a rebalance is left as it is; an empty one has nobody to rebalance."""
         if group.state in (STABLE, COMPLETING):
             log.info("rebalance of group %s (generation %d) started on request", group.group_id, group.generation)
+            self._prepare_rebalance(group)
+
+    # --- groups converted between the protocols (node.groups.migration) ---
+
+    @staticmethod
+    def release_waiting(group: ClassicGroup) -> None:
+        """Members waiting in JoinGroup or SyncGroup of a group that becomes a consumer group rejoin
+        it (Kafka's completeAllJoinFutures/completeAllSyncFutures with REBALANCE_IN_PROGRESS)."""
+        group.cancel_timers()
+        for member in group.members.values():
+            if member.join_future is not None and not member.join_future.done():
+                member.join_future.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            if member.sync_future is not None and not member.sync_future.done():
+                member.sync_future.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
+
+    def adopt(self, group: ClassicGroup, rebalance: bool) -> None:
+        """A consumer group converted into this classic group: its members' sessions run from now,
+        and, when a member's leaving converted it, the others rejoin."""
+        for member in group.members.values():
+            self._arm_session(group, member)
+        if rebalance:
             self._prepare_rebalance(group)
 
     # --- the group's record in __consumer_offsets ---

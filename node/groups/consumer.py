@@ -23,6 +23,15 @@ Assignment = dict[uuid.UUID, set[int]]  # topic id -> partitions
 
 
 @dataclass
+class ClassicMemberMetadata:
+    """What a member that speaks the classic protocol inside a consumer group joined with
+    (node.groups.consumer_classic_members): its session timeout and its JoinGroup protocols."""
+
+    session_timeout_ms: int
+    supported_protocols: list[tuple[str, bytes]]
+
+
+@dataclass
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -38,6 +47,7 @@ class ConsumerMember:
     subscribed_topic_regex: str | None = None
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None  # None for a member of the consumer protocol
     # Timers: the session (reset by every heartbeat) and the revocation deadline (rebalance timeout).
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
     revocation_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)

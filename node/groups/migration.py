@@ -1,0 +1,177 @@
+"""Online migration between classic groups and KIP-848 consumer groups (Kafka's GroupMetadataManager
+validateOnlineUpgrade/convertToConsumerGroup and validateOnlineDowngrade*/convertToClassicGroup).
+
+Upgrade: the first ConsumerGroupHeartbeat (epoch 0) to a classic group whose members all use the
+"consumer" protocol type turns the group into a consumer group when
+`group.consumer.migration.policy` allows it. Its members stay, speaking the classic protocol inside
+the consumer group (node.groups.consumer_classic_members): each keeps its generation as its member
+epoch, its last assignment as both its current and its target assignment, and its subscription
+as read from its JoinGroup metadata. The joining member then bumps the group epoch and the
+consumer-group machinery rebalances. An empty classic group is simply replaced, whatever the policy.
+
+Downgrade: when the last member of the consumer protocol leaves (or is fenced) and members remain
+that all speak the classic protocol, the policy permitting, the group becomes a classic group again
+at generation = group epoch, each member holding its target assignment, and a rebalance starts.
+
+Records, as Kafka writes them: on upgrade the classic group's tombstone, then every member's
+MemberMetadata, the group epoch, every member's target assignment, the target assignment epoch and
+every member's current assignment; on downgrade the consumer group's tombstones, then the classic
+group's GroupMetadata. A coordinator that replays the partition ends with the last of them.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Callable
+
+from node.groups.classic import STABLE as CLASSIC_STABLE, ClassicGroup, ClassicMember, select_protocol
+from node.groups.consumer import (
+    MEMBER_STABLE, Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember,
+)
+from node.groups.records import (
+    decode_assignment, decode_subscription, encode_assignment, group_key, protocol_version,
+)
+
+log = logging.getLogger(__name__)
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+TopicIdOf = Callable[[str], "uuid.UUID | None"]
+TopicNameOf = Callable[[uuid.UUID], "str | None"]
+
+
+class MalformedProtocol(ValueError):
+    """Embedded consumer-protocol bytes that cannot be read (Kafka's SchemaException): the group is
+    not converted, and the member that asked is answered GROUP_ID_NOT_FOUND."""
+
+
+def upgrade_enabled(policy: str) -> bool:
+    return policy.lower() in ("bidirectional", "upgrade")
+
+
+def downgrade_enabled(policy: str) -> bool:
+    return policy.lower() in ("bidirectional", "downgrade")
+
+
+# --- upgrade ---
+
+def can_upgrade(group: ClassicGroup, policy: str, consumer_max_size: int) -> bool:
+    """Kafka's validateOnlineUpgrade, for a classic group with members."""
+    if not upgrade_enabled(policy):
+        log.info("cannot upgrade classic group %s to a consumer group: the online upgrade is disabled",
+                 group.group_id)
+        return False
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        log.info("cannot upgrade classic group %s to a consumer group: its protocol type is %r, not %r",
+                 group.group_id, group.protocol_type, CONSUMER_PROTOCOL_TYPE)
+        return False
+    if len(group.members) > consumer_max_size:
+        log.info("cannot upgrade classic group %s to a consumer group: it has more members than "
+                 "group.consumer.max.size", group.group_id)
+        return False
+    return True
+
+
+def consumer_group_from_classic(classic: ClassicGroup, topic_id_of: TopicIdOf) -> ConsumerGroup:
+    """Kafka's ConsumerGroup.fromClassicGroup. Every member is stable at the group's generation; one
+    that was mid-rebalance learns on its next Heartbeat that it must rejoin."""
+    group = ConsumerGroup(classic.group_id, classic.partition)
+    group.group_epoch = group.assignment_epoch = classic.generation
+    for old in classic.members.values():
+        try:
+            subscription = decode_subscription(old.metadata_for(classic.protocol or ""))
+            owned = decode_assignment(old.assignment)
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            raise MalformedProtocol(f"member {old.member_id}: {exc}") from exc
+        assigned = _to_ids(owned, topic_id_of)
+        group.members[old.member_id] = ConsumerMember(
+            old.member_id, instance_id=old.group_instance_id, rack_id=subscription.rack_id,
+            client_id=old.client_id, client_host=old.client_host, member_epoch=classic.generation,
+            previous_member_epoch=classic.generation, state=MEMBER_STABLE,
+            rebalance_timeout_ms=old.rebalance_timeout_ms, subscribed_topic_names=list(subscription.topics),
+            assigned=assigned, classic=ClassicMemberMetadata(old.session_timeout_ms, list(old.protocols)))
+        group.target[old.member_id] = {topic_id: set(ps) for topic_id, ps in assigned.items()}
+        if old.group_instance_id:
+            group.static_members[old.group_instance_id] = old.member_id
+    group.update_state()
+    return group
+
+
+# --- downgrade ---
+
+def all_classic_except(group: ConsumerGroup, member_id: str) -> bool:
+    """Kafka's allMembersUseClassicProtocolExcept: the member is of the consumer protocol, every other
+    one of the classic protocol."""
+    member = group.members.get(member_id)
+    return member is not None and member.classic is None and all(
+        m.classic is not None for m in group.members.values() if m is not member)
+
+
+def can_downgrade_without(group: ConsumerGroup, leaving_member_id: str, policy: str,
+                          classic_max_size: int) -> bool:
+    """Kafka's validateOnlineDowngradeWithFencedMember: the member leaving (or fenced) is the last of
+    the consumer protocol, and members remain."""
+    if not all_classic_except(group, leaving_member_id) or len(group.members) <= 1:
+        return False
+    if not downgrade_enabled(policy):
+        log.info("cannot downgrade consumer group %s to a classic group: the online downgrade is disabled",
+                 group.group_id)
+        return False
+    if len(group.members) - 1 > classic_max_size:
+        log.info("cannot downgrade consumer group %s to a classic group: it has more members than "
+                 "group.max.size", group.group_id)
+        return False
+    return True
+
+
+def classic_group_from_consumer(group: ConsumerGroup, leaving_member_id: str,
+                                topic_name_of: TopicNameOf) -> ClassicGroup:
+    """Kafka's ClassicGroup.fromConsumerGroup: Stable at generation = group epoch, without the
+    leaving member, each member holding its target assignment in its own protocol version."""
+    classic = ClassicGroup(group.group_id, group.partition, state=CLASSIC_STABLE, generation=group.group_epoch,
+                           protocol_type=CONSUMER_PROTOCOL_TYPE, state_timestamp=int(time.time() * 1000))
+    for member in group.members.values():
+        if member.member_id == leaving_member_id or member.classic is None:
+            continue
+        classic.members[member.member_id] = ClassicMember(
+            member.member_id, member.instance_id, member.client_id, member.client_host,
+            member.classic.session_timeout_ms, member.rebalance_timeout_ms, CONSUMER_PROTOCOL_TYPE,
+            list(member.classic.supported_protocols))
+    classic.protocol = select_protocol(classic)
+    for member in classic.members.values():
+        metadata = member.metadata_for(classic.protocol)
+        try:
+            version = protocol_version(metadata)
+        except struct.error as exc:
+            raise MalformedProtocol(f"member {member.member_id}: {exc}") from exc
+        member.assignment = encode_assignment(_to_names(group.target.get(member.member_id, {}), topic_name_of),
+                                              version)
+    return classic
+
+
+def classic_group_tombstone(group_id: str) -> tuple[bytes, None]:
+    return group_key(group_id), None
+
+
+# --- topic ids and names ---
+
+def _to_ids(partitions: dict[str, list[int]], topic_id_of: TopicIdOf) -> Assignment:
+    """Topics the cluster no longer has are left out, as Kafka's toTopicPartitionMap does."""
+    result: Assignment = {}
+    for name, numbers in partitions.items():
+        topic_id = topic_id_of(name)
+        if topic_id is not None and numbers:
+            result.setdefault(topic_id, set()).update(numbers)
+    return result
+
+
+def _to_names(assignment: Assignment, topic_name_of: TopicNameOf) -> dict[str, list[int]]:
+    result: dict[str, list[int]] = {}
+    for topic_id, numbers in assignment.items():
+        name = topic_name_of(topic_id)
+        if name is not None and numbers:
+            result[name] = sorted(numbers)
+    return result
