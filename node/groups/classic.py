@@ -250,6 +250,8 @@ class ClassicMembership:
     def _end_initial_delay(self, group: ClassicGroup, remaining_ms: int) -> None:
         """As Kafka's InitialDelayedJoin: while members keep arriving, the delay starts again, for
         at most the rebalance timeout in all."""
+        if self._replaced(group):
+            return
         if group.joined_during_delay and remaining_ms > 0:
             group.joined_during_delay = False
             delay_ms = min(self.initial_delay_ms, remaining_ms)
@@ -266,7 +268,7 @@ class ClassicMembership:
             self._complete_join(group)
 
     def _complete_join(self, group: ClassicGroup) -> None:
-        if group.state != PREPARING:
+        if group.state != PREPARING or self._replaced(group):
             return
         if group.join_deadline:
             group.join_deadline.cancel()
@@ -363,13 +365,15 @@ class ClassicMembership:
 
     def _expire_member(self, group: ClassicGroup, member_id: str) -> None:
         member = group.members.get(member_id)
-        if member is None or member.join_future is not None:
+        if member is None or member.join_future is not None or self._replaced(group):
             return  # a member waiting in JoinGroup is not expired, as in Kafka
         log.info("member %s of group %s missed its session timeout", member_id, group.group_id)
         self._remove_and_rebalance(group, [member_id])
 
     def _expire_pending(self, group: ClassicGroup, member_id: str) -> None:
         group.pending.pop(member_id, None)
+        if self._replaced(group):
+            return
         self._maybe_complete_join(group)
 
     def leave(self, group_id: str, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
@@ -424,11 +428,16 @@ class ClassicMembership:
 
     # --- groups converted between the protocols (node.groups.migration) ---
 
+    def _replaced(self, group: ClassicGroup) -> bool:
+        """A timer of a group that is no longer the group map's (it became a consumer group, or was
+        deleted) does nothing: its members are the new group's business."""
+        return self.directory.groups.get(group.group_id) is not group
+
     @staticmethod
     def release_waiting(group: ClassicGroup) -> None:
         """Members waiting in JoinGroup or SyncGroup of a group that becomes a consumer group rejoin
-        it (Kafka's completeAllJoinFutures/completeAllSyncFutures with REBALANCE_IN_PROGRESS)."""
-        group.cancel_timers()
+        it (Kafka's completeAllJoinFutures/completeAllSyncFutures with REBALANCE_IN_PROGRESS). Its
+        timers do nothing once the group map holds the consumer group."""
         for member in group.members.values():
             if member.join_future is not None and not member.join_future.done():
                 member.join_future.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
