@@ -2,6 +2,8 @@
 
 Answered by the group coordinator: REBALANCE_IN_PROGRESS when the member must rejoin,
 UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION when it is out of date, NOT_COORDINATOR on another node.
+A classic-protocol member of a KIP-848 consumer group is told to rejoin when the group epoch moved
+past its own, or it has partitions to revoke or to receive (node.groups.consumer_classic_members).
 
 Same as Kafka.
 """
@@ -15,6 +17,12 @@ VERSIONS = (0, 4)
 
 
 async def handle(broker, header, request):
-    error = broker.groups.owns(request.group_id) or broker.groups.classic.heartbeat(
-        request.group_id, request.generation_id, request.member_id)
+    error = broker.groups.owns(request.group_id)
+    group = broker.groups.group(request.group_id) if not error else None
+    if group is not None and group.group_type == "consumer":
+        error = broker.groups.classic_members.heartbeat(
+            group, request.generation_id, request.member_id,
+            request.group_instance_id if header.api_version >= 3 else None)
+    elif not error:
+        error = broker.groups.classic.heartbeat(request.group_id, request.generation_id, request.member_id)
     return RESPONSE[header.api_version](throttle_time_ms=0, error_code=error)

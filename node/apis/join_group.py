@@ -3,11 +3,18 @@
 The join waits for the rebalance to complete; a new member must first learn its member id (v4+,
 MEMBER_ID_REQUIRED); static members (group.instance.id, v5+) keep their place across restarts.
 
-Differs from Kafka: only classic groups; skip_assignment is never set.
+A classic-protocol member of a KIP-848 consumer group joins it as Kafka 4.x does
+(node.groups.consumer_classic_members): its generation is its member epoch, no member leads, and
+its JoinGroup is a heartbeat that may move the group epoch. A JoinGroup to an empty consumer group
+replaces it by a classic group.
+
+Differs from Kafka: skip_assignment is never set.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+
+from node.groups.persistence import GroupError
 
 REQUEST = JoinGroupRequest
 RESPONSE = JoinGroupResponse
@@ -19,11 +26,24 @@ async def handle(broker, header, request):
     owner = broker.groups.owns(request.group_id)
     if owner:
         return _response(version, error=owner, member_id=request.member_id)
-    result = await broker.groups.classic.join(
-        request.group_id, request.member_id, request.group_instance_id if version >= 5 else None,
-        header.client_id or "", header.client_host, request.session_timeout_ms,
-        request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms, request.protocol_type,
-        [(p.name, bytes(p.metadata)) for p in request.protocols], require_known_member=version >= 4)
+    joining = (request.member_id, request.group_instance_id if version >= 5 else None, header.client_id or "",
+               header.client_host, request.session_timeout_ms,
+               request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms, request.protocol_type,
+               [(p.name, bytes(p.metadata)) for p in request.protocols])
+    group = broker.groups.groups.get(request.group_id)
+    if group is not None and group.group_type == "consumer":
+        if group.members:
+            return _answer(version, await broker.groups.classic_members.join(
+                group, *joining, require_known_member=version >= 4))
+        try:
+            broker.groups.migration.replace_empty_consumer_group(group)
+        except GroupError as exc:
+            return _response(version, error=exc.code, member_id=request.member_id)
+    return _answer(version, await broker.groups.classic.join(
+        request.group_id, *joining, require_known_member=version >= 4))
+
+
+def _answer(version, result):
     return _response(version, error=result.error, generation=result.generation, protocol_type=result.protocol_type,
                      protocol=result.protocol, leader=result.leader, member_id=result.member_id,
                      members=[RESPONSE.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=data)

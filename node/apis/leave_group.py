@@ -1,6 +1,8 @@
 """LeaveGroup v0-5: one member (v0-2) or a batch of members with per-member results (v3+).
 
 A member leaving starts a rebalance for the others; static members are named by their instance id.
+Classic-protocol members of a KIP-848 consumer group leave it as Kafka 4.x has them leave: their
+records are tombstoned and the group epoch moves (node.groups.consumer_classic_members).
 
 Same as Kafka.
 """
@@ -20,7 +22,13 @@ async def handle(broker, header, request):
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]
     owner = broker.groups.owns(request.group_id)
-    errors = [owner] * len(leaving) if owner else broker.groups.classic.leave(request.group_id, leaving)
+    group = broker.groups.group(request.group_id) if not owner else None
+    if owner:
+        errors = [owner] * len(leaving)
+    elif group is not None and group.group_type == "consumer":
+        errors = await broker.groups.classic_members.leave(group, leaving)
+    else:
+        errors = broker.groups.classic.leave(request.group_id, leaving)
     if version < 3:
         return RESPONSE[version](throttle_time_ms=0, error_code=errors[0], members=[])
     return RESPONSE[version](throttle_time_ms=0, error_code=owner or ErrorCode.NONE, members=[

@@ -175,3 +175,96 @@ def _to_names(assignment: Assignment, topic_name_of: TopicNameOf) -> dict[str, l
         if name is not None and numbers:
             result[name] = sorted(numbers)
     return result
+
+
+# --- the coordinator's side: converting the group in its map, with its records ---
+
+class GroupMigration:
+    """Converts groups of the coordinator's group map (`directory.groups`) between the protocols,
+    writing what Kafka writes for it. The consumer membership calls upgrade() from the first
+    heartbeat of a member to a classic group and downgrade_instead_of_removing() wherever it fences
+    a member; the classic group APIs call replace_empty_consumer_group() for a JoinGroup to an empty
+    consumer group."""
+
+    def __init__(self, broker, directory):
+        self.broker = broker
+        self.directory = directory
+
+    def policy(self) -> str:
+        return self.broker.config.get("group.consumer.migration.policy") or "bidirectional"
+
+    def upgrade(self, classic: ClassicGroup, out: list) -> ConsumerGroup | None:
+        """The consumer group a classic group with members becomes, its records added to `out`; None
+        when the policy, its protocol type or its size forbid it, or its members' embedded protocol
+        cannot be read (the heartbeat is then answered GROUP_ID_NOT_FOUND, as Kafka answers it).
+        The group map is not touched: the caller installs the group once the joining member is
+        accepted."""
+        if not can_upgrade(classic, self.policy(), self.broker.config.get_int("group.consumer.max.size")):
+            return None
+        try:
+            group = consumer_group_from_classic(classic, self._topic_id)
+        except MalformedProtocol as exc:
+            log.warning("cannot upgrade classic group %s to a consumer group: its embedded consumer protocol "
+                        "is malformed (%s)", classic.group_id, exc)
+            return None
+        self.directory.classic.release_waiting(classic)
+        out.append(classic_group_tombstone(classic.group_id))
+        out.extend(self.directory.consumer.records_of(group))
+        for member in group.members.values():
+            self.directory.classic_members.arm_session(group, member)
+        log.info("classic group %s (generation %d, %d members) upgraded to a consumer group", classic.group_id,
+                 classic.generation, len(group.members))
+        return group
+
+    def empty_classic_tombstone(self, group) -> list:
+        """An empty classic group is replaced by a consumer group whatever the policy (Kafka's
+        maybeDeleteEmptyClassicGroup): its record's tombstone; its offsets stay."""
+        return [classic_group_tombstone(group.group_id)] if group is not None else []
+
+    def downgrade_instead_of_removing(self, group: ConsumerGroup, member_id: str, out: list) -> bool:
+        """When the member leaving (or fenced) is the last of the consumer protocol and the policy
+        allows, the group becomes a classic group without it and rebalances (Kafka's
+        consumerGroupFenceMember with convertToClassicGroup): True, its records added to `out`."""
+        if not can_downgrade_without(group, member_id, self.policy(), _classic_max_size(self.broker)):
+            return False
+        try:
+            classic = classic_group_from_consumer(group, member_id, self._topic_name)
+        except MalformedProtocol as exc:
+            log.warning("cannot downgrade consumer group %s to a classic group: %s", group.group_id, exc)
+            return False
+        out.extend(self.directory.consumer.tombstones(group))
+        out.append(classic.record())
+        self._install_classic(group, classic, rebalance=True)
+        log.info("consumer group %s (epoch %d) downgraded to a classic group: its last consumer-protocol member "
+                 "%s left", group.group_id, group.group_epoch, member_id)
+        return True
+
+    def replace_empty_consumer_group(self, group: ConsumerGroup) -> None:
+        """A JoinGroup to an empty consumer group: the group is deleted (its tombstones written, its
+        offsets kept) and the join creates a classic group (Kafka's maybeDeleteEmptyConsumerGroup)."""
+        self.directory.group_log.append(group.partition, self.directory.consumer.tombstones(group))
+        self._forget(group)
+        del self.directory.groups[group.group_id]
+
+    def _install_classic(self, group: ConsumerGroup, classic: ClassicGroup, rebalance: bool) -> None:
+        self._forget(group)
+        self.directory.groups[group.group_id] = classic
+        self.directory.classic.adopt(classic, rebalance)
+
+    def _forget(self, group: ConsumerGroup) -> None:
+        group.cancel_timers()
+        self.directory.classic_members.forget(group.group_id)
+
+    def _topic_id(self, name: str) -> uuid.UUID | None:
+        topic = self.broker.topic(name)
+        return topic.topic_id if topic is not None else None
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topic = self.broker.topic_by_id(topic_id)
+        return topic.name if topic is not None else None
+
+
+def _classic_max_size(broker) -> int:
+    """group.max.size, Kafka's limit of a classic group (unlimited unless set)."""
+    value = broker.config.get("group.max.size")
+    return int(value) if value else 2**31 - 1
