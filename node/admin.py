@@ -140,7 +140,7 @@ class AdminServer:
         error, group = self.broker.groups.force_rebalance(_named(args, "group_id", "a group name"))
         if group is None:
             return {"error_code": int(error)}
-        return {"error_code": 0, "state": group.state, "generation": group.generation,
+        return {"error_code": 0, "state": group.state, "generation": group.generation if group.group_type == "classic" else group.group_epoch,
                 "members": sorted(group.members)}
 
 

@@ -189,6 +189,7 @@ class ReplicaManager:
         if self._known_topics is not None and self._known_topics - existing:
             coordinator.forget_deleted_topics(self._known_topics - existing)
         self._known_topics = existing
+        coordinator.metadata_changed()
 
     def _update_transaction_partitions(self) -> None:
         """A partition is (re)loaded whenever this node takes a new term of it: the coordinator epoch

@@ -75,6 +75,7 @@ API_MODULES = (
     "describe_producers",
     "describe_transactions",
     "list_transactions",
+    "consumer_group_heartbeat",
 )
 
 

@@ -36,7 +36,7 @@ async def handle(broker, header, request):
             return _answer(version, await broker.groups.classic_members.join(
                 group, *joining, require_known_member=version >= 4))
         try:
-            broker.groups.migration.replace_empty_consumer_group(group)
+            broker.groups.make_classic(group)
         except GroupError as exc:
             return _response(version, error=exc.code, member_id=request.member_id)
     return _answer(version, await broker.groups.classic.join(

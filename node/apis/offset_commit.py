@@ -4,7 +4,9 @@ Version 0 carries no generation or member id: it commits as a client outside the
 does (accepted while the group has no members). Version 1 names a commit timestamp per partition,
 stored as the commit's time (what offset expiry counts from) unless it is -1, as in Kafka 3.9.
 Metadata longer than offset.metadata.max.bytes is OFFSET_METADATA_TOO_LARGE; v10 names topics
-by id.
+by id. A KIP-848 consumer group's member commits with its member epoch (v9+): another epoch is
+STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, an older version UNSUPPORTED_VERSION; a
+commit with epoch -1 from outside the group is accepted only while the group has no members.
 
 Differs from Kafka: Kafka kept version 0 commits in ZooKeeper, apart from the others; here they
 are the group's offsets like every other version's.
@@ -31,9 +33,9 @@ DEFAULT_TIMESTAMP = -1  # a version 1 partition without a timestamp of its own: 
 
 async def handle(broker, header, request):
     version = header.api_version
-    error = broker.groups.owns(request.group_id) or broker.groups.classic.check_commit(
+    error = broker.groups.owns(request.group_id) or broker.groups.check_commit(
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
-        request.group_instance_id if version >= 7 else None)
+        request.group_instance_id if version >= 7 else None, version)
     now = int(time.time() * 1000)
     max_metadata = broker.config.get_int("offset.metadata.max.bytes")
     accepted: dict[tuple[str, int], CommittedOffset] = {}

@@ -6,7 +6,9 @@ in every partition asked for, as Kafka's OffsetFetchRequest.getErrorResponse doe
 topics by id. Offsets a transaction committed are not answered before the transaction commits;
 with require_stable (v7+, KIP-447) a partition the group has such pending offsets for is answered
 UNSTABLE_OFFSET_COMMIT, offset -1, in the partition (at every version, as Kafka does), and the
-client asks again; without it, the offset committed before the transaction is answered.
+client asks again; without it, the offset committed before the transaction is answered. From v9
+the fetch names the member: a KIP-848 consumer group answers an unknown member UNKNOWN_MEMBER_ID
+and another epoch than the member's STALE_MEMBER_EPOCH, for the group.
 
 Same as Kafka.
 """
@@ -39,7 +41,8 @@ async def handle(broker, header, request):
     for group in request.groups:
         wanted = None if group.topics is None else [(_topic_name(broker, t, version), list(t.partition_indexes))
                                                      for t in group.topics]
-        error, offsets = _lookup(broker, group.group_id, wanted, request.require_stable)
+        error, offsets = _lookup(broker, group.group_id, wanted, request.require_stable,
+                                 (group.member_id, group.member_epoch) if version >= 9 else None)
         Topic = Group.OffsetFetchResponseTopics
         groups.append(Group(group_id=group.group_id, error_code=error, topics=[
             Topic(name=topic if version < 10 else None,
@@ -62,10 +65,10 @@ def _topic_id(broker, name):
     return info.topic_id if info else None
 
 
-def _lookup(broker, group_id: str, wanted, require_stable: bool):
+def _lookup(broker, group_id: str, wanted, require_stable: bool, member: tuple[str | None, int] | None = None):
     """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]); -1 where nothing is committed."""
     coordinator = broker.groups
-    error = coordinator.owns(group_id)
+    error = coordinator.owns(group_id) or (coordinator.check_fetch(group_id, *member) if member else ErrorCode.NONE)
     if error:
         return error, []
     committed = coordinator.committed(group_id)

@@ -66,7 +66,7 @@ def _group_error(broker, request, version: int) -> ErrorCode:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE  # clients before 2.0 fail on the loading error
     if error or version < 3:
         return error
-    return broker.groups.classic.check_transactional_commit(
+    return broker.groups.check_transactional_commit(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id)
 
 

@@ -11,6 +11,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
+from node.groups.consumer_records import ClassicMemberMetadata
+
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 
 # Kafka's MemberState names
@@ -20,15 +22,6 @@ UNRELEASED_PARTITIONS = "UNRELEASED_PARTITIONS"
 MEMBER_UNKNOWN = "UNKNOWN"
 
 Assignment = dict[uuid.UUID, set[int]]  # topic id -> partitions
-
-
-@dataclass
-class ClassicMemberMetadata:
-    """What a member that speaks the classic protocol inside a consumer group joined with
-    (node.groups.consumer_classic_members): its session timeout and its JoinGroup protocols."""
-
-    session_timeout_ms: int
-    supported_protocols: list[tuple[str, bytes]]
 
 
 @dataclass
@@ -51,6 +44,7 @@ class ConsumerMember:
     # Timers: the session (reset by every heartbeat) and the revocation deadline (rebalance timeout).
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
     revocation_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
+    revocation_epoch: int = field(default=-1, repr=False, compare=False)  # the epoch its revocation timer is for
 
     def cancel_timers(self) -> None:
         for timer in (self.session_timer, self.revocation_timer):
@@ -71,9 +65,9 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> its target assignment
     preferred_assignor: str | None = None
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    # Subscribed topic name -> its partition count when the group epoch last moved: a change of
-    # metadata that changes these bumps the epoch (Kafka's subscription metadata).
-    subscription_metadata: dict[str, int] = field(default_factory=dict)
+    # Subscribed topic name -> (topic id, partition count) when the group epoch last moved: a change
+    # of metadata that changes these bumps the epoch (Kafka's subscription metadata).
+    subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
 
     def subscribed_topic_names(self) -> set[str]:
         return {name for member in self.members.values() for name in member.subscribed_topic_names}

@@ -21,12 +21,14 @@ import asyncio
 import logging
 import struct
 import uuid
+from dataclasses import replace
 
 from cluster.formats.errors import ErrorCode
 from node.groups.classic import JoinResult
 from node.groups.consumer import (
     UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember,
 )
+from node.groups.consumer_subscriptions import subscribed_partition_counts
 from node.groups.migration import CONSUMER_PROTOCOL_TYPE
 from node.groups.persistence import GroupError
 from node.groups.records import decode_subscription, encode_assignment, protocol_version
@@ -78,8 +80,7 @@ class ClassicMembersOfConsumerGroups:
             member = self._member_for_join(group, member_id, instance_id, unknown, out)
         except _Refused as exc:
             return JoinResult(exc.code, member_id=member_id)
-        before = self.consumer.member_fields(member)
-        was_member = member.member_id in group.members
+        before = _fields(member) if member.member_id in group.members else None
         if instance_id is not None:
             member.instance_id = instance_id
         if subscription.rack_id is not None:
@@ -92,8 +93,7 @@ class ClassicMembersOfConsumerGroups:
         group.members[member.member_id] = member
         if member.instance_id:
             group.static_members[member.instance_id] = member.member_id
-        self.consumer.member_joined(group, member, before if was_member else None,
-                                    _owned_ids(subscription.owned_partitions, self.broker), out)
+        self._update_group(group, member, before, _owned_ids(subscription.owned_partitions, self.broker), out)
         error = await self._store(group, out)
         if error:
             return JoinResult(error, member_id=member.member_id)
@@ -103,6 +103,20 @@ class ClassicMembersOfConsumerGroups:
             self._arm(self._sync_timers, group, member, member.rebalance_timeout_ms, "did not send SyncGroup in time")
         return JoinResult(ErrorCode.NONE, member.member_epoch, CONSUMER_PROTOCOL_TYPE, protocols[0][0], "",
                           member.member_id, [])
+
+    def _update_group(self, group: ConsumerGroup, member: ConsumerMember, before: tuple | None, owned: Assignment,
+                      out: list[Record]) -> None:
+        """What a consumer-protocol member's full heartbeat moves (ConsumerMembership's steps): its
+        metadata record when it changed; the group epoch and target assignment when its subscription
+        or the subscribed topics changed; its reconciliation with the partitions it says it owns."""
+        if before != _fields(member):
+            out.append(self.consumer._member_metadata_record(group, member))
+        subscription_changed = before is None or before[4:6] != _fields(member)[4:6]
+        if subscription_changed or \
+                subscribed_partition_counts(group, self.broker.image.topics) != group.subscription_metadata:
+            self.consumer._bump_epoch(group, out)
+        self.consumer._reconcile(group, member, owned, out)
+        group.update_state()
 
     def _is_full(self, group: ConsumerGroup, member_id: str) -> bool:
         return member_id not in group.members and \
@@ -124,7 +138,9 @@ class ClassicMembersOfConsumerGroups:
                 raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
             return static
         self._cancel_all(group, static.member_id)
-        return self.consumer.replace_static_member(group, static, member_id, out)
+        member = replace(static, member_id=member_id, session_timer=None, revocation_timer=None)
+        self.consumer._replace_static(group, static, member, out)
+        return member
 
     # --- SyncGroup ---
 
@@ -199,7 +215,7 @@ class ClassicMembersOfConsumerGroups:
                 continue
             log.info("member %s of consumer group %s left through LeaveGroup", member.member_id, group.group_id)
             self._cancel_all(group, member.member_id)
-            self.consumer.remove(group, member, out)
+            self.consumer._remove(group, member, out)
             errors.append(ErrorCode.NONE)
         error = await self._store(group, out)
         return [error or code if code == ErrorCode.NONE else code for code in errors]
@@ -256,7 +272,7 @@ class ClassicMembersOfConsumerGroups:
         self._cancel_all(group, member.member_id)
         if self.directory.groups.get(group.group_id) is not group or group.members.get(member.member_id) is not member:
             return
-        self.consumer.fence_quietly(group, member.member_id, why)
+        self.consumer._fence_quietly(group, member.member_id, why)
 
     async def _store(self, group: ConsumerGroup, out: list[Record]) -> ErrorCode:
         if not out:
@@ -270,6 +286,13 @@ class ClassicMembersOfConsumerGroups:
             log.error("cannot store the state of consumer group %s: %s", group.group_id, exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
+
+
+def _fields(member: ConsumerMember) -> tuple:
+    """What the member's MemberMetadata record holds; [4:6] is its subscription."""
+    return (member.instance_id, member.rack_id, member.client_id, member.client_host,
+            tuple(member.subscribed_topic_names), member.subscribed_topic_regex, member.rebalance_timeout_ms,
+            member.server_assignor, member.classic)
 
 
 def _supports_protocols(group: ConsumerGroup, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:

@@ -24,11 +24,14 @@ from cluster.formats.records import NO_PRODUCER_ID
 from node.groups import placement
 from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership
 from node.groups.consumer import ConsumerGroup
+from node.groups.consumer_classic_members import ClassicMembersOfConsumerGroups
 from node.groups.consumer_membership import ConsumerMembership
+from node.groups.migration import GroupMigration
 from node.groups.offsets import OffsetStore, Position
 from node.coordinator_log import Producer
 from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
-from node.groups.records import CommittedOffset, decode_key, group_key
+from node.groups import consumer_records
+from node.groups.records import CommittedOffset, decode_key, group_key, key_version
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ class GroupCoordinator:
         self.group_log = GroupLog(broker)
         self.classic = ClassicMembership(broker.config, self, self.group_log)
         self.consumer = ConsumerMembership(broker, self, self.group_log)
+        self.classic_members = ClassicMembersOfConsumerGroups(broker, self, self.consumer)
+        self.migration = GroupMigration(broker, self)
         self.offsets = OffsetStore(self.group_log)
         self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
 
@@ -77,6 +82,15 @@ class GroupCoordinator:
 
     # --- the group map ---
 
+    def consumer_groups(self, partition: int | None = None) -> list[ConsumerGroup]:
+        """The KIP-848 consumer groups of one loaded partition, or of every one."""
+        return [g for g in self.groups.values() if g.group_type == "consumer"
+                and (g.partition == partition if partition is not None else g.partition in self.loaded_partitions)]
+
+    def metadata_changed(self) -> None:
+        """The metadata image moved: consumer groups whose subscribed topics changed rebalance."""
+        self.consumer.metadata_changed(self.consumer_groups())
+
     def group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
         group = self.groups.get(group_id)
         if group is None and create:
@@ -101,19 +115,27 @@ class GroupCoordinator:
                 self._apply_record(partition, item)
         self.loaded_partitions.add(partition)
         self._forget_refusals(partition)
+        self.consumer.loaded(self.consumer_groups(partition))
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
                  placement.OFFSETS_TOPIC, partition)
 
     def _apply_record(self, partition: int, record: ReplayedRecord) -> None:
-        decoded = decode_key(record.key) if record.key else None
+        if not record.key:
+            return
+        key_type = key_version(record.key)
+        if key_type in consumer_records.KEY_TYPES:
+            self._apply_consumer_record(partition, record)
+            return
+        # key types 9-15: share groups
+        decoded = decode_key(record.key)
         if decoded is None:
             return
         value = record.value
         group = self.groups.get(decoded[1])
-        if group is None:
+        if group is None or (decoded[0] == "group" and value is not None and group.group_type != "classic"):
             if value is None:
                 return
-            group = self.groups[decoded[1]] = ClassicGroup(decoded[1], partition)
+            group = self._replace(decoded[1], ClassicGroup(decoded[1], partition))
         if decoded[0] == "offset":
             position = (decoded[2], decoded[3])
             if record.producer_id == NO_PRODUCER_ID:
@@ -122,9 +144,40 @@ class GroupCoordinator:
                 self.offsets.replay_transactional(group.group_id, (record.producer_id, record.producer_epoch),
                                                   position, value, record.batch_offset)
         elif value is None:
-            self._drop(group)
+            self._group_removed(group)
         else:
             self.classic.replay(group, value)
+
+    def _apply_consumer_record(self, partition: int, record: ReplayedRecord) -> None:
+        """Key types 3-8: a KIP-848 consumer group's records. Its first one turns a classic group of
+        the same id that only held offsets into the consumer group; a type-3 tombstone deletes it."""
+        record_type, group_id, member_id = consumer_records.decode_key(record.key)
+        group = self.groups.get(group_id)
+        if group is None or group.group_type != "consumer":
+            if record.value is None:
+                return
+            group = self._replace(group_id, ConsumerGroup(group_id, partition))
+        if record_type == consumer_records.GROUP_METADATA and record.value is None:
+            self._group_removed(group)
+        else:
+            self.consumer.replay(group, record_type, member_id, record.value)
+
+    def _group_removed(self, group: ClassicGroup | ConsumerGroup) -> None:
+        """Its record's tombstone (a classic group's, or a consumer group's type 3, as a group converted
+        to the other type writes): the offsets committed under its id stay, with a classic group to
+        hold them (DeleteGroups tombstones the offsets before the group)."""
+        if self.offsets.committed(group.group_id) or self.offsets.has_open_transactions(group.group_id):
+            self._replace(group.group_id, ClassicGroup(group.group_id, group.partition))
+        else:
+            self._drop(group)
+
+    def _replace(self, group_id: str, group):
+        """A group of another type takes the id; the offsets committed under it stay."""
+        old = self.groups.get(group_id)
+        if old is not None:
+            old.cancel_timers()
+        self.groups[group_id] = group
+        return group
 
     def unload_partition(self, partition: int) -> None:
         self.loaded_partitions.discard(partition)
@@ -135,14 +188,20 @@ class GroupCoordinator:
 
     # --- the group's life ---
 
-    def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+    def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | ConsumerGroup | None]:
         """Start a rebalance of a group with members, as a member joining it would (see
-        ClassicMembership.force_rebalance)."""
+        ClassicMembership.force_rebalance and ConsumerMembership.force_rebalance)."""
         error = self.owns(group_id)
         group = self.groups.get(group_id)
         if error or group is None or group.state == DEAD:
             return error or ErrorCode.GROUP_ID_NOT_FOUND, None
-        self.classic.force_rebalance(group)
+        if group.group_type == "consumer":
+            try:
+                self.consumer.force_rebalance(group)
+            except GroupError as exc:
+                return exc.code, None
+        else:
+            self.classic.force_rebalance(group)
         return ErrorCode.NONE, group
 
     def delete_group(self, group_id: str) -> ErrorCode:
@@ -151,12 +210,45 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), (group_key(group_id), None)])
+        removal = self.consumer.tombstones(group) if group.group_type == "consumer" else [(group_key(group_id), None)]
+        self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *removal])
         self._drop(group)
         group.transition(DEAD)
         return ErrorCode.NONE
 
     # --- offsets ---
+
+    def check_commit(self, group_id: str, generation_or_epoch: int, member_id: str, instance_id: str | None,
+                     version: int) -> ErrorCode:
+        """Whether an OffsetCommit may commit for the group: its group type's rule."""
+        group = self.groups.get(group_id)
+        if group is not None and group.group_type == "consumer":
+            return self.consumer.check_commit(group, member_id, generation_or_epoch, version)
+        return self.classic.check_commit(group_id, generation_or_epoch, member_id, instance_id)
+
+    def check_transactional_commit(self, group_id: str, generation_or_epoch: int, member_id: str,
+                                   instance_id: str | None) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is not None and group.group_type == "consumer":
+            return self.consumer.check_commit(group, member_id, generation_or_epoch, 0, transactional=True)
+        return self.classic.check_transactional_commit(group_id, generation_or_epoch, member_id, instance_id)
+
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ names the member fetching: a consumer group checks it; a classic one does not."""
+        group = self.groups.get(group_id)
+        if group is not None and group.group_type == "consumer":
+            return self.consumer.check_fetch(group, member_id, member_epoch)
+        return ErrorCode.NONE
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        group = self.groups.get(group_id)
+        return group if group is not None and group.group_type == "consumer" else None
+
+    def make_classic(self, group: ConsumerGroup) -> None:
+        """An empty consumer group that a classic member joins becomes a classic group, its offsets kept
+        (Kafka converts it the same way)."""
+        self.group_log.append(group.partition, self.consumer.tombstones(group))
+        self._replace(group.group_id, ClassicGroup(group.group_id, group.partition))
 
     async def commit(self, group_id: str, offsets: dict[Position, CommittedOffset]) -> None:
         """A commit from outside the group protocol creates the group it commits for, as in Kafka."""

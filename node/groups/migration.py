@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from node.groups import consumer_records as records
 from node.groups.classic import STABLE as CLASSIC_STABLE, ClassicGroup, ClassicMember, select_protocol
 from node.groups.consumer import (
     MEMBER_STABLE, Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember,
@@ -156,6 +157,26 @@ def classic_group_tombstone(group_id: str) -> tuple[bytes, None]:
     return group_key(group_id), None
 
 
+def consumer_group_records(group: ConsumerGroup) -> list[tuple[bytes, bytes]]:
+    """Kafka's ConsumerGroup.createConsumerGroupRecords: what a group converted from a classic
+    group is written as, each member's target assignment being its current one."""
+    gid = group.group_id
+    members = list(group.members.values())
+    out = [(records.key(records.MEMBER_METADATA, gid, m.member_id), records.member_metadata_value(
+        records.MemberMetadata(m.instance_id, m.rack_id, m.client_id, m.client_host, list(m.subscribed_topic_names),
+                               m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic)))
+           for m in members]
+    out.append((records.key(records.GROUP_METADATA, gid), records.group_metadata_value(group.group_epoch)))
+    out.extend((records.key(records.TARGET_ASSIGNMENT_MEMBER, gid, m.member_id),
+                records.target_assignment_member_value(group.target.get(m.member_id, {}))) for m in members)
+    out.append((records.key(records.TARGET_ASSIGNMENT_METADATA, gid),
+                records.target_assignment_metadata_value(group.assignment_epoch)))
+    out.extend((records.key(records.CURRENT_MEMBER_ASSIGNMENT, gid, m.member_id), records.current_assignment_value(
+        records.MemberAssignment(m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation)))
+        for m in members)
+    return out
+
+
 # --- topic ids and names ---
 
 def _to_ids(partitions: dict[str, list[int]], topic_id_of: TopicIdOf) -> Assignment:
@@ -183,8 +204,7 @@ class GroupMigration:
     """Converts groups of the coordinator's group map (`directory.groups`) between the protocols,
     writing what Kafka writes for it. The consumer membership calls upgrade() from the first
     heartbeat of a member to a classic group and downgrade_instead_of_removing() wherever it fences
-    a member; the classic group APIs call replace_empty_consumer_group() for a JoinGroup to an empty
-    consumer group."""
+    a member."""
 
     def __init__(self, broker, directory):
         self.broker = broker
@@ -209,7 +229,7 @@ class GroupMigration:
             return None
         self.directory.classic.release_waiting(classic)
         out.append(classic_group_tombstone(classic.group_id))
-        out.extend(self.directory.consumer.records_of(group))
+        out.extend(consumer_group_records(group))
         for member in group.members.values():
             self.directory.classic_members.arm_session(group, member)
         log.info("classic group %s (generation %d, %d members) upgraded to a consumer group", classic.group_id,
@@ -238,13 +258,6 @@ class GroupMigration:
         log.info("consumer group %s (epoch %d) downgraded to a classic group: its last consumer-protocol member "
                  "%s left", group.group_id, group.group_epoch, member_id)
         return True
-
-    def replace_empty_consumer_group(self, group: ConsumerGroup) -> None:
-        """A JoinGroup to an empty consumer group: the group is deleted (its tombstones written, its
-        offsets kept) and the join creates a classic group (Kafka's maybeDeleteEmptyConsumerGroup)."""
-        self.directory.group_log.append(group.partition, self.directory.consumer.tombstones(group))
-        self._forget(group)
-        del self.directory.groups[group.group_id]
 
     def _install_classic(self, group: ConsumerGroup, classic: ClassicGroup, rebalance: bool) -> None:
         self._forget(group)

@@ -133,6 +133,11 @@ def group_value(group: StoredGroup) -> bytes:
 
 # --- decoding ---
 
+def key_version(key: bytes) -> int:
+    """The version every key starts with: which record it is (0-2 classic, 3-8 consumer groups, ...)."""
+    return _I16.unpack_from(key, 0)[0]
+
+
 def decode_key(key: bytes):
     """('offset', group, topic, partition) or ('group', group), or None for keys we do not know."""
     reader = _Reader(key)

@@ -1,0 +1,141 @@
+"""KIP-848 consumer groups, without processes: the assignors, reconciliation, and the records' bytes."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from node.groups import consumer_records as records
+from node.groups.assignors import MemberSubscription, range_, uniform
+from node.groups.consumer_reconciliation import FencedMember, Reconciled, reconcile
+
+A = uuid.UUID("00000000-0000-0000-0000-00000000000a")
+B = uuid.UUID("00000000-0000-0000-0000-00000000000b")
+
+
+# --- assignors ---
+
+def test_uniform_gives_every_partition_once_and_balances():
+    members = {m: MemberSubscription({A}) for m in ("m1", "m2", "m3")}
+    target = uniform(members, {A: 8})
+    assert sorted(p for a in target.values() for p in a.get(A, ())) == list(range(8))
+    assert sorted(len(a.get(A, ())) for a in target.values()) == [2, 3, 3]
+
+
+def test_uniform_keeps_partitions_where_they_are():
+    current = {"m1": {A: {0, 1, 2, 3, 4, 5}}}
+    target = uniform({"m1": MemberSubscription({A}, current["m1"]), "m2": MemberSubscription({A})}, {A: 6})
+    assert target["m1"] == {A: {0, 1, 2}} and target["m2"] == {A: {3, 4, 5}}
+    # A third member takes one from each; nobody else's partitions move.
+    again = uniform({"m1": MemberSubscription({A}, target["m1"]), "m2": MemberSubscription({A}, target["m2"]),
+                     "m3": MemberSubscription({A})}, {A: 6})
+    assert again == {"m1": {A: {0, 1}}, "m2": {A: {3, 4}}, "m3": {A: {2, 5}}}
+
+
+def test_uniform_with_different_subscriptions_gives_only_subscribed_topics():
+    members = {"m1": MemberSubscription({A}), "m2": MemberSubscription({A, B})}
+    target = uniform(members, {A: 2, B: 2})
+    assert target["m1"] == {A: {0, 1}} and target["m2"] == {B: {0, 1}}
+
+
+def test_uniform_drops_partitions_of_topics_no_longer_subscribed_or_gone():
+    members = {"m1": MemberSubscription({A}, {A: {0, 5}, B: {0}})}
+    assert uniform(members, {A: 2}) == {"m1": {A: {0, 1}}}
+
+
+def test_range_splits_each_topic_in_member_order():
+    members = {m: MemberSubscription({A, B}) for m in ("m2", "m1")}
+    target = range_(members, {A: 5, B: 2})
+    assert target == {"m1": {A: {0, 1, 2}, B: {0}}, "m2": {A: {3, 4}, B: {1}}}
+
+
+def test_range_leaves_members_without_partitions_when_there_are_fewer():
+    members = {m: MemberSubscription({A}) for m in ("m1", "m2", "m3")}
+    assert range_(members, {A: 2}) == {"m1": {A: {0}}, "m2": {A: {1}}, "m3": {}}
+
+
+# --- reconciliation ---
+
+def free(_topic, _partition):
+    return -1
+
+
+def test_a_new_member_takes_free_partitions_at_the_target_epoch():
+    nxt = reconcile(Reconciled(0, 0, "STABLE", {}, {}), 3, {A: {0, 1}}, {}, free)
+    assert nxt == Reconciled(3, 0, "STABLE", {A: {0, 1}}, {})
+
+
+def test_a_partition_held_by_another_member_waits_for_its_release():
+    nxt = reconcile(Reconciled(0, 0, "STABLE", {}, {}), 3, {A: {0, 1}}, {},
+                    lambda t, p: 2 if p == 1 else -1)
+    assert nxt == Reconciled(3, 0, "UNRELEASED_PARTITIONS", {A: {0}}, {})
+    released = reconcile(nxt, 3, {A: {0, 1}}, {A: {0}}, free)
+    assert released == Reconciled(3, 3, "STABLE", {A: {0, 1}}, {})
+
+
+def test_an_owner_revokes_before_its_epoch_moves():
+    owner = Reconciled(2, 1, "STABLE", {A: {0, 1}}, {})
+    revoking = reconcile(owner, 3, {A: {0}}, {A: {0, 1}}, free)
+    assert revoking == Reconciled(2, 2, "UNREVOKED_PARTITIONS", {A: {0}}, {A: {1}})
+    # Still owning partition 1: nothing changes.
+    assert reconcile(revoking, 3, {A: {0}}, {A: {0, 1}}, free) == revoking
+    # Unknown ownership (owned not sent) counts as still owning.
+    assert reconcile(revoking, 3, {A: {0}}, None, free) == revoking
+    done = reconcile(revoking, 3, {A: {0}}, {A: {0}}, free)
+    assert done == Reconciled(3, 2, "STABLE", {A: {0}}, {})
+
+
+def test_a_member_that_owns_nothing_of_what_it_must_revoke_moves_at_once():
+    owner = Reconciled(2, 1, "STABLE", {A: {0, 1}}, {})
+    assert reconcile(owner, 3, {A: {0, 2}}, {A: {0}}, free) == Reconciled(3, 2, "STABLE", {A: {0, 2}}, {})
+
+
+def test_a_member_in_unknown_state_with_partitions_is_fenced():
+    with pytest.raises(FencedMember):
+        reconcile(Reconciled(2, 1, "UNKNOWN", {}, {}), 3, {}, {A: {0}}, free)
+
+
+# --- records, against the bytes of Kafka's JSON layouts ---
+
+def test_group_metadata_key_and_value_bytes():
+    assert records.key(records.GROUP_METADATA, "g") == b"\x00\x03\x00\x01g"
+    # version 0, Epoch int32, empty tagged fields
+    assert records.group_metadata_value(7) == b"\x00\x00\x00\x00\x00\x07\x00"
+    assert records.decode_key(b"\x00\x03\x00\x01g") == (3, "g", None)
+
+
+def test_member_keys_carry_the_member_id():
+    key = records.key(records.CURRENT_MEMBER_ASSIGNMENT, "g", "m1")
+    assert key == b"\x00\x08\x00\x01g\x00\x02m1"
+    assert records.decode_key(key) == (8, "g", "m1")
+    assert records.decode_key(b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x00") is None
+
+
+def test_member_metadata_value_bytes_and_round_trip():
+    value = records.MemberMetadata(None, "r", "c", "/h", ["t"], "x.*", 300, "uniform")
+    data = records.member_metadata_value(value)
+    assert data == (b"\x00\x00" + b"\x00" + b"\x02r" + b"\x02c" + b"\x03/h" + b"\x02\x02t" + b"\x04x.*"
+                    + b"\x00\x00\x01\x2c" + b"\x08uniform" + b"\x00")
+    assert records.decode_member_metadata(data) == value
+
+
+def test_current_assignment_value_bytes_and_round_trip():
+    value = records.MemberAssignment(5, 4, "UNREVOKED_PARTITIONS", {A: {1, 0}}, {B: {2}})
+    data = records.current_assignment_value(value)
+    assert data == (b"\x00\x00" + b"\x00\x00\x00\x05" + b"\x00\x00\x00\x04" + b"\x01"
+                    + b"\x02" + A.bytes + b"\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00"
+                    + b"\x02" + B.bytes + b"\x02\x00\x00\x00\x02\x00" + b"\x00")
+    assert records.decode_current_assignment(data) == value
+
+
+def test_target_assignment_records_round_trip():
+    data = records.target_assignment_member_value({A: {0, 3}})
+    assert data == b"\x00\x00\x02" + A.bytes + b"\x03\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00"
+    assert records.decode_target_assignment_member(data) == {A: {0, 3}}
+    assert records.decode_target_assignment_metadata(records.target_assignment_metadata_value(9)) == 9
+
+
+def test_values_with_tagged_fields_are_read():
+    # MetadataHash (tag 0, int64) after the epoch, as Kafka 4.1 writes it.
+    data = b"\x00\x00\x00\x00\x00\x07" + b"\x01\x00\x08" + b"\x00" * 8
+    assert records.decode_group_metadata(data) == 7
