@@ -1,7 +1,9 @@
 """ListGroups v0-5: the groups this node coordinates, filtered by state (v4+) and type (v5+).
 
-Differs from Kafka: every group is a classic group, so a type filter without "classic" lists
-none.
+Each group is listed with its type ("classic" or "consumer", KIP-848); a consumer group's protocol
+type is "consumer", as Kafka lists it.
+
+Same as Kafka.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ async def handle(broker, header, request):
     for group in sorted(broker.groups.groups.values(), key=lambda g: g.group_id):
         if states is not None and group.state.lower() not in states:
             continue
-        if types is not None and "classic" not in types:
+        if types is not None and group.group_type not in types:
             continue
-        listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
-                                           group_state=group.state, group_type="classic"))
+        protocol_type = "consumer" if group.group_type == "consumer" else group.protocol_type or ""
+        listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=protocol_type,
+                                           group_state=group.state, group_type=group.group_type))
     return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)

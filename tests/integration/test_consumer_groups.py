@@ -48,10 +48,11 @@ def members():
 
 
 class MemberProcess:
-    def __init__(self, cluster, group: str, subscription: str, instance_id: str | None = None):
+    def __init__(self, cluster, group: str, subscription: str, instance_id: str | None = None,
+                 protocol: str = "consumer"):
         args = [sys.executable, "-m", "tests.integration.kip848_member", cluster.bootstrap_servers, group,
                 subscription] + ([instance_id] if instance_id else [])
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "GROUP_PROTOCOL": protocol}
         self.process = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True)
         self.events: list[dict] = []
