@@ -59,9 +59,12 @@ class ClassicMembersOfConsumerGroups:
     async def join(self, group: ConsumerGroup, member_id: str, instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member: bool) -> JoinResult:
-        unknown = not member_id
+        requested, unknown = member_id, not member_id
         if unknown:
             member_id = str(uuid.uuid4())
+        classic = self.directory.classic
+        if not classic.min_session_ms <= session_timeout_ms <= classic.max_session_ms:
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=requested)
         try:
             if self._is_full(group, member_id):
                 raise _Refused(ErrorCode.GROUP_MAX_SIZE_REACHED)
@@ -72,14 +75,15 @@ class ClassicMembersOfConsumerGroups:
                 return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
             subscription = decode_subscription(protocols[0][1])
         except _Refused as exc:
-            return JoinResult(exc.code, member_id="" if exc.code == ErrorCode.GROUP_MAX_SIZE_REACHED else member_id)
+            return JoinResult(exc.code, member_id=requested)
         except (ValueError, struct.error, UnicodeDecodeError):
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=requested)
         out: list[Record] = []
+        replaced = group.static_member(instance_id) if unknown else None
         try:
             member = self._member_for_join(group, member_id, instance_id, unknown, out)
         except _Refused as exc:
-            return JoinResult(exc.code, member_id=member_id)
+            return JoinResult(exc.code, member_id=requested)
         before = _fields(member) if member.member_id in group.members else None
         if instance_id is not None:
             member.instance_id = instance_id
@@ -94,6 +98,8 @@ class ClassicMembersOfConsumerGroups:
         if member.instance_id:
             group.static_members[member.instance_id] = member.member_id
         self._update_group(group, member, before, _owned_ids(subscription.owned_partitions, self.broker), out)
+        if replaced is not None and replaced.classic is None:
+            self.directory.migration.downgrade_if_all_classic(group, out)
         error = await self._store(group, out)
         if error:
             return JoinResult(error, member_id=member.member_id)
@@ -138,7 +144,8 @@ class ClassicMembersOfConsumerGroups:
                 raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
             return static
         self._cancel_all(group, static.member_id)
-        member = replace(static, member_id=member_id, session_timer=None, revocation_timer=None)
+        member = replace(static, member_id=member_id, member_epoch=0, previous_member_epoch=0, session_timer=None,
+                         revocation_timer=None)
         self.consumer._replace_static(group, static, member, out)
         return member
 

@@ -12,6 +12,8 @@ consumer-group machinery rebalances. An empty classic group is simply replaced, 
 Downgrade: when the last member of the consumer protocol leaves (or is fenced) and members remain
 that all speak the classic protocol, the policy permitting, the group becomes a classic group again
 at generation = group epoch, each member holding its target assignment, and a rebalance starts.
+When instead a classic static member takes the place of the last consumer-protocol member (same
+group.instance.id), the group becomes classic as it stands, with no rebalance.
 
 Records, as Kafka writes them: on upgrade the classic group's tombstone, then every member's
 MemberMetadata, the group epoch, every member's target assignment, the target assignment epoch and
@@ -204,7 +206,7 @@ class GroupMigration:
     """Converts groups of the coordinator's group map (`directory.groups`) between the protocols,
     writing what Kafka writes for it. The consumer membership calls upgrade() from the first
     heartbeat of a member to a classic group and downgrade_instead_of_removing() wherever it fences
-    a member."""
+    a member; a classic static member replacing a consumer-protocol one calls downgrade_if_all_classic()."""
 
     def __init__(self, broker, directory):
         self.broker = broker
@@ -257,6 +259,27 @@ class GroupMigration:
         self._install_classic(group, classic, rebalance=True)
         log.info("consumer group %s (epoch %d) downgraded to a classic group: its last consumer-protocol member "
                  "%s left", group.group_id, group.group_epoch, member_id)
+        return True
+
+    def downgrade_if_all_classic(self, group: ConsumerGroup, out: list) -> bool:
+        """A classic static member took the place of the group's last consumer-protocol member
+        (Kafka's validateOnlineDowngradeWithReplacedMemberId): when the policy allows, the group
+        becomes a classic group as it stands, each member keeping its assignment, with no rebalance.
+        True, its records added to `out`."""
+        if not group.members or any(m.classic is None for m in group.members.values()):
+            return False
+        if not downgrade_enabled(self.policy()) or len(group.members) > _classic_max_size(self.broker):
+            return False
+        try:
+            classic = classic_group_from_consumer(group, "", self._topic_name)
+        except MalformedProtocol as exc:
+            log.warning("cannot downgrade consumer group %s to a classic group: %s", group.group_id, exc)
+            return False
+        out.extend(self.directory.consumer.tombstones(group))
+        out.append(classic.record())
+        self._install_classic(group, classic, rebalance=False)
+        log.info("consumer group %s (epoch %d) downgraded to a classic group: a classic static member replaced "
+                 "its last consumer-protocol member", group.group_id, group.group_epoch)
         return True
 
     def _install_classic(self, group: ConsumerGroup, classic: ClassicGroup, rebalance: bool) -> None:

@@ -149,6 +149,39 @@ def test_migration_disabled_leaves_the_classic_group_as_it_was(tmp_path):
     asyncio.run(run())
 
 
+def test_a_classic_static_member_replacing_the_last_consumer_member_downgrades_the_group(tmp_path):
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def run():
+        coordinator = coordinator_of(partition_log)
+        joined = await coordinator.consumer.heartbeat(Heartbeat(
+            "g", "modern", 0, instance_id="instance", rebalance_timeout_ms=30_000, subscribed_topic_names=["t"],
+            owned={}))
+        assert joined.assignment == {TOPIC_ID: {0, 1, 2, 3}}
+        group = coordinator.groups["g"]
+        rejoined = await coordinator.classic_members.join(
+            group, "", "instance", "classic-client", "/10.0.0.1", SESSION_MS, 20_000, "consumer",
+            [("range", SUBSCRIPTION)], require_known_member=True)
+        assert (rejoined.error, rejoined.generation) == (ErrorCode.NONE, group.group_epoch)
+        classic = coordinator.groups["g"]
+        assert isinstance(classic, ClassicGroup) and (classic.state, classic.generation) == (STABLE, group.group_epoch)
+        assert list(classic.members) == [rejoined.member_id]
+        assert coordinator.classic.heartbeat("g", rejoined.generation, rejoined.member_id) == ErrorCode.NONE
+        error, data = await coordinator.classic.sync("g", rejoined.generation, rejoined.member_id, {})
+        assert (error, decode_assignment(data)) == (ErrorCode.NONE, {"t": [0, 1, 2, 3]})
+        coordinator.unload_partition(0)
+        return rejoined.member_id, group.group_epoch
+
+    async def replayed(member_id: str, generation: int):
+        coordinator = coordinator_of(partition_log)
+        group = coordinator.groups["g"]
+        assert isinstance(group, ClassicGroup) and (group.state, group.generation) == (STABLE, generation)
+        assert group.members[member_id].group_instance_id == "instance"
+        coordinator.unload_partition(0)
+
+    asyncio.run(replayed(*asyncio.run(run())))
+
+
 def test_classic_member_metadata_is_member_metadata_tag_0_as_kafka_writes_it():
     # ConsumerGroupMemberMetadataValue v0 as kafka.protocol, built from Kafka's schema, encodes it.
     kafka_bytes = bytes.fromhex("00000002720263032f6803026102620000007530000100140100002710020672616e676506000178797a"
