@@ -11,6 +11,8 @@ from cluster.runtime.stall_probe import StallProbe
 from node.groups import placement
 from node.transactions.placement import TRANSACTION_STATE_TOPIC
 from node.apis import HANDLERS
+from node.coordinator_log import CoordinatorError
+from node.share_coordinator.state import ShareState, StateBatch
 from node.faults import CLIENTS, CONTROLLER, error_code_by_name
 from node.fetch_stats import client_fetch_stats
 
@@ -43,6 +45,7 @@ class AdminServer:
             "group_coordinator": self.group_coordinator,
             "transaction_coordinator": self.transaction_coordinator,
             "rebalance_group": self.rebalance_group,
+            "share_state": self.share_state,
         })
         self.probe = StallProbe()
 
@@ -142,6 +145,38 @@ class AdminServer:
             return {"error_code": int(error)}
         return {"error_code": 0, "state": group.state, "generation": group.generation if group.group_type == "classic" else group.group_epoch,
                 "members": sorted(group.members)}
+
+    async def share_state(self, args: dict, conn) -> dict:
+        """A share-partition's state through this node's persister, as a partition leader here would
+        call it (args["action"]: read, write, initialize, read_summary or delete): the share
+        coordinator may be on another node. Answers {"error_code", "state"}."""
+        topic = self.broker.topic(_named(args, "topic", "a topic name"))
+        if topic is None:
+            raise ValueError(f"no topic {args['topic']!r}")
+        where = (_named(args, "group_id", "a group name"), topic.topic_id, int(args.get("partition", 0)))
+        persister, action = self.broker.share_persister, args.get("action")
+        try:
+            if action == "read":
+                state = await persister.read(*where, int(args.get("leader_epoch", -1)))
+            elif action == "read_summary":
+                state = await persister.read_summary(*where)
+            elif action == "write":
+                state = None
+                await persister.write(*where, ShareState(args["state_epoch"], args["leader_epoch"], args["start_offset"],
+                                                         [StateBatch(*batch) for batch in args.get("batches", [])]))
+            elif action == "initialize":
+                state = None
+                await persister.initialize(*where, args["state_epoch"], args["start_offset"])
+            elif action == "delete":
+                state = None
+                await persister.delete(*where)
+            else:
+                raise ValueError(f"share_state: no action {action!r}")
+        except CoordinatorError as exc:
+            return {"error_code": int(exc.code), "state": None}
+        return {"error_code": 0, "state": None if state is None else {
+            "state_epoch": state.state_epoch, "leader_epoch": state.leader_epoch, "start_offset": state.start_offset,
+            "batches": [[b.first_offset, b.last_offset, b.delivery_state, b.delivery_count] for b in state.batches]}}
 
 
 def _named(args: dict, key: str, what: str) -> str:

@@ -18,6 +18,8 @@ from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers
 from node.replica_manager import ReplicaManager
 from node.replication_throttle import LEADER, ReplicationThrottle
+from node.share_coordinator.coordinator import ShareCoordinator
+from node.share_coordinator.persister import CoordinatorPersister
 from node.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self)
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
+        self.share_coordinator = ShareCoordinator(self)
+        self.share_persister = CoordinatorPersister(self)
         self.peers = PeerClient(self)
         self.cleaner = LogCleaner(self)
         self.fetchers = ReplicaFetchers(self)

@@ -175,8 +175,9 @@ class ReplicaManager:
 
     def _update_coordinated_partitions(self) -> None:
         """Load the groups of `__consumer_offsets` partitions led here, and the transactional ids of
-        `__transaction_state` partitions; forget those led elsewhere."""
+        `__transaction_state` and `__share_group_state` partitions; forget those led elsewhere."""
         self._update_transaction_partitions()
+        self.broker.share_coordinator.follow_leadership(self.partitions)
         coordinator = self.broker.groups
         topic = self.broker.image.topics.get(OFFSETS_TOPIC)
         led = {index for index, info in (topic.partitions.items() if topic else ())

@@ -89,6 +89,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "2",
     "share.coordinator.state.topic.segment.bytes": "104857600",
+    "share.coordinator.snapshot.update.records.per.snapshot": "500",
     "offset.metadata.max.bytes": "4096",
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",

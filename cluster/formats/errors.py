@@ -76,6 +76,7 @@ class ErrorCode(IntEnum):
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
+    FENCED_STATE_EPOCH = 124  # KIP-932: a share-partition's state was initialized again since
     INVALID_REGULAR_EXPRESSION = 128
     STALE_BROKER_EPOCH = 77
     BROKER_ID_NOT_REGISTERED = 102

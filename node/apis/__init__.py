@@ -76,6 +76,14 @@ API_MODULES = (
     "describe_transactions",
     "list_transactions",
     "consumer_group_heartbeat",
+    "initialize_share_group_state",
+    "read_share_group_state",
+    "write_share_group_state",
+    "delete_share_group_state",
+    "read_share_group_state_summary",
+    "describe_share_group_offsets",
+    "alter_share_group_offsets",
+    "delete_share_group_offsets",
 )
 
 

@@ -3,8 +3,9 @@
 Members' metadata and assignments are given while the group is Stable. A group that does not
 exist is described as Dead with no error, as Kafka describes it.
 
-Differs from Kafka: no ACLs, so authorized operations are never filled in; only classic groups
-exist.
+Differs from Kafka: no ACLs, so authorized operations are never filled in. A KIP-848 consumer
+group lists its members without the classic subscription and assignment bytes Kafka makes up
+for them.
 """
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ def _describe(broker, group_id: str):
         # Kafka describes an unknown group as Dead with no error.
         return Described(error_code=error, error_message=None, group_id=group_id, group_state=DEAD,
                          protocol_type="", protocol_data="", members=[], authorized_operations=None)
+    if group.group_type == "consumer":
+        # A KIP-848 group: who is in it, with neither classic metadata nor assignment bytes.
+        return Described(
+            error_code=ErrorCode.NONE, error_message=None, group_id=group_id, group_state=group.state,
+            protocol_type="consumer", protocol_data=group.preferred_assignor or "", members=[
+                Described.DescribedGroupMember(member_id=m.member_id, group_instance_id=m.instance_id,
+                                               client_id=m.client_id, client_host=m.client_host, member_metadata=b"",
+                                               member_assignment=b"") for m in group.members.values()],
+            authorized_operations=None)
     stable = group.state == "Stable"
     return Described(
         error_code=ErrorCode.NONE, error_message=None, group_id=group_id, group_state=group.state,

@@ -1,12 +1,13 @@
-"""FindCoordinator v0-6: the leader of a group's `__consumer_offsets` partition, or of a transactional
-id's `__transaction_state` partition (each topic created on first use).
+"""FindCoordinator v0-6: the leader of a group's `__consumer_offsets` partition, of a transactional
+id's `__transaction_state` partition, or of a share-partition's `__share_group_state` partition (each
+topic created on first use).
 
-One key (v0-3) or a batch of keys (v4+). A key type other than GROUP (0) and TRANSACTION (1) is
-INVALID_REQUEST. The topic is created through the controller when the first key of its type is
-looked up; until its partition has a leader the answer is COORDINATOR_NOT_AVAILABLE and clients
-retry.
+One key (v0-3) or a batch of keys (v4+). Key types: GROUP (0), TRANSACTION (1) and, from v6, SHARE
+(2), whose key is "groupId:topicId:partition" (a malformed one is INVALID_REQUEST, as is any other
+key type). The topic is created through the controller when the first key of its type is looked
+up; until its partition has a leader the answer is COORDINATOR_NOT_AVAILABLE and clients retry.
 
-Differs from Kafka: share groups' key type (2) is not served yet.
+Same as Kafka.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import logging
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from cluster.formats.errors import ErrorCode
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 from node.groups import placement
+from node.share_coordinator import placement as share_placement
 from node.transactions import placement as transaction_placement
 
 REQUEST = FindCoordinatorRequest
@@ -23,6 +26,8 @@ RESPONSE = FindCoordinatorResponse
 VERSIONS = (0, 6)
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
+FIRST_SHARE_VERSION = 6
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,10 @@ async def handle(broker, header, request):
         await _create_topic(broker, placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
     elif key_type == TRANSACTION_KEY_TYPE and broker.topic(transaction_placement.TRANSACTION_STATE_TOPIC) is None:
         await _create_topic(broker, transaction_placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
-    found = [_locate(broker, key, key_type) for key in keys]
+    elif key_type == SHARE_KEY_TYPE and version >= FIRST_SHARE_VERSION \
+            and broker.topic(share_placement.SHARE_STATE_TOPIC) is None:
+        await _create_topic(broker, share_placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
+    found = [_locate(broker, key, key_type, version) for key in keys]
     if version >= 4:
         return RESPONSE[version](throttle_time_ms=0, coordinators=[
             RESPONSE.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
@@ -45,11 +53,14 @@ async def handle(broker, header, request):
                              port=port)
 
 
-def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+def _locate(broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, int, str, int]:
     if key_type == GROUP_KEY_TYPE:
         info = broker.partition(placement.OFFSETS_TOPIC, broker.groups.partition_of(key))
     elif key_type == TRANSACTION_KEY_TYPE:
         info = broker.partition(transaction_placement.TRANSACTION_STATE_TOPIC, broker.transactions.partition_of(key))
+    elif key_type == SHARE_KEY_TYPE and version >= FIRST_SHARE_VERSION and _is_share_key(key):
+        partition = share_placement.partition_for_key(key, broker.share_coordinator.partition_count())
+        info = broker.partition(share_placement.SHARE_STATE_TOPIC, partition)
     else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     endpoint = broker.endpoint_of(info.leader) if info is not None and info.leader >= 0 else None
@@ -57,6 +68,19 @@ def _locate(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     host, port, _ = endpoint
     return ErrorCode.NONE, info.leader, host, port
+
+
+def _is_share_key(key: str) -> bool:
+    """Whether key is "groupId:topicId:partition", as Kafka's SharePartitionKey.validate requires."""
+    parts = key.split(":")
+    if len(parts) != 3 or not parts[0].strip():
+        return False
+    try:
+        topic_id_from_kafka_string(parts[1])
+        int(parts[2])
+    except ValueError:
+        return False
+    return True
 
 
 async def _create_topic(broker, topic: dict) -> None:

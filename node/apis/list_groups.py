@@ -1,7 +1,7 @@
 """ListGroups v0-5: the groups this node coordinates, filtered by state (v4+) and type (v5+).
 
-Each group is listed with its type ("classic" or "consumer", KIP-848); a consumer group's protocol
-type is "consumer", as Kafka lists it.
+Each group is listed with its type: "classic", or "consumer" for a KIP-848 consumer group
+(protocol type "consumer").
 
 Same as Kafka.
 """
@@ -26,7 +26,6 @@ async def handle(broker, header, request):
             continue
         if types is not None and group.group_type not in types:
             continue
-        protocol_type = "consumer" if group.group_type == "consumer" else group.protocol_type or ""
-        listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=protocol_type,
+        listed.append(RESPONSE.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                            group_state=group.state, group_type=group.group_type))
     return RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)

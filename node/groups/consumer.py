@@ -58,6 +58,7 @@ class ConsumerGroup:
     group_id: str
     partition: int
     group_type = "consumer"
+    protocol_type = "consumer"  # what ListGroups names for it, as Kafka does
     state: str = EMPTY
     group_epoch: int = 0
     assignment_epoch: int = 0

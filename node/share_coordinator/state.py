@@ -50,3 +50,9 @@ class SharePersister(Protocol):
     async def initialize(self, group_id: str, topic_id: UUID, partition: int, state_epoch: int,
                          start_offset: int) -> None:
         """Start (or start again) a share-partition at start_offset, with no batches."""
+
+    async def read_summary(self, group_id: str, topic_id: UUID, partition: int) -> ShareState | None:
+        """The state epoch and start offset (leader epoch -1, no batches); None if never initialized."""
+
+    async def delete(self, group_id: str, topic_id: UUID, partition: int) -> None:
+        """Forget the share-partition's state: it reads as never initialized afterwards."""

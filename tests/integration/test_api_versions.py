@@ -21,6 +21,11 @@ from kafka.protocol.producer import (
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
+from node.apis import (
+    alter_share_group_offsets, delete_share_group_offsets, delete_share_group_state, describe_share_group_offsets,
+    initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
+)
+from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -260,7 +265,43 @@ def requests_for(version_of, topic_id):
     def list_transactions(v):
         return admin_api.ListTransactionsRequest[v](state_filters=["Ongoing"], producer_id_filters=[])
 
+    def consumer_group_heartbeat(v):
+        # A heartbeat of a member of a group that does not exist.
+        return ConsumerGroupHeartbeatRequest[v](group_id="versions-cg", member_id="member", member_epoch=1)
+
+    def share_state(api, **partition_fields):
+        def build(v):
+            return api.REQUEST[v](group_id="versions-share", topics=[api.TOPIC(topic_id=topic_id, partitions=[
+                api.PARTITION(partition=0, **partition_fields)])])
+        return build, api.RESPONSE
+
+    def describe_share_group_offsets_(v):
+        R = describe_share_group_offsets.REQUEST
+        G = R.DescribeShareGroupOffsetsRequestGroup
+        return R[v](groups=[G(group_id="versions-share", topics=[
+            G.DescribeShareGroupOffsetsRequestTopic(topic_name=TOPIC, partitions=[0])])])
+
+    def alter_share_group_offsets_(v):
+        R = alter_share_group_offsets.REQUEST
+        T = R.AlterShareGroupOffsetsRequestTopic
+        return R[v](group_id="versions-share", topics=[T(topic_name=TOPIC, partitions=[
+            T.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0)])])
+
+    def delete_share_group_offsets_(v):
+        R = delete_share_group_offsets.REQUEST
+        return R[v](group_id="versions-share", topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC,
+                                                                                              partitions=[0])])
+
     return {
+        68: (consumer_group_heartbeat, ConsumerGroupHeartbeatResponse),
+        83: share_state(initialize_share_group_state, state_epoch=0, start_offset=0),
+        84: share_state(read_share_group_state, leader_epoch=0),
+        85: share_state(write_share_group_state, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[]),
+        86: share_state(delete_share_group_state),
+        87: share_state(read_share_group_state_summary, leader_epoch=0),
+        90: (describe_share_group_offsets_, describe_share_group_offsets.RESPONSE),
+        91: (alter_share_group_offsets_, alter_share_group_offsets.RESPONSE),
+        92: (delete_share_group_offsets_, delete_share_group_offsets.RESPONSE),
         24: (add_partitions_to_txn, txn_api.AddPartitionsToTxnResponse),
         25: (add_offsets_to_txn, txn_api.AddOffsetsToTxnResponse), 26: (end_txn, txn_api.EndTxnResponse),
         27: (write_txn_markers, txn_api.WriteTxnMarkersResponse),
@@ -299,12 +340,15 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 68: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
     24: {0, 16, 49}, 25: {16, 49}, 26: {16, 49},
     65: {16, 105},  # DescribeTransactions: no coordinator loaded yet, or the id is unknown to it
+    # The share-state RPCs before anything created __share_group_state: no coordinator for them.
+    83: {16}, 84: {16}, 85: {16}, 86: {16}, 87: {16},
+    90: {69}, 91: {69}, 92: {69},  # the offset admin APIs of a group that is no share group
 }
 
 

@@ -26,7 +26,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
 from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
-from tests.integration.observe import committed
+from tests.integration.observe import committed, logged_errors
 from tests.integration.wire import exchange_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +37,8 @@ SESSION_TIMEOUT_MS = 10000  # group.consumer.session.timeout.ms of the cluster (
 def cluster():
     with Cluster(nodes=3) as running:
         yield running
+        # Joins, rebalances, leaves, sessions that end, refusals: all normal use, none worth an ERROR.
+        assert {name: lines for name, lines in logged_errors(running).items() if lines} == {}
 
 
 @pytest.fixture
@@ -119,15 +121,16 @@ def wait_until(condition, timeout: float = 30, what: str = "condition") -> None:
         time.sleep(0.1)
 
 
-def produce(cluster, topic: str, partitions: int, per_partition: int, start_at: int = 0) -> set[tuple]:
-    """Writes per_partition messages to each partition; returns (topic, partition, offset, value) of each."""
+def produce(cluster, topic: str, partitions, per_partition: int, start_at: int = 0) -> set[tuple]:
+    """Writes per_partition messages to each partition (a count, or which ones) from offset start_at;
+    returns (topic, partition, offset, value) of each."""
+    partitions = range(partitions) if isinstance(partitions, int) else partitions
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
-    for p in range(partitions):
+    for p in partitions:
         for i in range(start_at, start_at + per_partition):
             producer.produce(topic, value=f"{topic}-{p}-{i}".encode(), partition=p)
     assert producer.flush(30) == 0
-    return {(topic, p, i, f"{topic}-{p}-{i}") for p in range(partitions)
-            for i in range(start_at, start_at + per_partition)}
+    return {(topic, p, i, f"{topic}-{p}-{i}") for p in partitions for i in range(start_at, start_at + per_partition)}
 
 
 def new_topic(cluster, partitions: int, prefix: str = "kip848") -> str:
@@ -247,10 +250,9 @@ def test_partitions_added_to_a_subscribed_topic_are_consumed(cluster, members):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
     wait_until(lambda: len(member.owned()) == 4, what="the new partitions")
-    written |= produce(cluster, topic, 4, 5, start_at=5)
-    wait_until(lambda: len(member.records()) >= len(written) + 10, what="every message")
-    assert sorted(set(member.records())) == sorted(written | {(topic, p, i, f"{topic}-{p}-{i}")
-                                                              for p in (2, 3) for i in range(5)})
+    written |= produce(cluster, topic, 2, 5, start_at=5) | produce(cluster, topic, (2, 3), 5)
+    wait_until(lambda: len(member.records()) >= len(written), what="every message")
+    assert sorted(member.records()) == sorted(written)
 
 
 def test_offsets_committed_are_where_the_next_member_resumes(cluster, members):
@@ -288,8 +290,8 @@ def test_classic_consumers_keep_working_beside_consumer_groups(cluster, members)
 
 # --- the wire ---
 
-def coordinator(cluster, group: str) -> tuple[tuple[str, int], int]:
-    node = cluster.nodes[min(cluster.nodes)]
+def coordinator(cluster, group: str, via: int | None = None) -> tuple[tuple[str, int], int]:
+    node = cluster.nodes[min(cluster.nodes) if via is None else via]
     found = exchange_once((cluster.host, node.port), FindCoordinatorRequest[3](key=group, key_type=0),
                           FindCoordinatorResponse, 3)
     assert found.error_code == 0
@@ -354,3 +356,107 @@ def test_the_classic_apis_do_not_serve_a_consumer_protocol_member(cluster):
     beat = exchange_once(address, HeartbeatRequest[3](group_id=group, generation_id=1, member_id="m",
                                                       group_instance_id=None), HeartbeatResponse, 3)
     assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+    listed = exchange_once(address, ListGroupsRequest[5](states_filter=[], types_filter=["consumer"]),
+                           ListGroupsResponse, 5)
+    assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+            if g.group_id == group] == [(group, "consumer", "Stable", "consumer")]
+
+
+def test_members_carry_on_when_their_coordinator_dies(members):
+    with Cluster(nodes=3) as own:
+        topic, group = new_topic(own, 4), f"g-{uuid.uuid4().hex[:8]}"
+        written = produce(own, topic, 4, 10)
+        pair = [start(members, own, group, topic), start(members, own, group, topic)]
+        wait_until(lambda: [len(m.owned()) for m in pair] == [2, 2] and all_assigned(pair, topic, 4),
+                   what="two partitions each")
+        wait_until(lambda: len(read_by(pair)) >= len(written), what="every message")
+        wait_until(lambda: committed(own, group) == {p: 10 for p in range(4)}, what="the commits")
+        _, coordinator_id = coordinator(own, group)
+        owned_before = [m.owned() for m in pair]
+        own.kill_node(coordinator_id)
+        written |= produce(own, topic, 4, 10, start_at=10)
+        wait_until(lambda: len(read_by(pair)) >= len(written), timeout=60, what="every message after the failover")
+        wait_until(lambda: committed(own, group) == {p: 20 for p in range(4)}, timeout=30,
+                   what="the commits at the new coordinator")
+        assert sorted(read_by(pair)) == sorted(written)
+        assert_never_owned_twice(pair)
+        survivor = next(node_id for node_id in own.nodes if node_id != coordinator_id)
+        assert coordinator(own, group, via=survivor)[1] != coordinator_id
+        # The new coordinator replayed the group: its members kept their partitions and epochs.
+        assert [m.owned() for m in pair] == owned_before
+        # Only the lost connections to the dead node: no group error reached the application.
+        assert [[e for e in m.errors() if "_TRANSPORT" not in e] for m in pair] == [[], []]
+        for member in pair:
+            member.stop()
+
+
+def owned_field(response) -> list:
+    return [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t.topic_id, partitions=sorted(t.partitions))
+            for t in response.assignment.topic_partitions]
+
+
+def test_a_partition_moves_only_once_its_owner_revoked_it(cluster):
+    topic, group = new_topic(cluster, 2), f"g-{uuid.uuid4().hex[:8]}"
+    address, _ = coordinator(cluster, group)
+    first = heartbeat(address, **join_fields(group, "a", topic))
+    assert (first.member_epoch, sorted(first.assignment.topic_partitions[0].partitions)) == (1, [0, 1])
+    topic_id = first.assignment.topic_partitions[0].topic_id
+    second = heartbeat(address, **join_fields(group, "b", topic))
+    # b is at the new epoch, but its partition is not released yet.
+    assert (second.member_epoch, second.assignment.topic_partitions) == (2, [])
+
+    def beat(member_id: str, epoch: int, owned: list[int]) -> ConsumerGroupHeartbeatResponse:
+        return heartbeat(address, group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=[
+            ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=topic_id, partitions=owned)] if owned else [])
+
+    told = beat("a", 1, [0, 1])  # a must give one up: it keeps the other, at its old epoch
+    assert told.member_epoch == 1
+    kept = told.assignment.topic_partitions[0].partitions
+    assert len(kept) == 1
+    assert beat("b", 2, []).assignment is None  # still owned by a
+    revoked = beat("a", 1, kept)
+    assert revoked.member_epoch == 2
+    given = beat("b", 2, [])
+    assert [t.partitions for t in given.assignment.topic_partitions] == [[1 - kept[0]]]
+
+
+def test_a_member_that_does_not_revoke_in_time_is_fenced(cluster):
+    topic, group = new_topic(cluster, 2), f"g-{uuid.uuid4().hex[:8]}"
+    address, _ = coordinator(cluster, group)
+    first = heartbeat(address, **join_fields(group, "slow", topic, rebalance_timeout_ms=1000))
+    topic_id = first.assignment.topic_partitions[0].topic_id
+    heartbeat(address, **join_fields(group, "quick", topic))
+    owned = [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=topic_id, partitions=[0, 1])]
+    assert heartbeat(address, group_id=group, member_id="slow", member_epoch=1,
+                     topic_partitions=owned).member_epoch == 1
+    time.sleep(1.5)
+    late = heartbeat(address, group_id=group, member_id="slow", member_epoch=1, topic_partitions=owned)
+    assert late.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    quick = heartbeat(address, group_id=group, member_id="quick", member_epoch=2, topic_partitions=[])
+    assert sorted(quick.assignment.topic_partitions[0].partitions) == [0, 1]
+
+
+def test_a_full_group_takes_no_new_member():
+    with Cluster(nodes=1, node_config={"group.consumer.max.size": "1"}) as small:
+        topic, group = f"kip848-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+        small.create_topic(topic, partitions=1)
+        address, _ = coordinator(small, group)
+        assert heartbeat(address, **join_fields(group, "one", topic)).error_code == 0
+        refused = heartbeat(address, **join_fields(group, "two", topic))
+        assert (refused.error_code, refused.error_message) == (
+            ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of 1 members.")
+
+
+def test_a_classic_group_with_members_is_not_a_consumer_group(cluster):
+    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+    topic, group = new_topic(cluster, 1), f"g-{uuid.uuid4().hex[:8]}"
+    address, _ = coordinator(cluster, group)
+    join = exchange_once(address, JoinGroupRequest[3](
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+        protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]),
+        JoinGroupResponse, 3)
+    assert join.error_code == 0
+    refused = heartbeat(address, **join_fields(group, "m", topic))
+    assert (refused.error_code, refused.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a consumer group")

@@ -1,0 +1,54 @@
+"""DeleteShareGroupOffsets v0: forget the share-partition state of an empty share group's topics.
+
+Answered by the group's coordinator: each share-partition's state is deleted (DeleteShareGroupState
+through the persister); a share group that consumes the partition again starts it afresh. A group
+with members is NON_EMPTY_GROUP, a group this node does not coordinate NOT_COORDINATOR, one that is
+not a share group GROUP_ID_NOT_FOUND, at the top level; an unknown topic or partition is
+UNKNOWN_TOPIC_OR_PARTITION on its partitions.
+
+Same as Kafka.
+"""
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+from cluster.formats.errors import ErrorCode
+from node.apis import schemas
+from node.share_coordinator.group_offsets import forget, is_empty, message, partition_error, share_group
+
+
+class DeleteShareGroupOffsetsRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class DeleteShareGroupOffsetsResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+REQUEST = DeleteShareGroupOffsetsRequest
+RESPONSE = DeleteShareGroupOffsetsResponse
+VERSIONS = (0, 0)
+TOPIC = RESPONSE.DeleteShareGroupOffsetsResponseTopic
+PARTITION = TOPIC.DeleteShareGroupOffsetsResponsePartition
+
+
+async def handle(broker, header, request):
+    error, group = share_group(broker, request.group_id)
+    if not error and not is_empty(group):
+        error = ErrorCode.NON_EMPTY_GROUP
+    if error:
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=int(error), error_message=message(error),
+                                            responses=[])
+    return RESPONSE[header.api_version](throttle_time_ms=0, error_code=0, error_message=None, responses=[
+        await _delete_topic(broker, request.group_id, topic) for topic in request.topics])
+
+
+async def _delete_topic(broker, group_id: str, topic):
+    topic_id = partition_error(broker, topic.topic_name, 0)[0]
+    answers = []
+    for partition in topic.partitions:
+        topic_id, error = partition_error(broker, topic.topic_name, partition)
+        if not error:
+            error = await forget(broker, group_id, topic_id, partition)
+        answers.append(PARTITION(partition_index=partition, error_code=int(error), error_message=message(error)))
+    return TOPIC(topic_name=topic.topic_name, topic_id=topic_id, partitions=answers)

@@ -1,0 +1,37 @@
+"""DeleteShareGroupState v0: forget share-partitions' state.
+
+An inter-broker RPC of KIP-932, sent to the share coordinator when a share group's offsets are
+deleted (DeleteShareGroupOffsets) or the group is deleted: tombstones for the share-partition's
+snapshot and update keys are written with acks=all, and a later read finds it uninitialized. A node
+that does not lead the state partition answers NOT_COORDINATOR.
+
+Same as Kafka.
+"""
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+from node.apis import schemas
+from node.share_coordinator.service import answer_each, build_response, error_fields
+
+
+class DeleteShareGroupStateRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class DeleteShareGroupStateResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+REQUEST = DeleteShareGroupStateRequest
+RESPONSE = DeleteShareGroupStateResponse
+TOPIC = REQUEST.DeleteStateData
+PARTITION = TOPIC.PartitionData
+VERSIONS = (0, 0)
+
+
+async def handle(broker, header, request):
+    async def answer(key, entry):
+        return error_fields(await broker.share_coordinator.delete(key))
+
+    return build_response(RESPONSE[header.api_version], RESPONSE.DeleteStateResult, await answer_each(request, answer))

@@ -1,0 +1,69 @@
+"""DescribeShareGroupOffsets v0: the share-partition start offset of each partition a share group consumes.
+
+Answered by the group's coordinator: each share-partition's start offset is read from the share
+coordinator (ReadShareGroupStateSummary through the persister); -1 for a partition the group never
+began consuming. Topics null means every topic the group's members subscribe to. A group this node
+does not coordinate is NOT_COORDINATOR, one that is not a share group GROUP_ID_NOT_FOUND, both at the
+group level; an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION on its partitions.
+
+Differs from Kafka: the leader epoch of each answer is -1 (Kafka's is the share-partition's), and
+topics null covers the topics subscribed to now, where Kafka covers those the group's state was
+ever initialized for.
+"""
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+from cluster.formats.errors import ErrorCode
+from node.apis import schemas
+from node.share_coordinator.group_offsets import message, partition_error, share_group, start_offset, subscribed_topics
+
+
+class DescribeShareGroupOffsetsRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class DescribeShareGroupOffsetsResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+REQUEST = DescribeShareGroupOffsetsRequest
+RESPONSE = DescribeShareGroupOffsetsResponse
+VERSIONS = (0, 0)
+GROUP = RESPONSE.DescribeShareGroupOffsetsResponseGroup
+TOPIC = GROUP.DescribeShareGroupOffsetsResponseTopic
+PARTITION = TOPIC.DescribeShareGroupOffsetsResponsePartition
+NO_LEADER_EPOCH = -1
+
+
+async def handle(broker, header, request):
+    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[
+        await _describe(broker, group) for group in request.groups])
+
+
+async def _describe(broker, wanted):
+    error, group = share_group(broker, wanted.group_id)
+    if error:
+        return GROUP(group_id=wanted.group_id, topics=[], error_code=int(error), error_message=message(error))
+    if wanted.topics is None:
+        topics = [(name, sorted(broker.topic(name).partitions)) for name in subscribed_topics(group)
+                  if broker.topic(name) is not None]
+    else:
+        topics = [(topic.topic_name, topic.partitions) for topic in wanted.topics]
+    answered = [await _describe_topic(broker, wanted.group_id, name, partitions) for name, partitions in topics]
+    return GROUP(group_id=wanted.group_id, topics=answered, error_code=0, error_message=None)
+
+
+async def _describe_topic(broker, group_id: str, name: str, partitions: list[int]):
+    topic_id = None
+    answers = []
+    for partition in partitions:
+        topic_id, error = partition_error(broker, name, partition)
+        offset = -1
+        if not error:
+            error, offset = await start_offset(broker, group_id, topic_id, partition)
+        answers.append(PARTITION(partition_index=partition, start_offset=offset, leader_epoch=NO_LEADER_EPOCH,
+                                 error_code=int(error), error_message=message(error)))
+    if topic_id is None:
+        topic_id, _ = partition_error(broker, name, 0)
+    return TOPIC(topic_name=name, topic_id=topic_id, partitions=answers)
