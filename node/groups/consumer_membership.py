@@ -27,6 +27,7 @@ from node.groups.assignors import ASSIGNORS, MemberSubscription
 from node.groups.consumer import MEMBER_STABLE, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup, ConsumerMember
 from node.groups.consumer_reconciliation import FencedMember, Reconciled, reconcile
 from node.groups.consumer_subscriptions import member_topic_ids, subscribed_partition_counts
+from node.groups.migration import NotUpgraded
 from node.groups.persistence import GroupError, GroupLog
 
 log = logging.getLogger(__name__)
@@ -157,9 +158,10 @@ class ConsumerMembership:
                 out.extend(self.directory.migration.empty_classic_tombstone(group))
             return ConsumerGroup(group_id, self.directory.partition_of(group_id))
         if create and group.group_type == "classic":
-            upgraded = self.directory.migration.upgrade(group, out)
-            if upgraded is not None:
-                return upgraded
+            try:
+                return self.directory.migration.upgrade(group, out)
+            except NotUpgraded as exc:
+                raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, str(exc)) from exc
         if group.group_type != "consumer":
             raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
         return group

@@ -116,8 +116,9 @@ def member_metadata_value(m: MemberMetadata) -> bytes:
     if m.classic is None:
         return bytes(writer.tags().done())
     # A tagged nullable struct: its size counts the presence byte (1) that precedes it.
-    classic = _Writer(versioned=False).int32(m.classic.session_timeout_ms).uvarint(len(m.classic.supported_protocols) + 1)
-    for name, metadata in m.classic.supported_protocols:
+    protocols = m.classic.supported_protocols
+    classic = _Writer(versioned=False).int32(m.classic.session_timeout_ms).uvarint(len(protocols) + 1)
+    for name, metadata in protocols:
         classic.string(name).bytes_(metadata).tags()
     body = classic.tags().done()
     writer.uvarint(1).uvarint(0).uvarint(len(body) + 1).int8(1)

@@ -51,6 +51,11 @@ class MalformedProtocol(ValueError):
     not converted, and the member that asked is answered GROUP_ID_NOT_FOUND."""
 
 
+class NotUpgraded(Exception):
+    """A classic group with members that does not become a consumer group: the heartbeat that asked
+    is answered GROUP_ID_NOT_FOUND with this message, Kafka's."""
+
+
 def upgrade_enabled(policy: str) -> bool:
     return policy.lower() in ("bidirectional", "upgrade")
 
@@ -215,20 +220,20 @@ class GroupMigration:
     def policy(self) -> str:
         return self.broker.config.get("group.consumer.migration.policy") or "bidirectional"
 
-    def upgrade(self, classic: ClassicGroup, out: list) -> ConsumerGroup | None:
-        """The consumer group a classic group with members becomes, its records added to `out`; None
-        when the policy, its protocol type or its size forbid it, or its members' embedded protocol
-        cannot be read (the heartbeat is then answered GROUP_ID_NOT_FOUND, as Kafka answers it).
-        The group map is not touched: the caller installs the group once the joining member is
-        accepted."""
+    def upgrade(self, classic: ClassicGroup, out: list) -> ConsumerGroup:
+        """The consumer group a classic group with members becomes, its records added to `out`. Raises
+        NotUpgraded when the policy, its protocol type or its size forbid it, or its members' embedded
+        protocol cannot be read. The group map is not touched: the caller installs the group once the
+        joining member is accepted."""
         if not can_upgrade(classic, self.policy(), self.broker.config.get_int("group.consumer.max.size")):
-            return None
+            raise NotUpgraded(f"Group {classic.group_id} is not a consumer group")
         try:
             group = consumer_group_from_classic(classic, self._topic_id)
         except MalformedProtocol as exc:
             log.warning("cannot upgrade classic group %s to a consumer group: its embedded consumer protocol "
                         "is malformed (%s)", classic.group_id, exc)
-            return None
+            raise NotUpgraded(f"Cannot upgrade the classic group {classic.group_id} to consumer group because the "
+                              "embedded consumer protocol is malformed.") from exc
         self.directory.classic.release_waiting(classic)
         out.append(classic_group_tombstone(classic.group_id))
         out.extend(consumer_group_records(group))

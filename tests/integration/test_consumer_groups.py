@@ -457,6 +457,9 @@ def test_a_classic_group_with_members_is_not_a_consumer_group(cluster):
         protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]),
         JoinGroupResponse, 3)
     assert join.error_code == 0
+    # Its member's subscription is not the consumer protocol's: the group cannot be upgraded
+    # (tests/integration/test_group_migration.py upgrades one that can).
     refused = heartbeat(address, **join_fields(group, "m", topic))
     assert (refused.error_code, refused.error_message) == (
-        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a consumer group")
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"Cannot upgrade the classic group {group} to consumer group because the embedded consumer protocol is malformed.")

@@ -71,25 +71,28 @@ def test_a_rolling_upgrade_turns_a_classic_group_into_a_consumer_group(cluster, 
     written = produce(cluster, topic, PARTITIONS, 10)
     first = start(members, cluster, group, topic, "classic")
     second = start(members, cluster, group, topic, "classic")
-    wait_until(lambda: len(read_by([first, second])) >= len(written) and all_assigned([first, second], topic, PARTITIONS)
-               and first.owned() and second.owned(), what="two classic members reading everything")
+    wait_until(lambda: len(read_by([first, second])) >= len(written) and first.owned() and second.owned()
+               and all_assigned([first, second], topic, PARTITIONS), what="two classic members reading everything")
     assert listed(cluster, group) == ("classic", "consumer", "Stable")
 
     # The first member restarts with the consumer protocol: it leaves the classic group, and joins
     # the group again with ConsumerGroupHeartbeat, which upgrades it.
     first.stop()
-    wait_until(lambda: owned_partitions(second, topic) == [0, 1, 2, 3], what="the classic member taking every partition")
+    wait_until(lambda: owned_partitions(second, topic) == [0, 1, 2, 3],
+               what="the classic member taking every partition")
     upgraded = start(members, cluster, group, topic, "consumer")
     wait_until(lambda: owned_partitions(upgraded, topic) and all_assigned([upgraded, second], topic, PARTITIONS),
                what="the partitions split between the consumer-protocol member and the classic one")
     assert listed(cluster, group)[:2] == ("consumer", "consumer")
     more = produce(cluster, topic, PARTITIONS, 10, start_at=10)
-    wait_until(lambda: len(read_by([first, second, upgraded])) >= len(written | more), what="the messages after the upgrade")
+    wait_until(lambda: len(read_by([first, second, upgraded])) >= len(written | more),
+               what="the messages after the upgrade")
     assert len(owned_partitions(upgraded, topic)) == 2 and len(owned_partitions(second, topic)) == 2
 
     # The second member restarts with the consumer protocol too.
     second.stop()
-    wait_until(lambda: owned_partitions(upgraded, topic) == [0, 1, 2, 3], what="the consumer member taking every partition")
+    wait_until(lambda: owned_partitions(upgraded, topic) == [0, 1, 2, 3],
+               what="the consumer member taking every partition")
     last = start(members, cluster, group, topic, "consumer")
     wait_until(lambda: owned_partitions(last, topic) and all_assigned([upgraded, last], topic, PARTITIONS),
                what="the two consumer-protocol members splitting the partitions")
@@ -110,7 +113,8 @@ def test_the_last_consumer_protocol_member_leaving_makes_the_group_classic_again
     topic, group = new_topic(cluster, PARTITIONS), f"g-{uuid.uuid4().hex[:8]}"
     written = produce(cluster, topic, PARTITIONS, 10)
     modern = start(members, cluster, group, topic, "consumer")
-    wait_until(lambda: owned_partitions(modern, topic) == [0, 1, 2, 3], what="the consumer member taking every partition")
+    wait_until(lambda: owned_partitions(modern, topic) == [0, 1, 2, 3],
+               what="the consumer member taking every partition")
     classic = start(members, cluster, group, topic, "classic")
     wait_until(lambda: owned_partitions(classic, topic) and all_assigned([modern, classic], topic, PARTITIONS),
                what="a classic member joining the consumer group")

@@ -92,7 +92,8 @@ def test_an_upgrade_and_a_downgrade_replay_as_they_happened(tmp_path):
         assert sorted(group.members) == sorted([classic_id, "modern"])
         member = group.members[classic_id]
         assert member.classic == ClassicMemberMetadata(SESSION_MS, [("range", SUBSCRIPTION)])
-        assert (member.member_epoch, member.assigned, member.rebalance_timeout_ms) == (1, {TOPIC_ID: {0, 1, 2, 3}}, 20_000)
+        assert (member.member_epoch, member.rebalance_timeout_ms) == (1, 20_000)
+        assert member.assigned == {TOPIC_ID: {0, 1, 2, 3}}
         assert group.members["modern"].classic is None
         assert coordinator.committed("g") == OFFSETS
         # The classic member rejoins: it reconciles to the new epoch and syncs half the partitions.
@@ -129,12 +130,28 @@ def test_an_upgrade_and_a_downgrade_replay_as_they_happened(tmp_path):
     asyncio.run(replayed_downgrade(classic_id, epoch, kept))
 
 
+def test_a_classic_group_whose_subscriptions_cannot_be_read_is_not_upgraded(tmp_path):
+    async def run():
+        coordinator = coordinator_of(PartitionLog(tmp_path / "__consumer_offsets-0"))
+        joined = await coordinator.classic.join("g", "", None, "client", "/10.0.0.1", SESSION_MS, 20_000, "consumer",
+                                                [("range", b"\x00\x01\x00")], require_known_member=False)
+        refused = await coordinator.consumer.heartbeat(joining("modern"))
+        assert (refused.error, refused.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Cannot upgrade the classic group g "
+                                                    "to consumer group because the embedded consumer protocol is "
+                                                    "malformed.")
+        group = coordinator.groups["g"]
+        assert isinstance(group, ClassicGroup) and list(group.members) == [joined.member_id]
+        coordinator.unload_partition(0)
+
+    asyncio.run(run())
+
+
 def test_migration_disabled_leaves_the_classic_group_as_it_was(tmp_path):
     async def run():
         coordinator = coordinator_of(PartitionLog(tmp_path / "__consumer_offsets-0"), policy="disabled")
         classic_id = await classic_member(coordinator)
         refused = await coordinator.consumer.heartbeat(joining("modern"))
-        assert refused.error == ErrorCode.GROUP_ID_NOT_FOUND
+        assert (refused.error, refused.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group g is not a consumer group")
         group = coordinator.groups["g"]
         assert isinstance(group, ClassicGroup) and (group.state, group.generation, list(group.members)) == (
             STABLE, 1, [classic_id])
