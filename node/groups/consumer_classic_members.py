@@ -99,7 +99,8 @@ class ClassicMembersOfConsumerGroups:
             group.static_members[member.instance_id] = member.member_id
         self._update_group(group, member, before, _owned_ids(subscription.owned_partitions, self.broker), out)
         if replaced is not None and replaced.classic is None:
-            self.directory.migration.downgrade_if_all_classic(group, out)
+            subscription_changed = before is not None and before[4:6] != _fields(member)[4:6]
+            self.directory.migration.downgrade_if_all_classic(group, subscription_changed, out)
         error = await self._store(group, out)
         if error:
             return JoinResult(error, member_id=member.member_id)
@@ -205,7 +206,11 @@ class ClassicMembersOfConsumerGroups:
     async def leave(self, group: ConsumerGroup, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
         errors: list[ErrorCode] = []
         out: list[Record] = []
-        for member_id, instance_id in members:
+        rest: list[tuple[str | None, str | None]] = []
+        for index, (member_id, instance_id) in enumerate(members):
+            if self.directory.groups.get(group.group_id) is not group:
+                rest = members[index:]  # a member's leaving downgraded the group: the rest leave the classic one
+                break
             try:
                 if instance_id is None:
                     member = self._classic_member(group, member_id or "", None)
@@ -225,7 +230,8 @@ class ClassicMembersOfConsumerGroups:
             self.consumer._remove(group, member, out)
             errors.append(ErrorCode.NONE)
         error = await self._store(group, out)
-        return [error or code if code == ErrorCode.NONE else code for code in errors]
+        errors = [error or code if code == ErrorCode.NONE else code for code in errors]
+        return errors + (self.directory.classic.leave(group.group_id, rest) if rest else [])
 
     # --- members, timers, records ---
 

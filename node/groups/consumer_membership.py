@@ -263,7 +263,7 @@ class ConsumerMembership:
         """Kafka's consumerGroupFenceMember: the member's records are tombstoned and the group epoch
         moves, so that its partitions go to the others; or, when it was the last member of the
         consumer protocol, the group becomes a classic group (node.groups.migration)."""
-        if self.directory.migration.downgrade_instead_of_removing(group, member.member_id, out):
+        if self.directory.migration.downgrade_instead_of_removing(group, {member.member_id}, out):
             return
         member.cancel_timers()
         del group.members[member.member_id]

@@ -34,7 +34,7 @@ from node.groups.consumer import (
     MEMBER_STABLE, Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember,
 )
 from node.groups.records import (
-    decode_assignment, decode_subscription, encode_assignment, group_key, protocol_version,
+    assignment_user_data, decode_assignment, decode_subscription, encode_assignment, group_key, protocol_version,
 )
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,17 @@ TopicNameOf = Callable[[uuid.UUID], "str | None"]
 
 
 class MalformedProtocol(ValueError):
-    """Embedded consumer-protocol bytes that cannot be read (Kafka's SchemaException): the group is
-    not converted, and the member that asked is answered GROUP_ID_NOT_FOUND."""
+    """Embedded consumer-protocol bytes that cannot be read (Kafka's SchemaException)."""
+
+
+class CustomAssignorData(ValueError):
+    """An assignment carrying user data, which only a custom assignor writes and a consumer group
+    would lose (Kafka's UnsupportedVersionException in fromClassicGroup)."""
 
 
 class NotUpgraded(Exception):
     """A classic group with members that does not become a consumer group: the heartbeat that asked
-    is answered GROUP_ID_NOT_FOUND with this message, Kafka's."""
+    is answered GROUP_ID_NOT_FOUND with this message, Kafka's, and the group is left as it was."""
 
 
 def upgrade_enabled(policy: str) -> bool:
@@ -66,21 +70,18 @@ def downgrade_enabled(policy: str) -> bool:
 
 # --- upgrade ---
 
-def can_upgrade(group: ClassicGroup, policy: str, consumer_max_size: int) -> bool:
-    """Kafka's validateOnlineUpgrade, for a classic group with members."""
+def check_upgrade(group: ClassicGroup, policy: str, consumer_max_size: int) -> None:
+    """Kafka's validateOnlineUpgrade, for a classic group with members: raises NotUpgraded."""
+    why = None
     if not upgrade_enabled(policy):
-        log.info("cannot upgrade classic group %s to a consumer group: the online upgrade is disabled",
-                 group.group_id)
-        return False
-    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-        log.info("cannot upgrade classic group %s to a consumer group: its protocol type is %r, not %r",
-                 group.group_id, group.protocol_type, CONSUMER_PROTOCOL_TYPE)
-        return False
-    if len(group.members) > consumer_max_size:
-        log.info("cannot upgrade classic group %s to a consumer group: it has more members than "
-                 "group.consumer.max.size", group.group_id)
-        return False
-    return True
+        why = "online upgrade is disabled"
+    elif group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        why = "the group does not use the consumer embedded protocol"
+    elif len(group.members) > consumer_max_size:
+        why = "the group size exceeds the consumer group maximum size"
+    if why is not None:
+        log.info("cannot upgrade classic group %s to consumer group because %s", group.group_id, why)
+        raise NotUpgraded(f"Cannot upgrade classic group {group.group_id} to consumer group because {why}.")
 
 
 def consumer_group_from_classic(classic: ClassicGroup, topic_id_of: TopicIdOf) -> ConsumerGroup:
@@ -92,8 +93,11 @@ def consumer_group_from_classic(classic: ClassicGroup, topic_id_of: TopicIdOf) -
         try:
             subscription = decode_subscription(old.metadata_for(classic.protocol or ""))
             owned = decode_assignment(old.assignment)
+            user_data = assignment_user_data(old.assignment)
         except (ValueError, struct.error, UnicodeDecodeError) as exc:
             raise MalformedProtocol(f"member {old.member_id}: {exc}") from exc
+        if user_data:
+            raise CustomAssignorData(f"member {old.member_id}: userData from a custom assignor would be lost")
         assigned = _to_ids(owned, topic_id_of)
         group.members[old.member_id] = ConsumerMember(
             old.member_id, instance_id=old.group_instance_id, rack_id=subscription.rack_id,
@@ -110,39 +114,35 @@ def consumer_group_from_classic(classic: ClassicGroup, topic_id_of: TopicIdOf) -
 
 # --- downgrade ---
 
-def all_classic_except(group: ConsumerGroup, member_id: str) -> bool:
-    """Kafka's allMembersUseClassicProtocolExcept: the member is of the consumer protocol, every other
-    one of the classic protocol."""
-    member = group.members.get(member_id)
-    return member is not None and member.classic is None and all(
-        m.classic is not None for m in group.members.values() if m is not member)
+def all_classic_except(group: ConsumerGroup, member_ids: set[str]) -> bool:
+    """Kafka's allMembersUseClassicProtocolExcept: every member but these speaks the classic protocol."""
+    return all(m.classic is not None for m in group.members.values() if m.member_id not in member_ids)
 
 
-def can_downgrade_without(group: ConsumerGroup, leaving_member_id: str, policy: str,
-                          classic_max_size: int) -> bool:
-    """Kafka's validateOnlineDowngradeWithFencedMember: the member leaving (or fenced) is the last of
-    the consumer protocol, and members remain."""
-    if not all_classic_except(group, leaving_member_id) or len(group.members) <= 1:
+def can_downgrade_without(group: ConsumerGroup, leaving: set[str], policy: str, classic_max_size: int) -> bool:
+    """Kafka's validateOnlineDowngradeWithFencedMembers: the members leaving (or fenced) leave only
+    members of the classic protocol, at least one."""
+    remaining = sum(member_id not in leaving for member_id in group.members)
+    if not all_classic_except(group, leaving) or remaining <= 0:
         return False
     if not downgrade_enabled(policy):
-        log.info("cannot downgrade consumer group %s to a classic group: the online downgrade is disabled",
+        log.info("cannot downgrade consumer group %s to classic group because the online downgrade is disabled",
                  group.group_id)
         return False
-    if len(group.members) - 1 > classic_max_size:
-        log.info("cannot downgrade consumer group %s to a classic group: it has more members than "
-                 "group.max.size", group.group_id)
+    if remaining > classic_max_size:
+        log.info("cannot downgrade consumer group %s to classic group because its group size is greater than "
+                 "classic group max size", group.group_id)
         return False
     return True
 
 
-def classic_group_from_consumer(group: ConsumerGroup, leaving_member_id: str,
-                                topic_name_of: TopicNameOf) -> ClassicGroup:
+def classic_group_from_consumer(group: ConsumerGroup, leaving: set[str], topic_name_of: TopicNameOf) -> ClassicGroup:
     """Kafka's ClassicGroup.fromConsumerGroup: Stable at generation = group epoch, without the
-    leaving member, each member holding its target assignment in its own protocol version."""
+    leaving members, each member holding its target assignment in its own protocol version."""
     classic = ClassicGroup(group.group_id, group.partition, state=CLASSIC_STABLE, generation=group.group_epoch,
                            protocol_type=CONSUMER_PROTOCOL_TYPE, state_timestamp=int(time.time() * 1000))
     for member in group.members.values():
-        if member.member_id == leaving_member_id or member.classic is None:
+        if member.member_id in leaving or member.classic is None:
             continue
         classic.members[member.member_id] = ClassicMember(
             member.member_id, member.instance_id, member.client_id, member.client_host,
@@ -210,7 +210,7 @@ def _to_names(assignment: Assignment, topic_name_of: TopicNameOf) -> dict[str, l
 class GroupMigration:
     """Converts groups of the coordinator's group map (`directory.groups`) between the protocols,
     writing what Kafka writes for it. The consumer membership calls upgrade() from the first
-    heartbeat of a member to a classic group and downgrade_instead_of_removing() wherever it fences
+    heartbeat of a member to a classic group, and downgrade_instead_of_removing() wherever it removes
     a member; a classic static member replacing a consumer-protocol one calls downgrade_if_all_classic()."""
 
     def __init__(self, broker, directory):
@@ -225,21 +225,25 @@ class GroupMigration:
         NotUpgraded when the policy, its protocol type or its size forbid it, or its members' embedded
         protocol cannot be read. The group map is not touched: the caller installs the group once the
         joining member is accepted."""
-        if not can_upgrade(classic, self.policy(), self.broker.config.get_int("group.consumer.max.size")):
-            raise NotUpgraded(f"Group {classic.group_id} is not a consumer group")
+        check_upgrade(classic, self.policy(), self.broker.config.get_int("group.consumer.max.size"))
         try:
             group = consumer_group_from_classic(classic, self._topic_id)
         except MalformedProtocol as exc:
-            log.warning("cannot upgrade classic group %s to a consumer group: its embedded consumer protocol "
-                        "is malformed (%s)", classic.group_id, exc)
-            raise NotUpgraded(f"Cannot upgrade the classic group {classic.group_id} to consumer group because the "
+            log.warning("cannot upgrade classic group %s to consumer group: the embedded consumer protocol is "
+                        "malformed (%s)", classic.group_id, exc)
+            raise NotUpgraded(f"Cannot upgrade classic group {classic.group_id} to consumer group because the "
                               "embedded consumer protocol is malformed.") from exc
+        except CustomAssignorData as exc:
+            log.warning("cannot upgrade classic group %s to consumer group: %s", classic.group_id, exc)
+            raise NotUpgraded(f"Cannot upgrade classic group {classic.group_id} to consumer group because an "
+                              "unsupported custom assignor is in use. Please refer to the documentation or switch "
+                              "to a default assignor before re-attempting the upgrade.") from exc
         self.directory.classic.release_waiting(classic)
         out.append(classic_group_tombstone(classic.group_id))
         out.extend(consumer_group_records(group))
         for member in group.members.values():
             self.directory.classic_members.arm_session(group, member)
-        log.info("classic group %s (generation %d, %d members) upgraded to a consumer group", classic.group_id,
+        log.info("converted classic group %s (generation %d, %d members) to a consumer group", classic.group_id,
                  classic.generation, len(group.members))
         return group
 
@@ -248,43 +252,34 @@ class GroupMigration:
         maybeDeleteEmptyClassicGroup): its record's tombstone; its offsets stay."""
         return [classic_group_tombstone(group.group_id)] if group is not None else []
 
-    def downgrade_instead_of_removing(self, group: ConsumerGroup, member_id: str, out: list) -> bool:
-        """When the member leaving (or fenced) is the last of the consumer protocol and the policy
-        allows, the group becomes a classic group without it and rebalances (Kafka's
-        consumerGroupFenceMember with convertToClassicGroup): True, its records added to `out`."""
-        if not can_downgrade_without(group, member_id, self.policy(), _classic_max_size(self.broker)):
+    def downgrade_instead_of_removing(self, group: ConsumerGroup, leaving: set[str], out: list) -> bool:
+        """When the members leaving (or fenced) leave only members of the classic protocol and the
+        policy allows, the group becomes a classic group without them and rebalances (Kafka's
+        consumerGroupFenceMembers with convertToClassicGroup): True, its records added to `out`."""
+        if not can_downgrade_without(group, leaving, self.policy(), _classic_max_size(self.broker)):
             return False
-        try:
-            classic = classic_group_from_consumer(group, member_id, self._topic_name)
-        except MalformedProtocol as exc:
-            log.warning("cannot downgrade consumer group %s to a classic group: %s", group.group_id, exc)
-            return False
-        out.extend(self.directory.consumer.tombstones(group))
-        out.append(classic.record())
-        self._install_classic(group, classic, rebalance=True)
-        log.info("consumer group %s (epoch %d) downgraded to a classic group: its last consumer-protocol member "
-                 "%s left", group.group_id, group.group_epoch, member_id)
-        return True
+        return self._downgrade(group, leaving, out, rebalance=True)
 
-    def downgrade_if_all_classic(self, group: ConsumerGroup, out: list) -> bool:
+    def downgrade_if_all_classic(self, group: ConsumerGroup, rebalance: bool, out: list) -> bool:
         """A classic static member took the place of the group's last consumer-protocol member
-        (Kafka's validateOnlineDowngradeWithReplacedMemberId): when the policy allows, the group
-        becomes a classic group as it stands, each member keeping its assignment, with no rebalance.
-        True, its records added to `out`."""
-        if not group.members or any(m.classic is None for m in group.members.values()):
+        (Kafka's validateOnlineDowngradeWithReplacedMember): when the policy allows, the group
+        becomes a classic group as it stands, each member keeping its assignment; it rebalances only
+        when the new member's subscription differs from the one it replaced. True, its records added
+        to `out`."""
+        if not group.members or not can_downgrade_without(group, set(), self.policy(), _classic_max_size(self.broker)):
             return False
-        if not downgrade_enabled(self.policy()) or len(group.members) > _classic_max_size(self.broker):
-            return False
+        return self._downgrade(group, set(), out, rebalance)
+
+    def _downgrade(self, group: ConsumerGroup, leaving: set[str], out: list, rebalance: bool) -> bool:
         try:
-            classic = classic_group_from_consumer(group, "", self._topic_name)
+            classic = classic_group_from_consumer(group, leaving, self._topic_name)
         except MalformedProtocol as exc:
-            log.warning("cannot downgrade consumer group %s to a classic group: %s", group.group_id, exc)
+            log.warning("cannot downgrade consumer group %s to classic group: %s", group.group_id, exc)
             return False
         out.extend(self.directory.consumer.tombstones(group))
         out.append(classic.record())
-        self._install_classic(group, classic, rebalance=False)
-        log.info("consumer group %s (epoch %d) downgraded to a classic group: a classic static member replaced "
-                 "its last consumer-protocol member", group.group_id, group.group_epoch)
+        self._install_classic(group, classic, rebalance)
+        log.info("converted consumer group %s (epoch %d) to a classic group", group.group_id, group.group_epoch)
         return True
 
     def _install_classic(self, group: ConsumerGroup, classic: ClassicGroup, rebalance: bool) -> None:

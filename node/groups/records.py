@@ -234,6 +234,16 @@ def decode_assignment(data: bytes) -> TopicPartitions:
     return _read_topic_partitions(reader)
 
 
+def assignment_user_data(data: bytes) -> bytes | None:
+    """The user data after an assignment's partitions: what only custom assignors write."""
+    if not data:
+        return None
+    reader = _Reader(data)
+    reader.int16()
+    _read_topic_partitions(reader)
+    return reader.bytes_()
+
+
 def encode_assignment(partitions: TopicPartitions, version: int) -> bytes:
     """A ConsumerProtocolAssignment in the version the member's subscription used (at most 3)."""
     version = min(max(version, CONSUMER_PROTOCOL_VERSIONS.start), CONSUMER_PROTOCOL_VERSIONS.stop - 1)

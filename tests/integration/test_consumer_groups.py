@@ -462,4 +462,5 @@ def test_a_classic_group_with_members_is_not_a_consumer_group(cluster):
     refused = heartbeat(address, **join_fields(group, "m", topic))
     assert (refused.error_code, refused.error_message) == (
         ErrorCode.GROUP_ID_NOT_FOUND,
-        f"Cannot upgrade the classic group {group} to consumer group because the embedded consumer protocol is malformed.")
+        f"Cannot upgrade classic group {group} to consumer group because the embedded consumer protocol is "
+        "malformed.")

@@ -154,7 +154,8 @@ def test_with_migration_disabled_a_classic_group_refuses_consumer_members(no_mig
     address, _ = coordinator(cluster, group)
     refused = heartbeat(address, **join_fields(group, uuid.uuid4().hex, topic))
     assert (refused.error_code, refused.error_message) == (
-        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a consumer group")
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"Cannot upgrade classic group {group} to consumer group because online upgrade is disabled.")
     assert before == listed(cluster, group) == ("classic", "consumer", "Stable")
     more = produce(cluster, topic, 2, 5, start_at=5)
     wait_until(lambda: len(classic.records()) >= len(written | more), what="the classic member reading on")

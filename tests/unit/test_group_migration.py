@@ -9,8 +9,8 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from node.groups.classic import STABLE, ClassicGroup, ClassicMember
 from node.groups.consumer import MEMBER_STABLE, ClassicMemberMetadata, ConsumerGroup, ConsumerMember
 from node.groups.migration import (
-    MalformedProtocol, all_classic_except, can_downgrade_without, can_upgrade, classic_group_from_consumer,
-    consumer_group_from_classic, downgrade_enabled, upgrade_enabled,
+    CustomAssignorData, MalformedProtocol, NotUpgraded, all_classic_except, can_downgrade_without, check_upgrade,
+    classic_group_from_consumer, consumer_group_from_classic, downgrade_enabled, upgrade_enabled,
 )
 from node.groups.records import decode_assignment, decode_subscription, encode_assignment
 
@@ -88,13 +88,33 @@ def test_malformed_subscription_refuses_the_upgrade():
         consumer_group_from_classic(classic, IDS.get)
 
 
-def test_upgrade_policy_and_protocol_type():
+def test_a_custom_assignors_user_data_refuses_the_upgrade():
     classic = classic_group()
-    assert can_upgrade(classic, "bidirectional", 10) and can_upgrade(classic, "UPGRADE", 10)
-    assert not can_upgrade(classic, "downgrade", 10) and not can_upgrade(classic, "disabled", 10)
-    assert not can_upgrade(classic, "bidirectional", 1)  # more members than group.consumer.max.size
+    tps = [ConsumerProtocolAssignment.TopicPartition(topic="a", partitions=[2, 3])]
+    classic.members["m2"].assignment = ConsumerProtocolAssignment(
+        version=1, assigned_partitions=tps, user_data=b"custom").encode(version=1)
+    with pytest.raises(CustomAssignorData):
+        consumer_group_from_classic(classic, IDS.get)
+
+
+def refusal(classic: ClassicGroup, policy: str, max_size: int) -> str | None:
+    try:
+        check_upgrade(classic, policy, max_size)
+    except NotUpgraded as exc:
+        return str(exc)
+    return None
+
+
+def test_upgrade_policy_protocol_type_and_size():
+    classic = classic_group()
+    assert refusal(classic, "bidirectional", 10) is None and refusal(classic, "UPGRADE", 10) is None
+    disabled = "Cannot upgrade classic group g to consumer group because online upgrade is disabled."
+    assert refusal(classic, "downgrade", 10) == refusal(classic, "disabled", 10) == disabled
+    assert refusal(classic, "bidirectional", 1) == ("Cannot upgrade classic group g to consumer group because the "
+                                                    "group size exceeds the consumer group maximum size.")
     classic.protocol_type = "connect"
-    assert not can_upgrade(classic, "bidirectional", 10)
+    assert refusal(classic, "bidirectional", 10) == ("Cannot upgrade classic group g to consumer group because the "
+                                                     "group does not use the consumer embedded protocol.")
     assert upgrade_enabled("bidirectional") and not downgrade_enabled("upgrade")
 
 
@@ -108,18 +128,19 @@ def consumer_group_with_one_modern_member() -> ConsumerGroup:
 
 def test_downgrade_needs_the_last_consumer_protocol_member_to_leave():
     group = consumer_group_with_one_modern_member()
-    assert all_classic_except(group, "m3") and not all_classic_except(group, "m1")
-    assert can_downgrade_without(group, "m3", "bidirectional", 10)
-    assert can_downgrade_without(group, "m3", "downgrade", 10)
-    assert not can_downgrade_without(group, "m3", "upgrade", 10)
-    assert not can_downgrade_without(group, "m3", "bidirectional", 1)  # classic group max size
-    assert not can_downgrade_without(group, "m1", "bidirectional", 10)
+    assert all_classic_except(group, {"m3"}) and not all_classic_except(group, {"m1"})
+    assert can_downgrade_without(group, {"m3"}, "bidirectional", 10)
+    assert can_downgrade_without(group, {"m3"}, "downgrade", 10)
+    assert not can_downgrade_without(group, {"m3"}, "upgrade", 10)
+    assert not can_downgrade_without(group, {"m3"}, "bidirectional", 1)  # classic group max size
+    assert not can_downgrade_without(group, {"m1"}, "bidirectional", 10)
+    assert not can_downgrade_without(group, {"m1", "m2", "m3"}, "bidirectional", 10)  # nobody would remain
     alone = ConsumerGroup("g", 3, members={"m3": ConsumerMember("m3")})
-    assert not can_downgrade_without(alone, "m3", "bidirectional", 10)  # nobody would remain
+    assert not can_downgrade_without(alone, {"m3"}, "bidirectional", 10)
 
 
 def test_consumer_group_becomes_classic_group_as_from_consumer_group():
-    classic = classic_group_from_consumer(consumer_group_with_one_modern_member(), "m3", NAMES.get)
+    classic = classic_group_from_consumer(consumer_group_with_one_modern_member(), {"m3"}, NAMES.get)
     assert (classic.group_id, classic.partition, classic.state, classic.generation) == ("g", 3, STABLE, 8)
     assert (classic.protocol_type, classic.protocol, classic.leader) == ("consumer", "range", None)
     assert list(classic.members) == ["m1", "m2"]

@@ -136,8 +136,8 @@ def test_a_classic_group_whose_subscriptions_cannot_be_read_is_not_upgraded(tmp_
         joined = await coordinator.classic.join("g", "", None, "client", "/10.0.0.1", SESSION_MS, 20_000, "consumer",
                                                 [("range", b"\x00\x01\x00")], require_known_member=False)
         refused = await coordinator.consumer.heartbeat(joining("modern"))
-        assert (refused.error, refused.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Cannot upgrade the classic group g "
-                                                    "to consumer group because the embedded consumer protocol is "
+        assert (refused.error, refused.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group g to "
+                                                    "consumer group because the embedded consumer protocol is "
                                                     "malformed.")
         group = coordinator.groups["g"]
         assert isinstance(group, ClassicGroup) and list(group.members) == [joined.member_id]
@@ -151,7 +151,9 @@ def test_migration_disabled_leaves_the_classic_group_as_it_was(tmp_path):
         coordinator = coordinator_of(PartitionLog(tmp_path / "__consumer_offsets-0"), policy="disabled")
         classic_id = await classic_member(coordinator)
         refused = await coordinator.consumer.heartbeat(joining("modern"))
-        assert (refused.error, refused.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group g is not a consumer group")
+        assert (refused.error, refused.message) == (
+            ErrorCode.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group g to consumer group because online upgrade is "
+                                          "disabled.")
         group = coordinator.groups["g"]
         assert isinstance(group, ClassicGroup) and (group.state, group.generation, list(group.members)) == (
             STABLE, 1, [classic_id])
