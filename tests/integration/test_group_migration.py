@@ -171,3 +171,36 @@ def test_with_migration_disabled_a_classic_group_refuses_consumer_members(no_mig
     time.sleep(1)
     assert sorted(modern.records()) == sorted(latest)
     assert listed(cluster, group) == ("consumer", "consumer", "Stable")
+
+
+def test_a_group_with_members_of_both_protocols_survives_its_coordinator_dying(members):
+    with Cluster(nodes=3) as own:
+        topic, group = new_topic(own, PARTITIONS), f"g-{uuid.uuid4().hex[:8]}"
+        written = produce(own, topic, PARTITIONS, 10)
+        classic = start(members, own, group, topic, "classic")
+        wait_until(lambda: owned_partitions(classic, topic) == [0, 1, 2, 3], what="the classic member's partitions")
+        modern = start(members, own, group, topic, "consumer")
+        pair = [classic, modern]
+        wait_until(lambda: owned_partitions(modern, topic) and all_assigned(pair, topic, PARTITIONS),
+                   what="the upgraded group splitting the partitions")
+        wait_until(lambda: len(read_by(pair)) >= len(written), what="every message")
+        _, coordinator_id = coordinator(own, group)
+        own.kill_node(coordinator_id)
+        survivor = next(node_id for node_id in own.nodes if node_id != coordinator_id)
+        written |= produce(own, topic, PARTITIONS, 10, start_at=10)
+        wait_until(lambda: len(read_by(pair)) >= len(written), timeout=60, what="every message after the failover")
+        # The new coordinator replayed the consumer group with its classic member in it.
+        address, new_coordinator = coordinator(own, group, via=survivor)
+        assert new_coordinator != coordinator_id
+        answer = exchange_once(address, ListGroupsRequest[5](states_filter=[], types_filter=["consumer"]),
+                               ListGroupsResponse, 5)
+        assert [g.group_id for g in answer.groups if g.group_id == group] == [group]
+        wait_until(lambda: all_assigned(pair, topic, PARTITIONS) and len(owned_partitions(classic, topic)) == 2,
+                   what="both members holding two partitions again")
+        time.sleep(1)
+        assert_read_exactly_once(pair, written)
+        assert_never_owned_twice(pair)
+        assert [[e for e in m.errors() if "_TRANSPORT" not in e] for m in pair] == [[], []]
+        classic.stop()
+        modern.stop()
+        assert committed(own, group) == {p: 20 for p in range(PARTITIONS)}
