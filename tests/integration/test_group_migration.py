@@ -18,7 +18,7 @@ from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
 from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
-from tests.integration.observe import committed
+from tests.integration.observe import committed, logged_errors
 from tests.integration.test_consumer_groups import (
     MemberProcess, all_assigned, assert_never_owned_twice, coordinator, heartbeat, join_fields, new_topic, produce,
     read_by, wait_until,
@@ -107,6 +107,7 @@ def test_a_rolling_upgrade_turns_a_classic_group_into_a_consumer_group(cluster, 
     upgraded.stop()
     last.stop()
     assert committed(cluster, group) == {p: 30 for p in range(PARTITIONS)}
+    assert not any(logged_errors(cluster).values())
 
 
 def test_the_last_consumer_protocol_member_leaving_makes_the_group_classic_again(cluster, members):
@@ -134,6 +135,7 @@ def test_the_last_consumer_protocol_member_leaving_makes_the_group_classic_again
     classic.stop()
     assert committed(cluster, group) == {p: 20 for p in range(PARTITIONS)}
     assert listed(cluster, group) == ("classic", "consumer", "Empty")
+    assert not any(logged_errors(cluster).values())
 
 
 # --- group.consumer.migration.policy=disabled ---
@@ -171,6 +173,7 @@ def test_with_migration_disabled_a_classic_group_refuses_consumer_members(no_mig
     time.sleep(1)
     assert sorted(modern.records()) == sorted(latest)
     assert listed(cluster, group) == ("consumer", "consumer", "Stable")
+    assert not any(logged_errors(cluster).values())
 
 
 def test_a_group_with_members_of_both_protocols_survives_its_coordinator_dying(members):
