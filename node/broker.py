@@ -18,6 +18,8 @@ from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers
 from node.replica_manager import ReplicaManager
 from node.replication_throttle import LEADER, ReplicationThrottle
+from node.share.manager import SharePartitionManager
+from node.share.sessions import ShareSessionCache
 from node.share_coordinator.coordinator import ShareCoordinator
 from node.share_coordinator.persister import CoordinatorPersister
 from node.transactions.coordinator import TransactionCoordinator
@@ -55,7 +57,12 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.share_coordinator = ShareCoordinator(self)
+        # Where share-partition state is kept (node.share_coordinator.state.SharePersister); None
+        # keeps it in this node's memory only.
         self.share_persister = CoordinatorPersister(self)
+        self.share_partitions = SharePartitionManager(self)
+        self.share_sessions = ShareSessionCache(config.get_int("group.share.max.share.sessions"),
+                                                config.get_int("group.share.session.timeout.ms"))
         self.peers = PeerClient(self)
         self.cleaner = LogCleaner(self)
         self.fetchers = ReplicaFetchers(self)
@@ -78,6 +85,7 @@ class Broker:
 
     async def close(self) -> None:
         self.transactions.close()
+        self.share_partitions.close()
         self.peers.close()
         await self.fetchers.close()
         await self.metadata.close()

@@ -178,6 +178,7 @@ class ReplicaManager:
         `__transaction_state` and `__share_group_state` partitions; forget those led elsewhere."""
         self._update_transaction_partitions()
         self.broker.share_coordinator.follow_leadership(self.partitions)
+        self.broker.share_partitions.forget_unled()
         coordinator = self.broker.groups
         topic = self.broker.image.topics.get(OFFSETS_TOPIC)
         led = {index for index, info in (topic.partitions.items() if topic else ())

@@ -85,6 +85,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.share.max.record.lock.duration.ms": "3600000",
     "group.share.delivery.count.limit": "5",
     "group.share.partition.max.record.locks": "2000",
+    "group.share.max.share.sessions": "2000",
     "share.coordinator.state.topic.num.partitions": "50",
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "2",

@@ -76,6 +76,8 @@ API_MODULES = (
     "describe_transactions",
     "list_transactions",
     "consumer_group_heartbeat",
+    "share_group_heartbeat",
+    "share_group_describe",
     "initialize_share_group_state",
     "read_share_group_state",
     "write_share_group_state",
@@ -84,6 +86,8 @@ API_MODULES = (
     "describe_share_group_offsets",
     "alter_share_group_offsets",
     "delete_share_group_offsets",
+    "share_fetch",
+    "share_acknowledge",
 )
 
 

@@ -105,5 +105,6 @@ def _invalid(request, version: int, regex: str | None, assignors: list[str]) -> 
         try:
             compile_regex(regex)
         except InvalidRegex as exc:
-            return ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}."
+            return (ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.")
     return None

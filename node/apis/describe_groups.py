@@ -1,7 +1,8 @@
 """DescribeGroups v0-6: state, protocol and members (with metadata and assignment) of each group.
 
 Members' metadata and assignments are given while the group is Stable. A group that does not
-exist is described as Dead with no error, as Kafka describes it.
+exist is described as Dead with no error, as Kafka describes it; a share group too, with
+GROUP_ID_NOT_FOUND from v6 ("not a classic group").
 
 Differs from Kafka: no ACLs, so authorized operations are never filled in. A KIP-848 consumer
 group lists its members without the classic subscription and assignment bytes Kafka makes up
@@ -22,15 +23,22 @@ Described = RESPONSE.DescribedGroup
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[_describe(broker, g) for g in request.groups])
+    version = header.api_version
+    return RESPONSE[version](throttle_time_ms=0, groups=[_describe(broker, g, version) for g in request.groups])
 
 
-def _describe(broker, group_id: str):
+def _describe(broker, group_id: str, version: int):
     error = broker.groups.owns(group_id)
     group = None if error else broker.groups.group(group_id)
     if group is None:
         # Kafka describes an unknown group as Dead with no error.
         return Described(error_code=error, error_message=None, group_id=group_id, group_state=DEAD,
+                         protocol_type="", protocol_data="", members=[], authorized_operations=None)
+    if group.group_type == "share":
+        # Kafka's answer for any group that is not a classic one: Dead, with an error from v6.
+        message = f"Group {group_id} is not a classic group."
+        return Described(error_code=ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE,
+                         error_message=message if version >= 6 else None, group_id=group_id, group_state=DEAD,
                          protocol_type="", protocol_data="", members=[], authorized_operations=None)
     if group.group_type == "consumer":
         # A KIP-848 group: who is in it, with neither classic metadata nor assignment bytes.

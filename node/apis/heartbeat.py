@@ -4,6 +4,7 @@ Answered by the group coordinator: REBALANCE_IN_PROGRESS when the member must re
 UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION when it is out of date, NOT_COORDINATOR on another node.
 A classic-protocol member of a KIP-848 consumer group is told to rejoin when the group epoch moved
 past its own, or it has partitions to revoke or to receive (node.groups.consumer_classic_members).
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
 """
@@ -17,9 +18,9 @@ VERSIONS = (0, 4)
 
 
 async def handle(broker, header, request):
-    error = broker.groups.owns(request.group_id)
-    group = broker.groups.group(request.group_id) if not error else None
-    if group is not None and group.group_type == "consumer":
+    error = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
+    group = broker.groups.consumer_group(request.group_id) if not error else None
+    if group is not None:
         error = broker.groups.classic_members.heartbeat(
             group, request.generation_id, request.member_id,
             request.group_instance_id if header.api_version >= 3 else None)

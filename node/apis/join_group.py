@@ -6,7 +6,8 @@ MEMBER_ID_REQUIRED); static members (group.instance.id, v5+) keep their place ac
 A classic-protocol member of a KIP-848 consumer group joins it as Kafka 4.x does
 (node.groups.consumer_classic_members): its generation is its member epoch, no member leads, and
 its JoinGroup is a heartbeat that may move the group epoch. A JoinGroup to an empty consumer group
-replaces it by a classic group.
+replaces it by a classic group, its offsets kept. A share group's id is answered
+GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Differs from Kafka: skip_assignment is never set.
 """
@@ -23,15 +24,15 @@ VERSIONS = (0, 9)
 
 async def handle(broker, header, request):
     version = header.api_version
-    owner = broker.groups.owns(request.group_id)
+    owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     if owner:
         return _response(version, error=owner, member_id=request.member_id)
     joining = (request.member_id, request.group_instance_id if version >= 5 else None, header.client_id or "",
                header.client_host, request.session_timeout_ms,
                request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms, request.protocol_type,
                [(p.name, bytes(p.metadata)) for p in request.protocols])
-    group = broker.groups.groups.get(request.group_id)
-    if group is not None and group.group_type == "consumer":
+    group = broker.groups.consumer_group(request.group_id)
+    if group is not None:
         if group.members:
             return _answer(version, await broker.groups.classic_members.join(
                 group, *joining, require_known_member=version >= 4))

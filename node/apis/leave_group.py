@@ -3,6 +3,7 @@
 A member leaving starts a rebalance for the others; static members are named by their instance id.
 Classic-protocol members of a KIP-848 consumer group leave it as Kafka 4.x has them leave: their
 records are tombstoned and the group epoch moves (node.groups.consumer_classic_members).
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
 """
@@ -21,11 +22,11 @@ async def handle(broker, header, request):
     version = header.api_version
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]
-    owner = broker.groups.owns(request.group_id)
-    group = broker.groups.group(request.group_id) if not owner else None
+    owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
+    group = broker.groups.consumer_group(request.group_id) if not owner else None
     if owner:
         errors = [owner] * len(leaving)
-    elif group is not None and group.group_type == "consumer":
+    elif group is not None:
         errors = await broker.groups.classic_members.leave(group, leaving)
     else:
         errors = broker.groups.classic.leave(request.group_id, leaving)

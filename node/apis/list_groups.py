@@ -1,7 +1,7 @@
 """ListGroups v0-5: the groups this node coordinates, filtered by state (v4+) and type (v5+).
 
-Each group is listed with its type: "classic", or "consumer" for a KIP-848 consumer group
-(protocol type "consumer").
+Each group is listed with its type: "classic", "consumer" for a KIP-848 consumer group
+(protocol type "consumer"), or "share" for a KIP-932 share group (protocol type "share").
 
 Same as Kafka.
 """

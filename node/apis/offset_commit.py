@@ -7,6 +7,7 @@ Metadata longer than offset.metadata.max.bytes is OFFSET_METADATA_TOO_LARGE; v10
 by id. A KIP-848 consumer group's member commits with its member epoch (v9+): another epoch is
 STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, an older version UNSUPPORTED_VERSION; a
 commit with epoch -1 from outside the group is accepted only while the group has no members.
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Differs from Kafka: Kafka kept version 0 commits in ZooKeeper, apart from the others; here they
 are the group's offsets like every other version's.

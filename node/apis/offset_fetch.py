@@ -8,7 +8,8 @@ with require_stable (v7+, KIP-447) a partition the group has such pending offset
 UNSTABLE_OFFSET_COMMIT, offset -1, in the partition (at every version, as Kafka does), and the
 client asks again; without it, the offset committed before the transaction is answered. From v9
 the fetch names the member: a KIP-848 consumer group answers an unknown member UNKNOWN_MEMBER_ID
-and another epoch than the member's STALE_MEMBER_EPOCH, for the group.
+and another epoch than the member's STALE_MEMBER_EPOCH, for the group. A share group's id is
+answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
 """
@@ -68,7 +69,8 @@ def _topic_id(broker, name):
 def _lookup(broker, group_id: str, wanted, require_stable: bool, member: tuple[str | None, int] | None = None):
     """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]); -1 where nothing is committed."""
     coordinator = broker.groups
-    error = coordinator.owns(group_id) or (coordinator.check_fetch(group_id, *member) if member else ErrorCode.NONE)
+    error = coordinator.owns(group_id) or coordinator.share_group_refusal(group_id) \
+        or (coordinator.check_fetch(group_id, *member) if member else ErrorCode.NONE)
     if error:
         return error, []
     committed = coordinator.committed(group_id)

@@ -2,7 +2,8 @@
 
 Members wait for the leader's assignment; each gets its own, with the group's protocol type and
 name (v5+). A classic-protocol member of a KIP-848 consumer group is answered at once with the
-partitions the coordinator assigned it (node.groups.consumer_classic_members).
+partitions the coordinator assigned it (node.groups.consumer_classic_members). A share group's id
+is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
 """
@@ -17,9 +18,9 @@ VERSIONS = (0, 5)
 
 async def handle(broker, header, request):
     version = header.api_version
-    owner = broker.groups.owns(request.group_id)
-    group = broker.groups.group(request.group_id) if not owner else None
-    if group is not None and group.group_type == "consumer":
+    owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
+    group = broker.groups.consumer_group(request.group_id) if not owner else None
+    if group is not None:
         protocol_type = request.protocol_type if version >= 5 else None
         protocol_name = request.protocol_name if version >= 5 else None
         error, assignment = broker.groups.classic_members.sync(
@@ -28,11 +29,11 @@ async def handle(broker, header, request):
         return RESPONSE[version](throttle_time_ms=0, error_code=error, assignment=assignment,
                                  protocol_type=protocol_type, protocol_name=protocol_name)
     if owner:
-        error, assignment = owner, b""
-    else:
-        error, assignment = await broker.groups.classic.sync(
-            request.group_id, request.generation_id, request.member_id,
-            {a.member_id: bytes(a.assignment) for a in request.assignments})
+        return RESPONSE[version](throttle_time_ms=0, error_code=owner, assignment=b"", protocol_type=None,
+                                 protocol_name=None)
+    error, assignment = await broker.groups.classic.sync(
+        request.group_id, request.generation_id, request.member_id,
+        {a.member_id: bytes(a.assignment) for a in request.assignments})
     group = broker.groups.group(request.group_id)
     return RESPONSE[version](
         throttle_time_ms=0, error_code=error, assignment=assignment,

@@ -10,6 +10,7 @@ checked against the classic group (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED
 generation -1 with no member skips the check); metadata longer than offset.metadata.max.bytes
 is OFFSET_METADATA_TOO_LARGE for its partition; a producer epoch older than the producer's
 pending commits is INVALID_PRODUCER_EPOCH. A group that does not exist is created.
+A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Differs from Kafka: the producer's transaction is not verified with its transaction coordinator
 before the write (KIP-890), and an older producer epoch is told apart from the producer's

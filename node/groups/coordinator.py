@@ -32,6 +32,8 @@ from node.coordinator_log import Producer
 from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
 from node.groups import consumer_records
 from node.groups.records import CommittedOffset, decode_key, group_key, key_version
+from node.groups.share import ShareGroup, ShareMembership
+from node.groups.share_records import SHARE_RECORD_TYPES, decode_share_key
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class GroupCoordinator:
         self.consumer = ConsumerMembership(broker, self, self.group_log)
         self.classic_members = ClassicMembersOfConsumerGroups(broker, self, self.consumer)
         self.migration = GroupMigration(broker, self)
+        self.share = ShareMembership(broker, self, self.group_log)
         self.offsets = OffsetStore(self.group_log)
         self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
 
@@ -91,6 +94,11 @@ class GroupCoordinator:
         """The metadata image moved: consumer groups whose subscribed topics changed rebalance."""
         self.consumer.metadata_changed(self.consumer_groups())
 
+    def share_group_refusal(self, group_id: str) -> ErrorCode:
+        """A classic group API naming a share group is answered GROUP_ID_NOT_FOUND, as Kafka answers
+        it ("Group ... is not a classic group")."""
+        return ErrorCode.GROUP_ID_NOT_FOUND if isinstance(self.groups.get(group_id), ShareGroup) else ErrorCode.NONE
+
     def group(self, group_id: str, create: bool = False) -> ClassicGroup | None:
         group = self.groups.get(group_id)
         if group is None and create:
@@ -116,6 +124,7 @@ class GroupCoordinator:
         self.loaded_partitions.add(partition)
         self._forget_refusals(partition)
         self.consumer.loaded(self.consumer_groups(partition))
+        self.share.on_loaded(partition)
         log.info("loaded %d groups from %s-%d", sum(g.partition == partition for g in self.groups.values()),
                  placement.OFFSETS_TOPIC, partition)
 
@@ -126,7 +135,11 @@ class GroupCoordinator:
         if key_type in consumer_records.KEY_TYPES:
             self._apply_consumer_record(partition, record)
             return
-        # key types 9-15: share groups
+        if key_type in SHARE_RECORD_TYPES:
+            share_key = decode_share_key(record.key)
+            if share_key is not None:
+                self.share.replay(partition, share_key, record.value)
+            return
         decoded = decode_key(record.key)
         if decoded is None:
             return
@@ -190,14 +203,15 @@ class GroupCoordinator:
 
     def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | ConsumerGroup | None]:
         """Start a rebalance of a group with members, as a member joining it would (see
-        ClassicMembership.force_rebalance and ConsumerMembership.force_rebalance)."""
+        ClassicMembership.force_rebalance, ConsumerMembership.force_rebalance and
+        ShareMembership.force_rebalance)."""
         error = self.owns(group_id)
         group = self.groups.get(group_id)
         if error or group is None or group.state == DEAD:
             return error or ErrorCode.GROUP_ID_NOT_FOUND, None
-        if group.group_type == "consumer":
+        if group.group_type in ("consumer", "share"):
             try:
-                self.consumer.force_rebalance(group)
+                getattr(self, group.group_type).force_rebalance(group)
             except GroupError as exc:
                 return exc.code, None
         else:
@@ -210,10 +224,18 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        removal = self.consumer.tombstones(group) if group.group_type == "consumer" else [(group_key(group_id), None)]
+        if isinstance(group, ShareGroup):
+            removal = group.tombstones()
+        elif group.group_type == "consumer":
+            removal = self.consumer.tombstones(group)
+        else:
+            removal = [(group_key(group_id), None)]
         self.group_log.append(group.partition, [*self.offsets.tombstones(group_id), *removal])
         self._drop(group)
-        group.transition(DEAD)
+        if isinstance(group, ShareGroup):
+            group.resign()
+        else:
+            group.transition(DEAD)
         return ErrorCode.NONE
 
     # --- offsets ---
@@ -222,6 +244,8 @@ class GroupCoordinator:
                      version: int) -> ErrorCode:
         """Whether an OffsetCommit may commit for the group: its group type's rule."""
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.group_type == "consumer":
             return self.consumer.check_commit(group, member_id, generation_or_epoch, version)
         return self.classic.check_commit(group_id, generation_or_epoch, member_id, instance_id)
@@ -229,6 +253,8 @@ class GroupCoordinator:
     def check_transactional_commit(self, group_id: str, generation_or_epoch: int, member_id: str,
                                    instance_id: str | None) -> ErrorCode:
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.group_type == "consumer":
             return self.consumer.check_commit(group, member_id, generation_or_epoch, 0, transactional=True)
         return self.classic.check_transactional_commit(group_id, generation_or_epoch, member_id, instance_id)
@@ -283,8 +309,8 @@ class GroupCoordinator:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         expired = 0
         for group in list(self.groups.values()):
-            if group.state != EMPTY or group.partition not in self.loaded_partitions:
-                continue
+            if group.state != EMPTY or group.partition not in self.loaded_partitions or isinstance(group, ShareGroup):
+                continue  # a share group is kept while empty, as Kafka's ShareGroup.shouldExpire says
             stale = self.offsets.stale(group.group_id, retention_ms, now)
             try:
                 self.delete_offsets(group.group_id, stale)

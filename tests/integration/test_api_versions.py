@@ -3,6 +3,7 @@ codec at that version gets a response that decodes at that version, without erro
 from __future__ import annotations
 
 import socket
+import uuid
 
 import pytest
 from kafka import KafkaProducer
@@ -26,6 +27,10 @@ from node.apis import (
     initialize_share_group_state, read_share_group_state, read_share_group_state_summary, write_share_group_state,
 )
 from node.apis.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from node.apis.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
+from node.apis.share_fetch import ShareFetchRequest, ShareFetchResponse
+from node.apis.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from node.apis.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from node.apis.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from tests.integration.wire import exchange
 
@@ -269,6 +274,27 @@ def requests_for(version_of, topic_id):
         # A heartbeat of a member of a group that does not exist.
         return ConsumerGroupHeartbeatRequest[v](group_id="versions-cg", member_id="member", member_epoch=1)
 
+    def share_group_heartbeat(v):
+        return ShareGroupHeartbeatRequest[v](group_id="no-such-share-group", member_id="member", member_epoch=1,
+                                             rack_id=None, subscribed_topic_names=None)
+
+    def share_group_describe(v):
+        return ShareGroupDescribeRequest[v](group_ids=["no-such-share-group"], include_authorized_operations=False)
+
+    def share_fetch(v):
+        T = ShareFetchRequest.FetchTopic
+        # Opens the share session that share_acknowledge goes on with. Of a topic id nobody has: the
+        # share-state requests after it meet __share_group_state as never used.
+        return ShareFetchRequest[v](group_id="versions-share-fetch", member_id="versions-member", share_session_epoch=0,
+                                    max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10,
+                                    topics=[T(topic_id=uuid.UUID(int=1), partitions=[T.FetchPartition(
+                                        partition_index=0, acknowledgement_batches=[])])],
+                                    forgotten_topics_data=[])
+
+    def share_acknowledge(v):
+        return ShareAcknowledgeRequest[v](group_id="versions-share-fetch", member_id="versions-member",
+                                          share_session_epoch=1, topics=[])
+
     def share_state(api, **partition_fields):
         def build(v):
             return api.REQUEST[v](group_id="versions-share", topics=[api.TOPIC(topic_id=topic_id, partitions=[
@@ -332,6 +358,8 @@ def requests_for(version_of, topic_id):
         61: (describe_producers, admin_api.DescribeProducersResponse),
         65: (describe_transactions, admin_api.DescribeTransactionsResponse),
         66: (list_transactions, admin_api.ListTransactionsResponse),
+        76: (share_group_heartbeat, ShareGroupHeartbeatResponse), 77: (share_group_describe, ShareGroupDescribeResponse),
+        78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
     }
 
 
@@ -340,7 +368,7 @@ def requests_for(version_of, topic_id):
 EXPECTED_ERRORS = {
     11: {0, 79},  # JoinGroup: joined (v0-3), or MEMBER_ID_REQUIRED first (v4+)
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
-    42: {69}, 47: {69}, 68: {69},  # GROUP_ID_NOT_FOUND
+    42: {69}, 47: {69}, 68: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
@@ -349,6 +377,7 @@ EXPECTED_ERRORS = {
     # The share-state RPCs before anything created __share_group_state: no coordinator for them.
     83: {16}, 84: {16}, 85: {16}, 86: {16}, 87: {16},
     90: {69}, 91: {69}, 92: {69},  # the offset admin APIs of a group that is no share group
+    78: {0, 100},  # ShareFetch of a topic id nobody has: UNKNOWN_TOPIC_ID (nothing to acknowledge: 0)
 }
 
 

@@ -58,6 +58,34 @@ def test_random_faults_and_membership_changes_lose_nothing_and_surprise_no_clien
     assert report.ok
 
 
+CONSUMER_GROUP_CHECK_SECONDS = float(os.environ.get("KRAFTWERK_CONSUMER_GROUP_CHECK_SECONDS", "25"))
+
+
+@pytest.mark.timeout(CONSUMER_GROUP_CHECK_SECONDS * 3 + 240)
+def test_a_consumer_protocol_group_reads_everything_under_random_faults(tmp_path, capsys):
+    """Members of a KIP-848 consumer group read the checked topic while nodes (the group's coordinator
+    and the partitions' leaders among them) are killed, stopped, paused and isolated: the group reads
+    every acknowledged message, commits nothing past a log's end, and meets no error failover does
+    not explain."""
+    with Cluster(nodes=3, data_dir=tmp_path / "cluster") as cluster:
+        report = FailoverCheck(cluster, duration_s=CONSUMER_GROUP_CHECK_SECONDS, seed=11, partitions=6,
+                               producers=1, group_protocol="consumer", strategy="",
+                               faults=("kill", "stop", "pause", "isolate"), hold_s=(1.5, 3.0),
+                               gap_s=(0.5, 1.0)).run()
+    with capsys.disabled():
+        Console(width=140).print(render(report))
+        print(f"cluster data and logs: {tmp_path / 'cluster'}")
+    assert not report.lost and not report.duplicated and not report.reordered
+    group = report.group
+    assert "consumer protocol" in group.strategy
+    assert group.undelivered == [] and group.phantom == [] and group.committed_past_end == []
+    assert group.caught_up and group.reads >= report.acknowledged > 100
+    assert {f.fault for f in report.faults} == {"kill", "stop", "pause", "isolate"}, report.faults
+    assert report.unexpected_errors == []
+    assert report.cluster_errors == []
+    assert report.ok
+
+
 TRANSACTION_CHECK_SECONDS = float(os.environ.get("KRAFTWERK_TRANSACTION_CHECK_SECONDS", "25"))
 
 

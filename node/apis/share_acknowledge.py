@@ -1,0 +1,69 @@
+"""ShareAcknowledge v1: a share group member acknowledges records it acquired (KIP-932).
+
+Each partition's batches (FirstOffset..LastOffset with one acknowledge type, or one per offset:
+0 gap, 1 accept, 2 release, 3 reject) are applied as a whole or not at all: every offset must be
+acquired by this member, else INVALID_RECORD_STATE. Accepted records are done with, rejected and
+gap offsets archived, released ones made available again (or archived once their delivery count
+reached `group.share.delivery.count.limit`). The change is written through the persister before it
+is answered; a failed write is answered with Kafka's error for it and changes nothing. The share
+session's epoch is checked (epoch 0 is INVALID_SHARE_SESSION_EPOCH); epoch -1 acknowledges, then
+releases what the member still holds and closes the session.
+
+Same as Kafka.
+"""
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+from cluster.formats.errors import ErrorCode
+from node.apis import schemas
+from node.share import requests as share_requests
+from node.share.requests import acknowledgement_batches
+from node.share.sessions import FINAL_EPOCH
+
+
+class ShareAcknowledgeRequest(ApiMessage, load_json=schemas):
+    pass
+
+
+class ShareAcknowledgeResponse(ApiMessage, load_json=schemas):
+    pass
+
+
+REQUEST = ShareAcknowledgeRequest
+RESPONSE = ShareAcknowledgeResponse
+VERSIONS = (1, 1)
+
+TopicResponse = RESPONSE.ShareAcknowledgeTopicResponse
+PartitionData = TopicResponse.PartitionData
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    if not request.group_id or not request.member_id:
+        return _error(version, ErrorCode.INVALID_REQUEST)
+    epoch = request.share_session_epoch
+    error, session = broker.share_sessions.acknowledge_session(request.group_id, request.member_id, epoch)
+    if error:
+        return _error(version, error)
+    acknowledgements = {(topic.topic_id, p.partition_index): acknowledgement_batches(p)
+                        for topic in request.topics for p in topic.partitions}
+    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
+    if epoch == FINAL_EPOCH:
+        await share_requests.release_session(broker, session)
+        broker.share_sessions.close(session)
+    topics: dict = {}
+    for (topic_id, index), (ack_error, target) in acked.items():
+        leader_id, leader_epoch = target.leader or (-1, -1)
+        topics.setdefault(topic_id, []).append(PartitionData(
+            partition_index=index, error_code=ack_error, error_message=None,
+            current_leader=PartitionData.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)))
+    return RESPONSE[version](
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+        responses=[TopicResponse(topic_id=topic_id, partitions=partitions) for topic_id, partitions in topics.items()],
+        node_endpoints=share_requests.node_endpoints(broker, RESPONSE, [target for _, target in acked.values()]))
+
+
+def _error(version: int, error: ErrorCode):
+    return RESPONSE[version](throttle_time_ms=0, error_code=error, error_message=None, responses=[],
+                             node_endpoints=[])
