@@ -1,7 +1,8 @@
 """LeaveGroup v0-5: one member (v0-2) or a batch of members with per-member results (v3+).
 
 A member leaving starts a rebalance for the others; static members are named by their instance id.
-A KIP-848 consumer group has no classic members: each one named is UNKNOWN_MEMBER_ID.
+Classic-protocol members of a KIP-848 consumer group leave it as Kafka 4.x has them leave: their
+records are tombstoned and the group epoch moves (node.groups.consumer_classic_members).
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
 Same as Kafka.
@@ -22,10 +23,11 @@ async def handle(broker, header, request):
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]
     owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
+    group = broker.groups.consumer_group(request.group_id) if not owner else None
     if owner:
         errors = [owner] * len(leaving)
-    elif broker.groups.consumer_group(request.group_id) is not None:
-        errors = [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)  # its members leave by ConsumerGroupHeartbeat
+    elif group is not None:
+        errors = await broker.groups.classic_members.leave(group, leaving)
     else:
         errors = broker.groups.classic.leave(request.group_id, leaving)
     if version < 3:

@@ -120,6 +120,18 @@ class ClassicGroup:
         return group_key(self.group_id), group_value(stored)
 
 
+def select_protocol(group: ClassicGroup) -> str:
+    """Kafka's selectProtocol: of the protocols every member offers, the one most members prefer."""
+    members = list(group.members.values())
+    candidates = [name for name, _ in members[0].protocols
+                  if all(name in {n for n, _ in m.protocols} for m in members)]
+    votes = {name: 0 for name in candidates}
+    for member in members:
+        choice = next(name for name, _ in member.protocols if name in votes)
+        votes[choice] += 1
+    return max(candidates, key=lambda name: votes[name])
+
+
 class ClassicMembership:
     """The classic protocol, run on the classic groups of the coordinator's group map
     (`directory.group(group_id, create=...)`), which every group type shares."""
@@ -238,6 +250,8 @@ class ClassicMembership:
     def _end_initial_delay(self, group: ClassicGroup, remaining_ms: int) -> None:
         """As Kafka's InitialDelayedJoin: while members keep arriving, the delay starts again, for
         at most the rebalance timeout in all."""
+        if self._replaced(group):
+            return
         if group.joined_during_delay and remaining_ms > 0:
             group.joined_during_delay = False
             delay_ms = min(self.initial_delay_ms, remaining_ms)
@@ -254,7 +268,7 @@ class ClassicMembership:
             self._complete_join(group)
 
     def _complete_join(self, group: ClassicGroup) -> None:
-        if group.state != PREPARING:
+        if group.state != PREPARING or self._replaced(group):
             return
         if group.join_deadline:
             group.join_deadline.cancel()
@@ -279,14 +293,7 @@ class ClassicMembership:
             self._arm_session(group, member)
 
     def _select_protocol(self, group: ClassicGroup) -> str:
-        members = list(group.members.values())
-        candidates = [name for name, _ in members[0].protocols
-                      if all(name in {n for n, _ in m.protocols} for m in members)]
-        votes = {name: 0 for name in candidates}
-        for member in members:
-            choice = next(name for name, _ in member.protocols if name in votes)
-            votes[choice] += 1
-        return max(candidates, key=lambda name: votes[name])
+        return select_protocol(group)
 
     def _join_result(self, group: ClassicGroup, member: ClassicMember) -> JoinResult:
         members = []
@@ -358,13 +365,15 @@ class ClassicMembership:
 
     def _expire_member(self, group: ClassicGroup, member_id: str) -> None:
         member = group.members.get(member_id)
-        if member is None or member.join_future is not None:
+        if member is None or member.join_future is not None or self._replaced(group):
             return  # a member waiting in JoinGroup is not expired, as in Kafka
         log.info("member %s of group %s missed its session timeout", member_id, group.group_id)
         self._remove_and_rebalance(group, [member_id])
 
     def _expire_pending(self, group: ClassicGroup, member_id: str) -> None:
         group.pending.pop(member_id, None)
+        if self._replaced(group):
+            return
         self._maybe_complete_join(group)
 
     def leave(self, group_id: str, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
@@ -415,6 +424,32 @@ class ClassicMembership:
         preparing a rebalance is left as it is; an empty one has nobody to rebalance."""
         if group.state in (STABLE, COMPLETING):
             log.info("rebalance of group %s (generation %d) started on request", group.group_id, group.generation)
+            self._prepare_rebalance(group)
+
+    # --- groups converted between the protocols (node.groups.migration) ---
+
+    def _replaced(self, group: ClassicGroup) -> bool:
+        """A timer of a group that is no longer the group map's (it became a consumer group, or was
+        deleted) does nothing: its members are the new group's business."""
+        return self.directory.groups.get(group.group_id) is not group
+
+    @staticmethod
+    def release_waiting(group: ClassicGroup) -> None:
+        """Members waiting in JoinGroup or SyncGroup of a group that becomes a consumer group rejoin
+        it (Kafka's completeAllJoinFutures/completeAllSyncFutures with REBALANCE_IN_PROGRESS). Its
+        timers do nothing once the group map holds the consumer group."""
+        for member in group.members.values():
+            if member.join_future is not None and not member.join_future.done():
+                member.join_future.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            if member.sync_future is not None and not member.sync_future.done():
+                member.sync_future.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
+
+    def adopt(self, group: ClassicGroup, rebalance: bool) -> None:
+        """A consumer group converted into this classic group: its members' sessions run from now,
+        and, when a member's leaving converted it, the others rejoin."""
+        for member in group.members.values():
+            self._arm_session(group, member)
+        if rebalance:
             self._prepare_rebalance(group)
 
     # --- the group's record in __consumer_offsets ---

@@ -11,6 +11,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
+from node.groups.consumer_records import ClassicMemberMetadata
+
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 
 # Kafka's MemberState names
@@ -38,6 +40,7 @@ class ConsumerMember:
     subscribed_topic_regex: str | None = None
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None  # None for a member of the consumer protocol
     # Timers: the session (reset by every heartbeat) and the revocation deadline (rebalance timeout).
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
     revocation_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)

@@ -27,6 +27,7 @@ from node.groups.assignors import ASSIGNORS, MemberSubscription
 from node.groups.consumer import MEMBER_STABLE, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup, ConsumerMember
 from node.groups.consumer_reconciliation import FencedMember, Reconciled, reconcile
 from node.groups.consumer_subscriptions import member_topic_ids, subscribed_partition_counts
+from node.groups.migration import NotUpgraded
 from node.groups.persistence import GroupError, GroupLog
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class ConsumerMembership:
         return result
 
     def _heartbeat(self, hb: Heartbeat, out: list[Record]) -> tuple[ConsumerGroup, HeartbeatResult]:
-        group = self._group_for(hb.group_id, create=hb.member_epoch == JOIN_EPOCH)
+        group = self._group_for(hb.group_id, hb.member_epoch == JOIN_EPOCH, out)
         existing, replaced = self._find_member(group, hb)
         # Nothing is changed before this point: every refusal above leaves the group as it was.
         self.directory.groups[group.group_id] = group
@@ -144,16 +145,23 @@ class ConsumerMembership:
             result.assignment = member.assigned
         return group, result
 
-    def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
+    def _group_for(self, group_id: str, create: bool, out: list[Record]) -> ConsumerGroup:
         """Kafka's getOrMaybeCreateConsumerGroup. A classic group with no members (one that only
-        commits offsets) becomes a consumer group; its offsets stay."""
+        commits offsets) becomes a consumer group; its offsets stay. One with members is upgraded
+        when the migration policy allows (node.groups.migration)."""
         group = self.directory.groups.get(group_id)
         if group is None or (create and group.group_type == "classic" and not group.members):
             if group is None and not create:
                 raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
             if group is not None:
                 group.cancel_timers()
+                out.extend(self.directory.migration.empty_classic_tombstone(group))
             return ConsumerGroup(group_id, self.directory.partition_of(group_id))
+        if create and group.group_type == "classic":
+            try:
+                return self.directory.migration.upgrade(group, out)
+            except NotUpgraded as exc:
+                raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, str(exc)) from exc
         if group.group_type != "consumer":
             raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
         return group
@@ -253,7 +261,10 @@ class ConsumerMembership:
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
         """Kafka's consumerGroupFenceMember: the member's records are tombstoned and the group epoch
-        moves, so that its partitions go to the others."""
+        moves, so that its partitions go to the others; or, when it was the last member of the
+        consumer protocol, the group becomes a classic group (node.groups.migration)."""
+        if self.directory.migration.downgrade_instead_of_removing(group, {member.member_id}, out):
+            return
         member.cancel_timers()
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
@@ -349,10 +360,11 @@ class ConsumerMembership:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not transactional and version < 9:
+        classic = member.classic is not None  # a classic-protocol member commits at its generation
+        if not transactional and not classic and version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if transactional or classic else ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     def check_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> ErrorCode:
@@ -362,7 +374,9 @@ class ConsumerMembership:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        return ErrorCode.STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else ErrorCode.NONE
+        if member_epoch == member.member_epoch:
+            return ErrorCode.NONE
+        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
 
     # --- timers ---
 
@@ -370,6 +384,9 @@ class ConsumerMembership:
         return group_setting_int(self.broker, group.group_id, "consumer.heartbeat.interval.ms")
 
     def _arm_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if member.classic is not None:
+            self.directory.classic_members.arm_session(group, member)  # its JoinGroup's session timeout
+            return
         if member.session_timer is not None:
             member.session_timer.cancel()
         timeout_ms = group_setting_int(self.broker, group.group_id, "consumer.session.timeout.ms")
@@ -379,7 +396,7 @@ class ConsumerMembership:
     def _arm_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """While a member has partitions to revoke it has its rebalance timeout to do so (Kafka's
         scheduleConsumerGroupRebalanceTimeout), counted from the epoch that asked it to."""
-        if member.state != UNREVOKED_PARTITIONS:
+        if member.state != UNREVOKED_PARTITIONS or member.classic is not None:  # classic: join and sync deadlines
             if member.revocation_timer is not None:
                 member.revocation_timer.cancel()
                 member.revocation_timer = None
@@ -445,6 +462,7 @@ class ConsumerMembership:
         member.subscribed_topic_names = stored.subscribed_topic_names
         member.subscribed_topic_regex = stored.subscribed_topic_regex
         member.rebalance_timeout_ms, member.server_assignor = stored.rebalance_timeout_ms, stored.server_assignor
+        member.classic = stored.classic
         if member.instance_id:
             group.static_members[member.instance_id] = member_id
 
@@ -462,7 +480,7 @@ class ConsumerMembership:
                 records.member_metadata_value(records.MemberMetadata(
                     member.instance_id, member.rack_id, member.client_id, member.client_host,
                     list(member.subscribed_topic_names), member.subscribed_topic_regex, member.rebalance_timeout_ms,
-                    member.server_assignor)))
+                    member.server_assignor, member.classic)))
 
 
 def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:
@@ -490,7 +508,7 @@ def _is_subset(owned, assigned: Assignment) -> bool:
 def _metadata(member: ConsumerMember) -> tuple:
     return (member.instance_id, member.rack_id, member.client_id, member.client_host,
             tuple(member.subscribed_topic_names), member.subscribed_topic_regex, member.rebalance_timeout_ms,
-            member.server_assignor)
+            member.server_assignor, member.classic)
 
 
 def _update_member(member: ConsumerMember, hb: Heartbeat) -> None:

@@ -6,7 +6,8 @@ MetadataHash tag of the group's metadata: read and ignored here), 5 ConsumerGrou
 6 ConsumerGroupTargetAssignmentMetadata, 7 ConsumerGroupTargetAssignmentMember,
 8 ConsumerGroupCurrentMemberAssignment (group, member). Values are version 0 of flexible structs:
 compact strings and arrays, a tagged-field section at the end of every struct. A null value is a
-tombstone. Tagged fields are skipped on reading and none are written (their defaults hold).
+tombstone. Tagged fields are skipped on reading and none are written (their defaults hold), but for
+MemberMetadata's tag 0, ClassicMemberMetadata, which a member of the classic protocol carries.
 """
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ Partitions = dict[uuid.UUID, set[int]]
 
 
 @dataclass
+class ClassicMemberMetadata:
+    """MemberMetadata's tagged field 0: what a member that speaks the classic protocol inside a
+    consumer group joined with (node.groups.consumer_classic_members)."""
+
+    session_timeout_ms: int
+    supported_protocols: list[tuple[str, bytes]]  # its JoinGroup protocols: name, embedded Subscription
+
+
+@dataclass
 class MemberMetadata:
     instance_id: str | None
     rack_id: str | None
@@ -39,6 +49,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass
@@ -102,13 +113,35 @@ def member_metadata_value(m: MemberMetadata) -> bytes:
     writer = (_Writer().string(m.instance_id).string(m.rack_id).string(m.client_id).string(m.client_host)
               .strings(m.subscribed_topic_names).string(m.subscribed_topic_regex).int32(m.rebalance_timeout_ms)
               .string(m.server_assignor))
-    return bytes(writer.tags().done())
+    if m.classic is None:
+        return bytes(writer.tags().done())
+    # A tagged nullable struct: its size counts the presence byte (1) that precedes it.
+    protocols = m.classic.supported_protocols
+    classic = _Writer(versioned=False).int32(m.classic.session_timeout_ms).uvarint(len(protocols) + 1)
+    for name, metadata in protocols:
+        classic.string(name).bytes_(metadata).tags()
+    body = classic.tags().done()
+    writer.uvarint(1).uvarint(0).uvarint(len(body) + 1).int8(1)
+    writer.out += body
+    return bytes(writer.done())
 
 
 def decode_member_metadata(value: bytes) -> MemberMetadata:
     r = _Reader(value)
-    return MemberMetadata(r.string(), r.string(), r.string() or "", r.string() or "", r.strings(), r.string(),
-                          r.int32(), r.string())
+    m = MemberMetadata(r.string(), r.string(), r.string() or "", r.string() or "", r.strings(), r.string(),
+                       r.int32(), r.string())
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        end = r.pos + size
+        if tag == 0 and r.int8() >= 0:
+            session_timeout_ms = r.int32()
+            protocols = []
+            for _ in range(max(r.uvarint() - 1, 0)):
+                protocols.append((r.string() or "", r.bytes_()))
+                r.skip_tags()
+            m.classic = ClassicMemberMetadata(session_timeout_ms, protocols)
+        r.pos = end
+    return m
 
 
 def target_assignment_member_value(partitions: Partitions) -> bytes:
@@ -134,8 +167,8 @@ def decode_current_assignment(value: bytes) -> MemberAssignment:
 # --- flexible encoding ---
 
 class _Writer:
-    def __init__(self):
-        self.out = bytearray(_I16.pack(VALUE_VERSION))
+    def __init__(self, versioned: bool = True):
+        self.out = bytearray(_I16.pack(VALUE_VERSION)) if versioned else bytearray()
 
     def done(self) -> bytearray:
         return self.out
@@ -156,6 +189,11 @@ class _Writer:
         data = v.encode()
         self.uvarint(len(data) + 1)
         self.out += data
+        return self
+
+    def bytes_(self, v: bytes):
+        self.uvarint(len(v) + 1)
+        self.out += v
         return self
 
     def strings(self, values: list[str]):
@@ -210,6 +248,12 @@ class _Reader:
         if length < 0:
             return None
         value = bytes(self.data[self.pos:self.pos + length]).decode()
+        self.pos += length
+        return value
+
+    def bytes_(self) -> bytes:
+        length = max(self.uvarint() - 1, 0)
+        value = bytes(self.data[self.pos:self.pos + length])
         self.pos += length
         return value
 

@@ -24,7 +24,9 @@ from cluster.formats.records import NO_PRODUCER_ID
 from node.groups import placement
 from node.groups.classic import DEAD, EMPTY, ClassicGroup, ClassicMembership
 from node.groups.consumer import ConsumerGroup
+from node.groups.consumer_classic_members import ClassicMembersOfConsumerGroups
 from node.groups.consumer_membership import ConsumerMembership
+from node.groups.migration import GroupMigration
 from node.groups.offsets import OffsetStore, Position
 from node.coordinator_log import Producer
 from node.groups.persistence import GroupError, GroupLog, ReplayedRecord, TransactionEnd, replay
@@ -44,6 +46,8 @@ class GroupCoordinator:
         self.group_log = GroupLog(broker)
         self.classic = ClassicMembership(broker.config, self, self.group_log)
         self.consumer = ConsumerMembership(broker, self, self.group_log)
+        self.classic_members = ClassicMembersOfConsumerGroups(broker, self, self.consumer)
+        self.migration = GroupMigration(broker, self)
         self.share = ShareMembership(broker, self, self.group_log)
         self.offsets = OffsetStore(self.group_log)
         self._refusals_told: dict[str, ErrorCode] = {}  # group -> the write refusal last logged
@@ -153,7 +157,7 @@ class GroupCoordinator:
                 self.offsets.replay_transactional(group.group_id, (record.producer_id, record.producer_epoch),
                                                   position, value, record.batch_offset)
         elif value is None:
-            self._drop(group)
+            self._group_removed(group)
         else:
             self.classic.replay(group, value)
 
@@ -167,12 +171,13 @@ class GroupCoordinator:
                 return
             group = self._replace(group_id, ConsumerGroup(group_id, partition))
         if record_type == consumer_records.GROUP_METADATA and record.value is None:
-            self._consumer_group_removed(group)
+            self._group_removed(group)
         else:
             self.consumer.replay(group, record_type, member_id, record.value)
 
-    def _consumer_group_removed(self, group: ConsumerGroup) -> None:
-        """Its records' tombstones: the offsets committed under its id stay, with a classic group to
+    def _group_removed(self, group: ClassicGroup | ConsumerGroup) -> None:
+        """Its record's tombstone (a classic group's, or a consumer group's type 3, as a group converted
+        to the other type writes): the offsets committed under its id stay, with a classic group to
         hold them (DeleteGroups tombstones the offsets before the group)."""
         if self.offsets.committed(group.group_id) or self.offsets.has_open_transactions(group.group_id):
             self._replace(group.group_id, ClassicGroup(group.group_id, group.partition))

@@ -184,3 +184,91 @@ def subscription_topics(subscription: bytes) -> list[str]:
     reader = _Reader(subscription)
     reader.int16()
     return [reader.string() for _ in range(reader.int32())]
+
+
+# --- the consumer protocol embedded in classic groups (Kafka's ConsumerProtocol) ---
+
+CONSUMER_PROTOCOL_VERSIONS = range(0, 4)  # ConsumerProtocolSubscription and ConsumerProtocolAssignment v0-3
+
+TopicPartitions = dict[str, list[int]]  # topic name -> partitions
+
+
+@dataclass
+class Subscription:
+    """ConsumerProtocolSubscription: v1 added owned partitions, v2 the generation, v3 the rack."""
+
+    version: int
+    topics: list[str]
+    user_data: bytes | None = None
+    owned_partitions: TopicPartitions = field(default_factory=dict)
+    generation: int = -1
+    rack_id: str | None = None
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    """Raises ValueError (or struct.error) on bytes that are no Subscription, as Kafka's SchemaException.
+    A version above 3 is read as 3, as Kafka reads newer versions by their known fields."""
+    reader = _Reader(data)
+    version = reader.int16()
+    if version < 0:
+        raise ValueError(f"consumer protocol subscription version {version}")
+    topics = [_required(reader.string()) for _ in range(reader.int32())]
+    subscription = Subscription(version, topics, reader.bytes_())
+    if version >= 1:
+        subscription.owned_partitions = _read_topic_partitions(reader)
+    if version >= 2:
+        subscription.generation = reader.int32()
+    if version >= 3:
+        subscription.rack_id = reader.string()
+    return subscription
+
+
+def decode_assignment(data: bytes) -> TopicPartitions:
+    """The partitions of a ConsumerProtocolAssignment (every version lays them out alike); empty bytes,
+    what a member is given before its first assignment, is no partitions."""
+    if not data:
+        return {}
+    reader = _Reader(data)
+    if reader.int16() < 0:
+        raise ValueError("negative consumer protocol assignment version")
+    return _read_topic_partitions(reader)
+
+
+def assignment_user_data(data: bytes) -> bytes | None:
+    """The user data after an assignment's partitions: what only custom assignors write."""
+    if not data:
+        return None
+    reader = _Reader(data)
+    reader.int16()
+    _read_topic_partitions(reader)
+    return reader.bytes_()
+
+
+def encode_assignment(partitions: TopicPartitions, version: int) -> bytes:
+    """A ConsumerProtocolAssignment in the version the member's subscription used (at most 3)."""
+    version = min(max(version, CONSUMER_PROTOCOL_VERSIONS.start), CONSUMER_PROTOCOL_VERSIONS.stop - 1)
+    writer = _Writer().int16(version).int32(len(partitions))
+    for topic, numbers in sorted(partitions.items()):
+        writer.string(topic).int32(len(numbers))
+        for number in sorted(numbers):
+            writer.int32(number)
+    return bytes(writer.bytes_(None).out)
+
+
+def protocol_version(metadata: bytes) -> int:
+    """The version a consumer-protocol Subscription starts with."""
+    return _I16.unpack_from(metadata, 0)[0]
+
+
+def _read_topic_partitions(reader: _Reader) -> TopicPartitions:
+    result: TopicPartitions = {}
+    for _ in range(reader.int32()):
+        topic = _required(reader.string())
+        result.setdefault(topic, []).extend(reader.int32() for _ in range(reader.int32()))
+    return result
+
+
+def _required(value: str | None) -> str:
+    if value is None:
+        raise ValueError("null topic name in the consumer protocol")
+    return value

@@ -1,5 +1,6 @@
 """A confluent-kafka consumer of a KIP-848 group (group.protocol=consumer), run as a process of its own
-so that a test can kill it: `python -m tests.integration.kip848_member BOOTSTRAP GROUP SUBSCRIPTION [INSTANCE]`.
+so that a test can kill it: `python -m tests.integration.kip848_member BOOTSTRAP GROUP SUBSCRIPTION [INSTANCE]`;
+with GROUP_PROTOCOL=classic in its environment, a member of the classic protocol instead.
 
 SUBSCRIPTION is a comma-separated list of topics (one starting "^" is a regex). It prints one JSON
 line per event: {"event": "assigned"|"revoked"|"lost", "partitions": [[topic, partition], ...],
@@ -11,11 +12,18 @@ committed before the partition is revoked, so the next owner starts where it sto
 from __future__ import annotations
 
 import json
+import os
 import select
 import sys
 import time
 
 import confluent_kafka
+
+
+# GROUP_PROTOCOL=classic in the environment: a member of the classic protocol (JoinGroup, SyncGroup,
+# Heartbeat) with the eager range assignor, heartbeating often enough to hear of a rebalance at once.
+CLASSIC = {"group.protocol": "classic", "partition.assignment.strategy": "range", "session.timeout.ms": 6000,
+           "heartbeat.interval.ms": 300}
 
 
 def emit(**event) -> None:
@@ -26,6 +34,8 @@ def main(bootstrap: str, group: str, subscription: str, instance_id: str | None 
     config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
               "auto.offset.reset": "earliest", "enable.auto.commit": False,
               "error_cb": lambda error: emit(event="error", error=str(error))}
+    if os.environ.get("GROUP_PROTOCOL") == "classic":
+        config.update(CLASSIC)
     if instance_id:
         config["group.instance.id"] = instance_id
     consumer = confluent_kafka.Consumer(config)
