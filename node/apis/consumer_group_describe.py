@@ -5,7 +5,8 @@ assignment the coordinator computed for it (topic names as the metadata has them
 deleted since is left out), as Kafka's GroupMetadataManager.consumerGroupDescribe answers. A group
 that does not exist, or is not a consumer group (classic, share), gets GROUP_ID_NOT_FOUND; an
 empty group id INVALID_GROUP_ID; a group coordinated elsewhere NOT_COORDINATOR. Version 1 adds
-each member's type (1: a consumer-protocol member). (kafka-python carries no schema for this
+each member's type (KIP-1099: 1 for a member of the consumer protocol, 0 for a classic member of
+a group being upgraded). (kafka-python carries no schema for this
 API: node/apis/schemas holds it.)
 
 Differs from Kafka: no ACLs, so authorized operations are never filled in (-2147483648) even when
@@ -84,7 +85,7 @@ def _member(broker, group, member):
         subscribed_topic_regex=member.subscribed_topic_regex or None,
         assignment=assignment_of(broker, member.assigned),
         target_assignment=assignment_of(broker, group.target.get(member.member_id, {})),
-        member_type=CONSUMER_MEMBER)
+        member_type=CONSUMER_MEMBER if member.classic is None else CLASSIC_MEMBER)
 
 
 def assignment_of(broker, partitions_by_topic_id: dict) -> Assignment:
