@@ -31,6 +31,9 @@ from kafka.structs import OffsetAndMetadata, TopicPartition as KafkaPythonPartit
 
 from cluster.launch import Cluster
 from node.apis import schemas
+from node.apis.consumer_group_describe import (
+    CLASSIC_MEMBER, CONSUMER_MEMBER, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+)
 from tests.integration.test_cli import KRAFTWERK, kraftwerk
 from tests.integration.wire import exchange_once
 
@@ -347,6 +350,27 @@ def test_a_consumer_groups_coordinator_moves_and_the_new_one_describes_it(cluste
     assert {m["member_id"] for m in after["members"]} == {m["member_id"] for m in before["members"]}
     assert {m["client_id"]: m["assignment"] for m in after["members"]} == {
         f"member-{i}": sorted([topic, p] for p in members[i].assigned) for i in range(2)}
+
+
+def test_consumer_group_describe_v1_tells_a_groups_classic_member_from_its_consumer_one(cluster):
+    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
+    from tests.integration.test_consumer_groups import MemberProcess, all_assigned, new_topic
+
+    topic, group = new_topic(cluster, PARTITIONS), f"mixed-{uuid.uuid4().hex[:6]}"
+    members = [MemberProcess(cluster, group, topic, protocol="classic")]
+    try:
+        wait_for(lambda: all_assigned(members, topic, PARTITIONS), "the classic member's partitions")
+        members.append(MemberProcess(cluster, group, topic, protocol="consumer"))  # upgrades the group
+        wait_for(lambda: members[1].owned() and all_assigned(members, topic, PARTITIONS), "both members' partitions")
+        coordinator = address(cluster, coordinator_of(cluster, group))
+        request = ConsumerGroupDescribeRequest[1](group_ids=[group], include_authorized_operations=False)
+        [described] = exchange_once(coordinator, request, ConsumerGroupDescribeResponse, 1).groups
+        assert described.error_code == 0
+        assert sorted((m.member_type, len(m.assignment.topic_partitions[0].partitions)) for m in described.members) \
+            == [(CLASSIC_MEMBER, 2), (CONSUMER_MEMBER, 2)]
+    finally:
+        for member in members:
+            member.kill()
 
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=schemas):
