@@ -117,12 +117,12 @@ class ClassicMembersOfConsumerGroups:
         metadata record when it changed; the group epoch and target assignment when its subscription
         or the subscribed topics changed; its reconciliation with the partitions it says it owns."""
         if before != _fields(member):
-            out.append(self.consumer._member_metadata_record(group, member))
+            out.append(self.consumer.member_metadata_record(group, member))
         subscription_changed = before is None or before[4:6] != _fields(member)[4:6]
         if subscription_changed or \
                 subscribed_partition_counts(group, self.broker.image.topics) != group.subscription_metadata:
-            self.consumer._bump_epoch(group, out)
-        self.consumer._reconcile(group, member, owned, out)
+            self.consumer.bump_epoch(group, out)
+        self.consumer.reconcile(group, member, owned, out)
         group.update_state()
 
     def _is_full(self, group: ConsumerGroup, member_id: str) -> bool:
@@ -147,7 +147,7 @@ class ClassicMembersOfConsumerGroups:
         self._cancel_all(group, static.member_id)
         member = replace(static, member_id=member_id, member_epoch=0, previous_member_epoch=0, session_timer=None,
                          revocation_timer=None)
-        self.consumer._replace_static(group, static, member, out)
+        self.consumer.replace_static(group, static, member, out)
         return member
 
     # --- SyncGroup ---
@@ -227,7 +227,7 @@ class ClassicMembersOfConsumerGroups:
                 continue
             log.info("member %s of consumer group %s left through LeaveGroup", member.member_id, group.group_id)
             self._cancel_all(group, member.member_id)
-            self.consumer._remove(group, member, out)
+            self.consumer.fence_member(group, member, out)
             errors.append(ErrorCode.NONE)
         error = await self._store(group, out)
         errors = [error or code if code == ErrorCode.NONE else code for code in errors]
@@ -285,7 +285,7 @@ class ClassicMembersOfConsumerGroups:
         self._cancel_all(group, member.member_id)
         if self.directory.groups.get(group.group_id) is not group or group.members.get(member.member_id) is not member:
             return
-        self.consumer._fence_quietly(group, member.member_id, why)
+        self.consumer.fence_quietly(group, member.member_id, why)
 
     async def _store(self, group: ConsumerGroup, out: list[Record]) -> ErrorCode:
         if not out:

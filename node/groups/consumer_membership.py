@@ -120,7 +120,7 @@ class ConsumerMembership:
         self.directory.groups[group.group_id] = group
         if replaced is not None:
             member = replace(replaced, member_id=hb.member_id, session_timer=None, revocation_timer=None)
-            self._replace_static(group, replaced, member, out)
+            self.replace_static(group, replaced, member, out)
         else:
             member = existing or ConsumerMember(hb.member_id, member_epoch=0, previous_member_epoch=0)
         before = _metadata(member) if existing is not None or replaced is not None else None
@@ -129,13 +129,13 @@ class ConsumerMembership:
         if member.instance_id:
             group.static_members[member.instance_id] = member.member_id
         if before != _metadata(member):
-            out.append(self._member_metadata_record(group, member))
+            out.append(self.member_metadata_record(group, member))
         subscription_changed = before is None or before[4:6] != _metadata(member)[4:6]
         counts = subscribed_partition_counts(group, self.broker.image.topics)
         if subscription_changed or counts != group.subscription_metadata:
-            self._bump_epoch(group, out)
+            self.bump_epoch(group, out)
         assigned_before = {t: set(ps) for t, ps in member.assigned.items()}
-        self._reconcile(group, member, hb.owned, out)
+        self.reconcile(group, member, hb.owned, out)
         group.update_state()
         self._arm_session(group, member)
         self._arm_revocation(group, member)
@@ -201,7 +201,7 @@ class ConsumerMembership:
             raise Refused(ErrorCode.GROUP_MAX_SIZE_REACHED,
                           f"The consumer group has reached its maximum capacity of {limit} members.")
 
-    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
+    def replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
                         out: list[Record]) -> None:
         """A static member that comes back under a new member id takes the old one's place and
         assignment, with no new group epoch (Kafka's replaceMember)."""
@@ -211,7 +211,7 @@ class ConsumerMembership:
         out.extend(_member_tombstones(group.group_id, old.member_id))
         group.members[new.member_id] = new
         group.target[new.member_id] = target
-        out.append(self._member_metadata_record(group, new))
+        out.append(self.member_metadata_record(group, new))
         out.append((records.key(records.TARGET_ASSIGNMENT_MEMBER, group.group_id, new.member_id),
                     records.target_assignment_member_value(target)))
         out.append(_current_assignment_record(group, new))
@@ -246,7 +246,7 @@ class ConsumerMembership:
             self._arm_session(group, member)
             group.update_state()
         else:
-            self._remove(group, member, out)
+            self.fence_member(group, member, out)
         return group, HeartbeatResult(member_id=hb.member_id, member_epoch=hb.member_epoch)
 
     def remove_member(self, group: ConsumerGroup, member_id: str) -> None:
@@ -256,10 +256,10 @@ class ConsumerMembership:
         if member is None:
             return
         out: list[Record] = []
-        self._remove(group, member, out)
+        self.fence_member(group, member, out)
         self.group_log.append(group.partition, out)
 
-    def _remove(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
+    def fence_member(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
         """Kafka's consumerGroupFenceMember: the member's records are tombstoned and the group epoch
         moves, so that its partitions go to the others; or, when it was the last member of the
         consumer protocol, the group becomes a classic group (node.groups.migration)."""
@@ -271,10 +271,10 @@ class ConsumerMembership:
         if member.instance_id and group.static_members.get(member.instance_id) == member.member_id:
             del group.static_members[member.instance_id]
         out.extend(_member_tombstones(group.group_id, member.member_id))
-        self._bump_epoch(group, out)
+        self.bump_epoch(group, out)
         group.update_state()
 
-    def _fence_quietly(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+    def fence_quietly(self, group: ConsumerGroup, member_id: str, why: str) -> None:
         """A timer's fencing: nobody waits for it, so a write that fails is logged only."""
         if self.directory.groups.get(group.group_id) is not group or member_id not in group.members:
             return
@@ -290,7 +290,7 @@ class ConsumerMembership:
         """Bump the group epoch and compute a new target assignment, as a member joining would;
         raises GroupError when this node can no longer write the group's records."""
         out: list[Record] = []
-        self._bump_epoch(group, out)
+        self.bump_epoch(group, out)
         group.update_state()
         self.group_log.append(group.partition, out)
 
@@ -305,7 +305,7 @@ class ConsumerMembership:
                 except GroupError as exc:
                     self.directory.refused(group.group_id, "a new group epoch", exc.code)
 
-    def _bump_epoch(self, group: ConsumerGroup, out: list[Record]) -> None:
+    def bump_epoch(self, group: ConsumerGroup, out: list[Record]) -> None:
         group.group_epoch += 1
         group.subscription_metadata = subscribed_partition_counts(group, self.broker.image.topics)
         out.append((records.key(records.GROUP_METADATA, group.group_id),
@@ -337,7 +337,7 @@ class ConsumerMembership:
 
     # --- reconciliation ---
 
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned, out: list[Record]) -> None:
+    def reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned, out: list[Record]) -> None:
         current = Reconciled(member.member_epoch, member.previous_member_epoch, member.state,
                              member.assigned, member.pending_revocation)
         epochs = _partition_epochs(group, exclude=member.member_id)
@@ -391,7 +391,7 @@ class ConsumerMembership:
             member.session_timer.cancel()
         timeout_ms = group_setting_int(self.broker, group.group_id, "consumer.session.timeout.ms")
         member.session_timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._fence_quietly, group, member.member_id, "did not heartbeat within its session")
+            timeout_ms / 1000, self.fence_quietly, group, member.member_id, "did not heartbeat within its session")
 
     def _arm_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """While a member has partitions to revoke it has its rebalance timeout to do so (Kafka's
@@ -413,7 +413,7 @@ class ConsumerMembership:
     def _revocation_expired(self, group: ConsumerGroup, member_id: str, epoch: int) -> None:
         member = group.members.get(member_id)
         if member is not None and member.state == UNREVOKED_PARTITIONS and member.member_epoch == epoch:
-            self._fence_quietly(group, member_id, "did not revoke its partitions within its rebalance timeout")
+            self.fence_quietly(group, member_id, "did not revoke its partitions within its rebalance timeout")
 
     def loaded(self, groups) -> None:
         """A new coordinator's members have their session from now, as Kafka's onLoaded gives them;
@@ -475,7 +475,7 @@ class ConsumerMembership:
             out.append((records.key(record_type, group.group_id), None))
         return out
 
-    def _member_metadata_record(self, group: ConsumerGroup, member: ConsumerMember) -> Record:
+    def member_metadata_record(self, group: ConsumerGroup, member: ConsumerMember) -> Record:
         return (records.key(records.MEMBER_METADATA, group.group_id, member.member_id),
                 records.member_metadata_value(records.MemberMetadata(
                     member.instance_id, member.rack_id, member.client_id, member.client_host,
