@@ -19,9 +19,9 @@ from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 from cluster.formats.errors import ErrorCode
 from cluster.launch import Cluster
 from tests.integration.observe import committed, logged_errors
-from tests.integration.test_consumer_groups import (
-    MemberProcess, all_assigned, assert_never_owned_twice, coordinator, heartbeat, join_fields, new_topic, produce,
-    read_by, wait_until,
+from tests.integration.test_consumer_groups import (  # members: the fixture that kills what a test started
+    MemberProcess, all_assigned, assert_never_owned_twice, coordinator, heartbeat, join_fields, members, new_topic,
+    produce, read_by, wait_until,
 )
 from tests.integration.wire import exchange_once
 
@@ -33,13 +33,6 @@ def cluster():
     with Cluster(nodes=3) as running:
         yield running
 
-
-@pytest.fixture
-def members():
-    started: list[MemberProcess] = []
-    yield started
-    for member in started:
-        member.kill()
 
 
 def start(members: list, cluster, group: str, topic: str, protocol: str) -> MemberProcess:

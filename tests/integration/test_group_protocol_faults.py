@@ -21,8 +21,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from cluster.launch import Cluster
 from tests.integration.observe import committed, logged_errors
-from tests.integration.test_consumer_groups import (all_assigned, assert_never_owned_twice, coordinator, new_topic,
-                                                    produce, read_by, start, wait_until)
+from tests.integration.test_consumer_groups import (  # members: the fixture that kills what a test started
+    all_assigned, assert_never_owned_twice, coordinator, members, new_topic, produce, read_by, start, wait_until,
+)
 
 FAULTS = ("move", "stop", "pause", "isolate")
 HOLD_S = 4  # how long a fault lasts: shorter than the members' session (group.consumer.session.timeout.ms)
@@ -36,13 +37,6 @@ def cluster():
         # Coordinators moving is what failover is: nothing about it is worth an ERROR line.
         assert {name: lines for name, lines in logged_errors(running).items() if lines} == {}
 
-
-@pytest.fixture
-def members():
-    started = []
-    yield started
-    for member in started:
-        member.kill()
 
 
 def inject(cluster, fault: str, group: str, topic: str) -> None:
