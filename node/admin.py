@@ -52,6 +52,7 @@ class AdminServer:
             "group_type": self.group_type,
             "remove_group_member": self.remove_group_member,
             "share_state": self.share_state,
+            "share_partitions": self.share_partitions,
         })
         self.probe = StallProbe()
 
@@ -164,6 +165,11 @@ class AdminServer:
             return {"error_code": int(error)}
         return {"error_code": 0, "group_type": "classic", "state": group.state, "generation": group.generation,
                 "members": sorted(group.members)}
+
+    async def share_partitions(self, args: dict, conn) -> dict:
+        """The share-partitions of args["group_id"] this node leads, with their records in flight."""
+        return {"node_id": self.broker.node_id,
+                "partitions": self.broker.share_partitions.describe(_named(args, "group_id", "group"))}
 
     async def group_type(self, args: dict, conn) -> dict:
         """The group's type (classic, consumer, share), asked of its coordinator."""

@@ -72,7 +72,12 @@ def group_describe(group_id, data_dir, bootstrap_server, as_json):
     elif document["type"] == "consumer":
         document["partitions"] = _partition_rows(committed, {(t, p): m for m in document["members"]
                                                              for t, p in m["assignment"]})
-    _add_lag(bootstrap, document)
+    elif bootstrap_server is None:  # a share group's records in flight, from the leaders' admin ports
+        from cluster.tools import group_tools
+
+        document["partitions"] = group_tools.share_partitions(attached(data_dir), group_id)
+    if document["type"] != "share":  # (a share group commits no offsets: its partitions are records in flight)
+        _add_lag(bootstrap, document)
     if as_json:
         print_json(document)
         return
@@ -98,6 +103,7 @@ def _print_group(document: dict) -> None:
             table.add_row(*row, *([_listed(m["target_assignment"])] if document["type"] == "consumer" else []))
         console.print(table)
     if document["type"] == "share":
+        _print_share_partitions(document.get("partitions", []))
         return
     table = Table()
     for column in ("topic", "partition", "committed", "log end", "lag", "member", "host", "client id"):
@@ -105,6 +111,21 @@ def _print_group(document: dict) -> None:
     for row in document["partitions"]:
         table.add_row(row["topic"], str(row["partition"]), _dash(row["committed"]), _dash(row["log_end"]),
                       _dash(row["lag"]), _dash(row["member_id"]), _dash(row["host"]), _dash(row["client_id"]))
+    console.print(table)
+
+
+def _print_share_partitions(partitions: list[dict]) -> None:
+    """Records in flight per partition: between the start offset (all before it are done with) and the end."""
+    if not partitions:
+        return
+    table = Table(title="records in flight")
+    columns = ("topic", "partition", "leader", "start offset", "end offset", "available", "acquired",
+               "acknowledged", "archived")
+    for column in columns:
+        table.add_column(column)
+    for p in partitions:
+        table.add_row(p["topic"], *(str(p[key]) for key in ("partition", "leader", "start_offset", "end_offset",
+                                                               "available", "acquired", "acknowledged", "archived")))
     console.print(table)
 
 

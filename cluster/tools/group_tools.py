@@ -8,7 +8,9 @@
   group.instance.id (and no member id), or a dynamic member by its member id; of a consumer or
   share group, the coordinator takes the member out as if it had left (admin port);
 - move_coordinator: the group's `__consumer_offsets` partition gets another in-sync leader,
-  which becomes its preferred replica too, so the members must find the new coordinator.
+  which becomes its preferred replica too, so the members must find the new coordinator;
+- share_partitions: a share group's records in flight on each partition, from the partitions'
+  leaders (KIP-932 keeps them there, not at the coordinator).
 
 Every refusal is a ClusterError; one that carries Kafka's error code is a GroupRefused, which
 the command line words as Kafka's tools do.
@@ -59,6 +61,20 @@ def _on_coordinator(cluster, group_id: str, op: str, **args) -> tuple[int, dict]
     if reply["error_code"]:
         raise GroupRefused(group_id, reply["error_code"], args.get("member"))
     return placement["coordinator"], reply
+
+
+def share_partitions(cluster, group_id: str) -> list[dict]:
+    """Each partition a share group has read, as its leader holds it: the share-partition's start and end
+    offsets and how many records between them are available, acquired, acknowledged and archived.
+    Nodes that do not answer (down, paused) are left out."""
+    found = []
+    for node_id in sorted(cluster.nodes):
+        try:
+            reply = cluster.node_control(node_id, "share_partitions", timeout=5, group_id=group_id)
+        except (ClusterError, ControlError, OSError):
+            continue
+        found.extend({**partition, "leader": node_id} for partition in reply["partitions"])
+    return sorted(found, key=lambda p: (p["topic"], p["partition"]))
 
 
 def group_type(cluster, group_id: str) -> str:

@@ -103,6 +103,15 @@ class SharePartitionManager:
         found = (self.partitions.get((group_id, topic_id, index)) for topic_id, index in keys)
         return [share_partition for share_partition in found if share_partition is not None]
 
+    def describe(self, group_id: str) -> list[dict]:
+        """Each share-partition of the group loaded here, with its records in flight (SharePartition.in_flight)."""
+        described = []
+        for (group, topic_id, index), share_partition in sorted(self.partitions.items(), key=lambda kv: str(kv[0])):
+            topic = self.broker.topic_by_id(topic_id)
+            if group == group_id and topic is not None:
+                described.append({"topic": topic.name, "partition": index, **share_partition.in_flight()})
+        return described
+
     def _drop(self, key: Key) -> None:
         share_partition = self.partitions.pop(key, None)
         if share_partition is not None:

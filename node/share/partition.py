@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 # Acknowledge types of ShareFetch and ShareAcknowledge.
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 DONE_STATES = (ACKNOWLEDGED, ARCHIVED)
+_STATE_NAMES = {AVAILABLE: "available", ACQUIRED: "acquired", ACKNOWLEDGED: "acknowledged", ARCHIVED: "archived"}
 # What a client is answered when the state could not be read or written (Kafka's SharePartition mapping).
 _WRITE_ERRORS = {
     ErrorCode.NOT_COORDINATOR: ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -125,6 +126,14 @@ class SharePartition:
         """A share-partition never initialized: delivery starts at offset."""
         self.start_offset = self.end_offset = offset
         self.runs = []
+
+    def in_flight(self) -> dict:
+        """The share-partition as `kraftwerk group describe` shows it: its window and how many records
+        in it are in each delivery state."""
+        counts = {name: 0 for name in _STATE_NAMES.values()}
+        for run in self.runs:
+            counts[_STATE_NAMES[run.state]] += run.last - run.first + 1
+        return {"start_offset": self.start_offset, "end_offset": self.end_offset, **counts}
 
     # --- what a fetch reads ---
 

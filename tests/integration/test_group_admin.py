@@ -1,10 +1,7 @@
 """What admins and tools see of the new group types, with real clients: group configs through
 confluent-kafka's and kafka-python's admin clients, consumer groups (KIP-848) listed and described by
 confluent-kafka's AdminClient and by `kraftwerk group`, rebalanced and shrunk on demand; share
-groups (KIP-932) listed and described.
-
-The consumer-group and share-group parts need the nodes to serve ConsumerGroupHeartbeat and
-ShareGroupHeartbeat; they are skipped, saying so, on a build that does not serve them yet."""
+groups (KIP-932) listed and described, with their records in flight."""
 from __future__ import annotations
 
 import json
@@ -24,7 +21,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import ConfigResource as KafkaPythonResource, ConfigResourceType
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import (
-    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse,
 )
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kafka.structs import OffsetAndMetadata, TopicPartition as KafkaPythonPartition
@@ -35,11 +32,11 @@ from node.apis.consumer_group_describe import (
     CLASSIC_MEMBER, CONSUMER_MEMBER, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
 )
 from tests.integration.test_cli import KRAFTWERK, kraftwerk
+from tests.integration.txn_wire import leader_of
 from tests.integration.wire import exchange_once
 
 PARTITIONS = 4
 WAIT_S = 60
-CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 68, 76
 # Every group config with its default on a cluster launched by kraftwerk (cluster/formats/config.py).
 DEFAULTS = {
     "consumer.heartbeat.interval.ms": "500", "consumer.session.timeout.ms": "10000",
@@ -63,18 +60,6 @@ def admin(cluster):
 def address(cluster, node_id: int | None = None) -> tuple[str, int]:
     host, port = cluster.address(cluster.nodes[node_id or min(cluster.nodes)]).rsplit(":", 1)
     return host, int(port)
-
-
-def served(cluster, api_key: int) -> bool:
-    versions = exchange_once(address(cluster), ApiVersionsRequest[3](client_software_name="tests",
-                                                                     client_software_version="1"),
-                             ApiVersionsResponse, 3)
-    return any(a.api_key == api_key for a in versions.api_keys)
-
-
-def needs(cluster, api_key: int, what: str) -> None:
-    if not served(cluster, api_key):
-        pytest.skip(f"the nodes do not serve {what} yet")
 
 
 # --- group configs ---
@@ -208,7 +193,6 @@ def settled(cluster, group: str, members: int) -> dict | None:
 
 @pytest.fixture
 def consumer_group(cluster):
-    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
     topic = f"admin-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
     group = f"modern-{uuid.uuid4().hex[:6]}"
@@ -281,7 +265,6 @@ while True:
 
 
 def test_rebalance_bumps_the_epoch_and_remove_member_hands_its_partitions_over(cluster):
-    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
     topic = f"removal-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
     group = f"shrunk-{uuid.uuid4().hex[:6]}"
@@ -353,7 +336,6 @@ def test_a_consumer_groups_coordinator_moves_and_the_new_one_describes_it(cluste
 
 
 def test_consumer_group_describe_v1_tells_a_groups_classic_member_from_its_consumer_one(cluster):
-    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
     from tests.integration.test_consumer_groups import MemberProcess, all_assigned, new_topic
 
     topic, group = new_topic(cluster, PARTITIONS), f"mixed-{uuid.uuid4().hex[:6]}"
@@ -391,7 +373,6 @@ def coordinator_of(cluster, group: str) -> int:
 
 
 def test_a_member_is_told_its_groups_own_heartbeat_interval(cluster, admin):
-    needs(cluster, CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat (KIP-848)")
     topic = f"paced-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, partitions=1)
     group = f"paced-{uuid.uuid4().hex[:6]}"
@@ -424,7 +405,6 @@ def test_a_member_is_told_its_groups_own_heartbeat_interval(cluster, admin):
 # --- share groups (KIP-932) ---
 
 def test_a_share_group_is_listed_as_share_and_described_with_its_members(cluster):
-    needs(cluster, SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat (KIP-932)")
     from confluent_kafka import ShareConsumer
 
     topic = f"shared-{uuid.uuid4().hex[:8]}"
@@ -455,5 +435,36 @@ def test_a_share_group_is_listed_as_share_and_described_with_its_members(cluster
         assert [(g["group_id"], g["group_type"], g["protocol_type"]) for g in shares if g["group_id"] == group] == [
             (group, "share", "share")]
         assert group not in {g["group_id"] for g in consumers}
+    finally:
+        consumer.close()
+
+
+def test_a_share_group_is_described_with_its_records_in_flight(cluster, admin):
+    from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+
+    topic, group = f"inflight-{uuid.uuid4().hex[:8]}", f"share-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    alter(admin, group, ("share.auto.offset.reset", "earliest"))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 100})
+    for i in range(10):  # one batch: a share fetch acquires it whole
+        producer.produce(topic, value=f"m{i}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    consumer = ShareConsumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                              "share.acknowledgement.mode": "explicit"})
+    try:
+        consumer.subscribe([topic])
+        messages = wait_for(lambda: consumer.poll(0.5), "the share consumer's first records")
+        assert [m.offset() for m in messages] == list(range(10))
+        # Offsets 0-3 accepted, 4-5 rejected, 6-9 still held by the consumer.
+        for message in messages[:6]:
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT if message.offset() < 4 else AcknowledgeType.REJECT)
+        consumer.commit_sync()
+        document = wait_for(lambda: (d := cli_describe(cluster, group))["partitions"]
+                            and d["partitions"][0]["start_offset"] == 6 and d, "the acknowledgements")
+        assert document["partitions"] == [{
+            "topic": topic, "partition": 0, "leader": leader_of(cluster, topic, 0), "start_offset": 6,
+            "end_offset": 10, "available": 0, "acquired": 4, "acknowledged": 0, "archived": 0}]
+        text = kraftwerk("group", "describe", group, data_dir=cluster.data_dir).stdout
+        assert "records in flight" in text
     finally:
         consumer.close()
