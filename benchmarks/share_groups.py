@@ -15,29 +15,20 @@ import time
 from confluent_kafka import Producer, ShareConsumer
 
 from cluster.launch.cluster import Cluster
-from tests.integration.share_wire import ShareMember
-from tests.integration.txn_wire import leader_of
-from tests.integration.wire import exchange_once
 
 GROUP = "bench-share"
 TOPIC = "bench-share"
 
 
-def topic_id(cluster) -> object:
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
-    request = MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(name=TOPIC)],
-                                  allow_auto_topic_creation=False)
-    return exchange_once((host, int(port)), request, MetadataResponse, 12).topics[0].topic_id
+def read_from_the_start(cluster) -> None:
+    """The group reads each partition from its start (the group config share.auto.offset.reset)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-
-def start_share_partitions(cluster, partitions: int) -> None:
-    """The group's share-partitions start at offset 0 (share.auto.offset.reset is latest): one fetch each."""
-    tid = topic_id(cluster)
-    for partition in range(partitions):
-        leader = leader_of(cluster, TOPIC, partition)
-        with ShareMember((cluster.host, cluster.nodes[leader].port), GROUP) as member:
-            assert member.fetch(tid, partition=partition).error_code == 0
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    entries = [ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)]
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, GROUP,
+                                                                  incremental_configs=entries)]).values():
+        future.result(30)
 
 
 def produce(cluster, messages: int, size: int, partitions: int) -> None:
@@ -94,7 +85,7 @@ def main() -> None:
     with Cluster(nodes=3) as cluster:
         cluster.create_topic(TOPIC, partitions=args.partitions, replication_factor=3)
         assert cluster.wait_in_sync(TOPIC, timeout=60)
-        start_share_partitions(cluster, args.partitions)
+        read_from_the_start(cluster)
         produce(cluster, args.messages, args.size, args.partitions)
         seconds, counts = consume(cluster, args.consumers, args.messages, args.timeout)
     received = sum(counts)
