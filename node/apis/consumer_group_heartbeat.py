@@ -9,9 +9,13 @@ the member's epoch, the heartbeat interval (consumer.heartbeat.interval.ms of th
 it changed or the member (re)joined, the partitions it owns now. (kafka-python carries no schema
 for this API: node/apis/schemas holds it.)
 
-Differs from Kafka: a non-empty classic group is not converted (KIP-848 online migration): a
-member of the new protocol is answered GROUP_ID_NOT_FOUND, as Kafka does under
-group.consumer.migration.policy=disabled.
+A member joining a classic group with members upgrades it to a consumer group when
+group.consumer.migration.policy allows (node.groups.migration); otherwise it is answered
+GROUP_ID_NOT_FOUND with Kafka's message. An empty classic group is replaced whatever the policy.
+
+Differs from Kafka: the target assignment is computed as soon as the group epoch moves, not on a
+later heartbeat, and a SubscribedTopicRegex is resolved against the metadata at once rather than in
+the background (node.groups.consumer_membership).
 """
 from __future__ import annotations
 
