@@ -7,8 +7,10 @@ current target assignment to the next target assignment (Kafka's ConsumerGroupPa
   counts as even as their subscriptions allow, and partitions stay with the member that has them
   whenever balance permits (Kafka's UniformAssignor: OptimizedUniformAssignmentBuilder for equal
   subscriptions, GeneralUniformAssignmentBuilder otherwise; both reach this balance).
-- range: per topic, the subscribed members in member id order take contiguous ranges of
-  partitions, the first `partitions % members` of them one more (Kafka's RangeAssignor).
+- range: per topic, the subscribed members take contiguous ranges of partitions, the first
+  `partitions % members` of them one more (Kafka's RangeAssignor). Members are ordered as Kafka's
+  sortMemberIds orders them: static members first, by instance id, then the others by member id,
+  so that a static member rejoining under a new member id keeps its ranges.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ Assignment = dict[uuid.UUID, set[int]]
 class MemberSubscription:
     topics: set[uuid.UUID]  # the topic ids the member is subscribed to (names and regex resolved)
     current: Assignment = field(default_factory=dict)  # its part of the current target assignment
+    instance_id: str | None = None  # group.instance.id of a static member
 
 
 def uniform(members: dict[str, MemberSubscription], partition_counts: dict[uuid.UUID, int]) -> dict[str, Assignment]:
@@ -70,7 +73,8 @@ def _balance(owned: dict[str, list[tuple[uuid.UUID, int]]], eligible: dict[uuid.
 def range_(members: dict[str, MemberSubscription], partition_counts: dict[uuid.UUID, int]) -> dict[str, Assignment]:
     target: dict[str, Assignment] = {member_id: {} for member_id in members}
     for topic_id, count in partition_counts.items():
-        subscribers = sorted(m for m, sub in members.items() if topic_id in sub.topics)
+        subscribers = sorted((m for m, sub in members.items() if topic_id in sub.topics),
+                             key=lambda m: _range_order(m, members[m]))
         if not subscribers:
             continue
         quota, extra = divmod(count, len(subscribers))
@@ -81,6 +85,12 @@ def range_(members: dict[str, MemberSubscription], partition_counts: dict[uuid.U
                 target[member_id][topic_id] = set(range(start, start + size))
             start += size
     return target
+
+
+def _range_order(member_id: str, subscription: MemberSubscription) -> tuple[int, str]:
+    if subscription.instance_id is not None:
+        return 0, subscription.instance_id
+    return 1, member_id
 
 
 def _as_assignment(tps: list[tuple[uuid.UUID, int]]) -> Assignment:

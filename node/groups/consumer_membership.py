@@ -315,7 +315,8 @@ class ConsumerMembership:
     def _compute_target(self, group: ConsumerGroup, out: list[Record]) -> None:
         topics = self.broker.image.topics
         group.preferred_assignor = self._preferred_assignor(group)
-        subscriptions = {member_id: MemberSubscription(member_topic_ids(m, topics), group.target.get(member_id, {}))
+        subscriptions = {member_id: MemberSubscription(member_topic_ids(m, topics), group.target.get(member_id, {}),
+                                                       m.instance_id)
                          for member_id, m in group.members.items()}
         counts = {topic_id: count for topic_id, count in group.subscription_metadata.values()}
         target = ASSIGNORS[group.preferred_assignor](subscriptions, counts)

@@ -49,6 +49,15 @@ def test_range_splits_each_topic_in_member_order():
     assert target == {"m1": {A: {0, 1, 2}, B: {0}}, "m2": {A: {3, 4}, B: {1}}}
 
 
+def test_range_orders_static_members_by_instance_id_before_the_others_by_member_id():
+    members = {"m0": MemberSubscription({A}), "m1": MemberSubscription({A}, instance_id="i2"),
+               "m9": MemberSubscription({A}, instance_id="i1")}
+    assert range_(members, {A: 5}) == {"m9": {A: {0, 1}}, "m1": {A: {2, 3}}, "m0": {A: {4}}}
+    # i1 comes back under a member id that sorts last: it keeps its range.
+    members["a0"] = members.pop("m9")
+    assert range_(members, {A: 5}) == {"a0": {A: {0, 1}}, "m1": {A: {2, 3}}, "m0": {A: {4}}}
+
+
 def test_range_leaves_members_without_partitions_when_there_are_fewer():
     members = {m: MemberSubscription({A}) for m in ("m1", "m2", "m3")}
     assert range_(members, {A: 2}) == {"m1": {A: {0}}, "m2": {A: {1}}, "m3": {}}
