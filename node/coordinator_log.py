@@ -57,9 +57,7 @@ class CoordinatorLog:
         """Append with acks=all: returns the batch's first offset once every in-sync replica has it.
         on_append is given that offset as soon as the batch is in this node's log, before the wait,
         so that what the batch stands for is known from then on."""
-        hosted, info = self.led_here(partition)
-        if len(info.isr) < hosted.effective_min_isr(info):
-            raise CoordinatorError(APPEND_ERRORS[ErrorCode.NOT_ENOUGH_REPLICAS])
+        hosted, info = self.check_writable(partition)
         first_offset = self._append(hosted, info, records, producer)
         if on_append is not None:
             on_append(first_offset)
@@ -68,6 +66,16 @@ class CoordinatorLog:
         if error:
             raise CoordinatorError(APPEND_ERRORS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR))
         return first_offset
+
+    def check_writable(self, partition: int) -> tuple[Partition, PartitionInfo]:
+        """Raises the CoordinatorError append_replicated would raise before appending: this node does
+        not lead the partition, or it has fewer in-sync replicas than min.insync.replicas. A
+        coordinator checks this before it changes the state its write is to record, so that a
+        refused write leaves memory as the log has it."""
+        hosted, info = self.led_here(partition)
+        if len(info.isr) < hosted.effective_min_isr(info):
+            raise CoordinatorError(APPEND_ERRORS[ErrorCode.NOT_ENOUGH_REPLICAS])
+        return hosted, info
 
     def led_here(self, partition: int) -> tuple[Partition, PartitionInfo]:
         key = (self.topic, partition)

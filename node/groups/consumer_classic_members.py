@@ -78,6 +78,9 @@ class ClassicMembersOfConsumerGroups:
             return JoinResult(exc.code, member_id=requested)
         except (ValueError, struct.error, UnicodeDecodeError):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=requested)
+        error = self._writable(group)
+        if error:
+            return JoinResult(error, member_id=requested)
         out: list[Record] = []
         replaced = group.static_member(instance_id) if unknown else None
         try:
@@ -204,6 +207,9 @@ class ClassicMembersOfConsumerGroups:
     # --- LeaveGroup ---
 
     async def leave(self, group: ConsumerGroup, members: list[tuple[str | None, str | None]]) -> list[ErrorCode]:
+        error = self._writable(group)
+        if error:
+            return [error] * len(members)
         errors: list[ErrorCode] = []
         out: list[Record] = []
         rest: list[tuple[str | None, str | None]] = []
@@ -286,6 +292,16 @@ class ClassicMembersOfConsumerGroups:
         if self.directory.groups.get(group.group_id) is not group or group.members.get(member.member_id) is not member:
             return
         self.consumer.fence_quietly(group, member.member_id, why)
+
+    def _writable(self, group: ConsumerGroup) -> ErrorCode:
+        """What a write to the group's partition would be refused with now: checked before a join or a
+        leave changes the group, so that a refused write leaves it as the log has it."""
+        try:
+            self.consumer.group_log.check_writable(group.partition)
+        except GroupError as exc:
+            self.directory.refused(group.group_id, "the consumer group's state", exc.code)
+            return exc.code
+        return ErrorCode.NONE
 
     async def _store(self, group: ConsumerGroup, out: list[Record]) -> ErrorCode:
         if not out:

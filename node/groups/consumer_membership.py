@@ -92,7 +92,19 @@ class ConsumerMembership:
     # --- ConsumerGroupHeartbeat ---
 
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatResult:
+        """A heartbeat that changes nothing is answered at once. Any other changes the group only once
+        this node is known to be able to write the records that say so (led here, enough in-sync
+        replicas): a refused write must leave the group as the log has it, or a retry would find
+        nothing left to write. A write that fails after its append (a timeout) is in the log already."""
+        at_rest = self._at_rest(hb)
+        if at_rest is not None:
+            return at_rest
         out: list[Record] = []
+        try:
+            self.group_log.check_writable(self.directory.partition_of(hb.group_id))
+        except GroupError as exc:
+            self.directory.refused(hb.group_id, "the consumer group's state", exc.code)
+            return HeartbeatResult(exc.code)
         try:
             if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 group, result = self._leave(hb, out)
@@ -144,6 +156,29 @@ class ConsumerMembership:
         if hb.member_epoch == JOIN_EPOCH or hb.is_full() or assigned_before != member.assigned:
             result.assignment = member.assigned
         return group, result
+
+    def _at_rest(self, hb: Heartbeat) -> HeartbeatResult | None:
+        """The answer to a member's heartbeat that changes nothing (a stable member at its target
+        assignment, its metadata and the group's subscribed topics as they were); None for any other.
+        It only renews the member's session."""
+        group = self.directory.groups.get(hb.group_id)
+        if group is None or group.group_type != "consumer" or hb.member_epoch <= JOIN_EPOCH:
+            return None
+        member = group.members.get(hb.member_id)
+        if member is None or member.classic is not None or member.member_epoch != hb.member_epoch or \
+                (hb.instance_id is not None and hb.instance_id != member.instance_id):
+            return None
+        if member.state != MEMBER_STABLE or not member.member_epoch == group.assignment_epoch == group.group_epoch:
+            return None
+        if _changes_metadata(member, hb) or self._subscribed_topics_moved(group):
+            return None
+        self._arm_session(group, member)
+        return HeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
+                               heartbeat_interval_ms=self._heartbeat_interval(group),
+                               assignment=member.assigned if hb.is_full() else None)
+
+    def _subscribed_topics_moved(self, group: ConsumerGroup) -> bool:
+        return subscribed_partition_counts(group, self.broker.image.topics) != group.subscription_metadata
 
     def _group_for(self, group_id: str, create: bool, out: list[Record]) -> ConsumerGroup:
         """Kafka's getOrMaybeCreateConsumerGroup. A classic group with no members (one that only
@@ -255,6 +290,7 @@ class ConsumerMembership:
         member = group.members.get(member_id)
         if member is None:
             return
+        self.group_log.led_here(group.partition)  # before the member goes: a refusal leaves it in place
         out: list[Record] = []
         self.fence_member(group, member, out)
         self.group_log.append(group.partition, out)
@@ -289,6 +325,7 @@ class ConsumerMembership:
     def force_rebalance(self, group: ConsumerGroup) -> None:
         """Bump the group epoch and compute a new target assignment, as a member joining would;
         raises GroupError when this node can no longer write the group's records."""
+        self.group_log.led_here(group.partition)  # before the epoch moves: a refusal leaves it as it was
         out: list[Record] = []
         self.bump_epoch(group, out)
         group.update_state()
@@ -510,6 +547,12 @@ def _metadata(member: ConsumerMember) -> tuple:
     return (member.instance_id, member.rack_id, member.client_id, member.client_host,
             tuple(member.subscribed_topic_names), member.subscribed_topic_regex, member.rebalance_timeout_ms,
             member.server_assignor, member.classic)
+
+
+def _changes_metadata(member: ConsumerMember, hb: Heartbeat) -> bool:
+    probe = replace(member, session_timer=None, revocation_timer=None)
+    _update_member(probe, hb)
+    return _metadata(probe) != _metadata(member)
 
 
 def _update_member(member: ConsumerMember, hb: Heartbeat) -> None:

@@ -1,13 +1,24 @@
-"""KIP-848 consumer groups, without processes: the assignors, reconciliation, and the records' bytes."""
+"""KIP-848 consumer groups, without processes: the assignors, reconciliation, the records' bytes, and
+the membership writing to a real `__consumer_offsets` partition log."""
 from __future__ import annotations
 
+import asyncio
+import copy
+import dataclasses
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
+from cluster.formats.errors import ErrorCode
+from cluster.formats.partition_log import PartitionLog
 from node.groups import consumer_records as records
 from node.groups.assignors import MemberSubscription, range_, uniform
+from node.groups.consumer_membership import Heartbeat
 from node.groups.consumer_reconciliation import FencedMember, Reconciled, reconcile
+from node.groups.coordinator import GroupCoordinator
+from tests.unit.test_group_coordinator import NODE_ID
+from tests.unit.test_group_migration_replay import TOPIC_ID, BrokerWithTopic
 
 A = uuid.UUID("00000000-0000-0000-0000-00000000000a")
 B = uuid.UUID("00000000-0000-0000-0000-00000000000b")
@@ -148,3 +159,69 @@ def test_values_with_tagged_fields_are_read():
     # MetadataHash (tag 0, int64) after the epoch, as Kafka 4.1 writes it.
     data = b"\x00\x00\x00\x00\x00\x07" + b"\x01\x00\x08" + b"\x00" * 8
     assert records.decode_group_metadata(data) == 7
+
+
+# --- the membership on a partition log ---
+
+class ShortOfReplicas(BrokerWithTopic):
+    """The node leads `__consumer_offsets`-0 with replicas 1-3 of which only itself is in sync:
+    writes are refused while min.insync.replicas is 2."""
+
+    def __init__(self, partition_log):
+        super().__init__(partition_log, "bidirectional")
+        self.min_isr = "1"
+
+    def partition(self, topic, index):
+        return SimpleNamespace(leader=NODE_ID, leader_epoch=0, isr=[NODE_ID], replicas=[NODE_ID, 2, 3])
+
+    def topic_config(self, topic, name):
+        return self.min_isr if name == "min.insync.replicas" else super().topic_config(topic, name)
+
+
+def joining(group_id: str, member_id: str) -> Heartbeat:
+    return Heartbeat(group_id, member_id, 0, rebalance_timeout_ms=30_000, subscribed_topic_names=["t"], owned={})
+
+
+def as_stored(group) -> dict:
+    """Everything of a group but its timers."""
+    members = {member_id: {f.name: copy.deepcopy(getattr(m, f.name)) for f in dataclasses.fields(m) if f.compare}
+               for member_id, m in group.members.items()}
+    return {f.name: copy.deepcopy(getattr(group, f.name)) for f in dataclasses.fields(group)
+            if f.name != "members"} | {"members": members}
+
+
+def test_a_heartbeat_refused_for_min_isr_leaves_the_group_as_it_was_and_its_retry_writes(tmp_path):
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def run():
+        broker = ShortOfReplicas(partition_log)
+        coordinator = GroupCoordinator(broker)
+        coordinator.load_partition(0, partition_log)
+        first = await coordinator.consumer.heartbeat(joining("g", "m1"))
+        assert (first.error, first.member_epoch) == (ErrorCode.NONE, 1)
+        group = coordinator.groups["g"]
+        before, end = as_stored(group), partition_log.log_end_offset
+        broker.min_isr = "2"
+        refused = await coordinator.consumer.heartbeat(joining("g", "m2"))
+        assert refused.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert as_stored(group) == before and partition_log.log_end_offset == end
+        # A group the refused heartbeat would have created is not left behind.
+        assert (await coordinator.consumer.heartbeat(joining("new", "m1"))).error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert "new" not in coordinator.groups
+        # m1, stable at its target, writes nothing: its heartbeat is answered.
+        stable = await coordinator.consumer.heartbeat(Heartbeat("g", "m1", 1))
+        assert (stable.error, stable.member_epoch) == (ErrorCode.NONE, 1)
+        broker.min_isr = "1"
+        retried = await coordinator.consumer.heartbeat(joining("g", "m2"))
+        assert (retried.error, retried.member_epoch, group.group_epoch) == (ErrorCode.NONE, 2, 2)
+        assert partition_log.log_end_offset > end
+        coordinator.unload_partition(0)
+        # What a new coordinator reads back is the group as the retry left it.
+        replayed = GroupCoordinator(ShortOfReplicas(partition_log))
+        replayed.load_partition(0, partition_log)
+        group = replayed.groups["g"]
+        assert (sorted(group.members), group.group_epoch, group.assignment_epoch) == (["m1", "m2"], 2, 2)
+        assert sorted(p for a in group.target.values() for p in a[TOPIC_ID]) == [0, 1, 2, 3]
+        group.cancel_timers()
+
+    asyncio.run(run())
