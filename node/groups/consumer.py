@@ -69,6 +69,9 @@ class ConsumerGroup:
     # Subscribed topic name -> (topic id, partition count) when the group epoch last moved: a change
     # of metadata that changes these bumps the epoch (Kafka's subscription metadata).
     subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    # The version of the topics' shapes (ConsumerMembership) subscription_metadata is known to hold
+    # for; -1: not known (a group just loaded or converted).
+    resolved_version: int = field(default=-1, repr=False, compare=False)
 
     def subscribed_topic_names(self) -> set[str]:
         return {name for member in self.members.values() for name in member.subscribed_topic_names}

@@ -28,7 +28,6 @@ from node.groups.classic import JoinResult
 from node.groups.consumer import (
     UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember,
 )
-from node.groups.consumer_subscriptions import subscribed_partition_counts
 from node.groups.migration import CONSUMER_PROTOCOL_TYPE
 from node.groups.persistence import GroupError
 from node.groups.records import decode_subscription, encode_assignment, protocol_version
@@ -122,8 +121,7 @@ class ClassicMembersOfConsumerGroups:
         if before != _fields(member):
             out.append(self.consumer.member_metadata_record(group, member))
         subscription_changed = before is None or before[4:6] != _fields(member)[4:6]
-        if subscription_changed or \
-                subscribed_partition_counts(group, self.broker.image.topics) != group.subscription_metadata:
+        if subscription_changed or self.consumer.subscribed_topics_moved(group):
             self.consumer.bump_epoch(group, out)
         self.consumer.reconcile(group, member, owned, out)
         group.update_state()

@@ -25,8 +25,10 @@ from node.group_configs import group_setting_int
 from node.groups import consumer_records as records
 from node.groups.assignors import ASSIGNORS, MemberSubscription
 from node.groups.consumer import MEMBER_STABLE, UNREVOKED_PARTITIONS, Assignment, ConsumerGroup, ConsumerMember
-from node.groups.consumer_reconciliation import FencedMember, Reconciled, reconcile
-from node.groups.consumer_subscriptions import member_topic_ids, subscribed_partition_counts
+from node.groups.consumer_reconciliation import FencedMember, PartitionEpochs, Reconciled, reconcile
+from node.groups.consumer_subscriptions import (
+    TopicShapes, member_topic_ids, subscribed_partition_counts, subscribes_to_any,
+)
 from node.groups.migration import NotUpgraded
 from node.groups.persistence import GroupError, GroupLog
 
@@ -84,6 +86,7 @@ class ConsumerMembership:
         self.broker = broker
         self.directory = directory
         self.group_log = group_log
+        self.shapes = TopicShapes()  # what metadata_changed last saw
 
     def assignors(self) -> list[str]:
         names = [a.strip() for a in self.broker.config.get("group.consumer.assignors").split(",")]
@@ -143,8 +146,7 @@ class ConsumerMembership:
         if before != _metadata(member):
             out.append(self.member_metadata_record(group, member))
         subscription_changed = before is None or before[4:6] != _metadata(member)[4:6]
-        counts = subscribed_partition_counts(group, self.broker.image.topics)
-        if subscription_changed or counts != group.subscription_metadata:
+        if subscription_changed or self.subscribed_topics_moved(group):
             self.bump_epoch(group, out)
         assigned_before = {t: set(ps) for t, ps in member.assigned.items()}
         self.reconcile(group, member, hb.owned, out)
@@ -170,15 +172,23 @@ class ConsumerMembership:
             return None
         if member.state != MEMBER_STABLE or not member.member_epoch == group.assignment_epoch == group.group_epoch:
             return None
-        if _changes_metadata(member, hb) or self._subscribed_topics_moved(group):
+        if _changes_metadata(member, hb) or self.subscribed_topics_moved(group):
             return None
         self._arm_session(group, member)
         return HeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
                                heartbeat_interval_ms=self._heartbeat_interval(group),
                                assignment=member.assigned if hb.is_full() else None)
 
-    def _subscribed_topics_moved(self, group: ConsumerGroup) -> bool:
-        return subscribed_partition_counts(group, self.broker.image.topics) != group.subscription_metadata
+    def subscribed_topics_moved(self, group: ConsumerGroup) -> bool:
+        """Whether the subscribed topics' ids or partition counts are no longer those the group's
+        target assignment was computed for. A member's subscription changing bumps the epoch, which
+        resolves them again; so only a group not resolved at the current shapes is resolved here."""
+        if group.resolved_version == self.shapes.version:
+            return False
+        if subscribed_partition_counts(group, self.broker.image.topics) != group.subscription_metadata:
+            return True
+        group.resolved_version = self.shapes.version
+        return False
 
     def _group_for(self, group_id: str, create: bool, out: list[Record]) -> ConsumerGroup:
         """Kafka's getOrMaybeCreateConsumerGroup. A classic group with no members (one that only
@@ -332,11 +342,17 @@ class ConsumerMembership:
         self.group_log.append(group.partition, out)
 
     def metadata_changed(self, groups) -> None:
-        """Topics were created, deleted or grown: a group whose subscribed topics' partitions are no
-        longer what its target assignment was computed for gets a new epoch and target."""
-        topics = self.broker.image.topics
+        """Topics were created, deleted or grown: a group subscribed to one that changed (or not resolved
+        at the previous shapes) whose target was computed for other partitions gets a new epoch."""
+        changed = self.shapes.refresh(self.broker.image.topics)
         for group in groups:
-            if group.members and subscribed_partition_counts(group, topics) != group.subscription_metadata:
+            if not group.members or group.resolved_version == self.shapes.version:
+                continue
+            if changed and group.resolved_version == self.shapes.version - 1 and \
+                    not subscribes_to_any(group, changed):
+                group.resolved_version = self.shapes.version
+                continue
+            if self.subscribed_topics_moved(group):
                 try:
                     self.force_rebalance(group)
                 except GroupError as exc:
@@ -345,6 +361,7 @@ class ConsumerMembership:
     def bump_epoch(self, group: ConsumerGroup, out: list[Record]) -> None:
         group.group_epoch += 1
         group.subscription_metadata = subscribed_partition_counts(group, self.broker.image.topics)
+        group.resolved_version = self.shapes.version
         out.append((records.key(records.GROUP_METADATA, group.group_id),
                     records.group_metadata_value(group.group_epoch)))
         self._compute_target(group, out)
@@ -378,9 +395,8 @@ class ConsumerMembership:
     def reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned, out: list[Record]) -> None:
         current = Reconciled(member.member_epoch, member.previous_member_epoch, member.state,
                              member.assigned, member.pending_revocation)
-        epochs = _partition_epochs(group, exclude=member.member_id)
         nxt = reconcile(current, group.assignment_epoch, group.target.get(member.member_id, {}), owned,
-                        lambda topic_id, p: epochs.get((topic_id, p), -1))
+                        PartitionEpochs(group, exclude=member.member_id))
         if nxt != current:
             member.member_epoch, member.previous_member_epoch = nxt.member_epoch, nxt.previous_member_epoch
             member.state, member.assigned, member.pending_revocation = nxt.state, nxt.assigned, nxt.pending_revocation
@@ -570,19 +586,6 @@ def _update_member(member: ConsumerMember, hb: Heartbeat) -> None:
     if hb.subscribed_topic_regex is not None:
         member.subscribed_topic_regex = hb.subscribed_topic_regex or None
     member.client_id, member.client_host = hb.client_id, hb.client_host
-
-
-def _partition_epochs(group: ConsumerGroup, exclude: str) -> dict[tuple[uuid.UUID, int], int]:
-    """Kafka's currentPartitionEpoch: who holds each partition, assigned or still to revoke."""
-    epochs: dict[tuple[uuid.UUID, int], int] = {}
-    for member_id, member in group.members.items():
-        if member_id == exclude:
-            continue
-        for held in (member.assigned, member.pending_revocation):
-            for topic_id, partitions in held.items():
-                for p in partitions:
-                    epochs[(topic_id, p)] = member.member_epoch
-    return epochs
 
 
 def _current_assignment_record(group: ConsumerGroup, member: ConsumerMember) -> Record:

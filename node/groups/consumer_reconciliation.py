@@ -32,6 +32,28 @@ class Reconciled:
     pending_revocation: Assignment
 
 
+class PartitionEpochs:
+    """Kafka's currentPartitionEpoch: the epoch of the member (other than `exclude`) that holds a
+    partition, assigned or still to revoke; -1 when none does. The map of every held partition is
+    built on the first question only: a member at its target assignment asks none."""
+
+    def __init__(self, group, exclude: str):
+        self._group, self._exclude = group, exclude
+        self._epochs: dict[tuple[uuid.UUID, int], int] | None = None
+
+    def __call__(self, topic_id: uuid.UUID, partition: int) -> int:
+        if self._epochs is None:
+            self._epochs = {}
+            for member_id, member in self._group.members.items():
+                if member_id == self._exclude:
+                    continue
+                for held in (member.assigned, member.pending_revocation):
+                    for held_topic, partitions in held.items():
+                        for p in partitions:
+                            self._epochs[(held_topic, p)] = member.member_epoch
+        return self._epochs.get((topic_id, partition), -1)
+
+
 def reconcile(current: Reconciled, target_epoch: int, target: Assignment, owned: Owned,
               partition_epoch: Callable[[uuid.UUID, int], int]) -> Reconciled:
     """The member's next state. partition_epoch(topic, partition) is the epoch of the member that

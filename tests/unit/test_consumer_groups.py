@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from cluster.formats.errors import ErrorCode
+from cluster.formats.image import PartitionInfo, TopicInfo
 from cluster.formats.partition_log import PartitionLog
 from node.groups import consumer_records as records
 from node.groups.assignors import MemberSubscription, range_, uniform
@@ -222,6 +223,48 @@ def test_a_heartbeat_refused_for_min_isr_leaves_the_group_as_it_was_and_its_retr
         group = replayed.groups["g"]
         assert (sorted(group.members), group.group_epoch, group.assignment_epoch) == (["m1", "m2"], 2, 2)
         assert sorted(p for a in group.target.values() for p in a[TOPIC_ID]) == [0, 1, 2, 3]
+        group.cancel_timers()
+
+    asyncio.run(run())
+
+
+def test_only_a_change_of_subscribed_topics_has_the_group_resolve_its_subscription_again(tmp_path, monkeypatch):
+    from node.groups import consumer_membership
+
+    resolved: list[str] = []
+    counts = consumer_membership.subscribed_partition_counts
+    monkeypatch.setattr(consumer_membership, "subscribed_partition_counts",
+                        lambda group, topics: resolved.append(group.group_id) or counts(group, topics))
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def run():
+        broker = BrokerWithTopic(partition_log, "bidirectional")
+        coordinator = GroupCoordinator(broker)
+        coordinator.load_partition(0, partition_log)
+        membership = coordinator.consumer
+        for member_id in ("m1", "m2"):
+            assert (await membership.heartbeat(joining("g", member_id))).error == ErrorCode.NONE
+        group = coordinator.groups["g"]
+        for _ in range(3):  # each revokes and receives its share
+            for member in list(group.members.values()):
+                result = await membership.heartbeat(Heartbeat("g", member.member_id, member.member_epoch,
+                                                              owned=member.assigned))
+                assert result.error == ErrorCode.NONE
+        assert (group.state, group.group_epoch) == ("Stable", 2)
+        membership.metadata_changed([group])  # the first look at the topics resolves every group once
+        resolved.clear()
+        for _ in range(3):
+            for member_id in ("m1", "m2"):
+                assert (await membership.heartbeat(Heartbeat("g", member_id, 2))).member_epoch == 2
+        other = TopicInfo("other", uuid.UUID(int=7), {0: PartitionInfo(0, NODE_ID, [NODE_ID], [NODE_ID], 0)})
+        broker.image.topics["other"] = broker.image.topics_by_id[other.topic_id] = other
+        membership.metadata_changed([group])
+        assert (resolved, group.group_epoch) == ([], 2)
+        # "t" grows: the group resolves its subscription and moves to a new epoch and target.
+        broker.image.topics["t"].partitions[4] = PartitionInfo(4, NODE_ID, [NODE_ID], [NODE_ID], 0)
+        membership.metadata_changed([group])
+        assert (resolved, group.group_epoch) == (["g", "g"], 3)
+        assert sorted(p for a in group.target.values() for p in a[TOPIC_ID]) == [0, 1, 2, 3, 4]
         group.cancel_timers()
 
     asyncio.run(run())
