@@ -18,8 +18,8 @@ from node.groups.assignors import MemberSubscription, range_, uniform
 from node.groups.consumer_membership import Heartbeat
 from node.groups.consumer_reconciliation import FencedMember, Reconciled, reconcile
 from node.groups.coordinator import GroupCoordinator
-from tests.unit.test_group_coordinator import NODE_ID
-from tests.unit.test_group_migration_replay import TOPIC_ID, BrokerWithTopic
+from tests.unit.test_group_coordinator import NODE_ID, SESSION_MS
+from tests.unit.test_group_migration_replay import SUBSCRIPTION, TOPIC_ID, BrokerWithTopic, classic_member
 
 A = uuid.UUID("00000000-0000-0000-0000-00000000000a")
 B = uuid.UUID("00000000-0000-0000-0000-00000000000b")
@@ -265,6 +265,33 @@ def test_only_a_change_of_subscribed_topics_has_the_group_resolve_its_subscripti
         membership.metadata_changed([group])
         assert (resolved, group.group_epoch) == (["g", "g"], 3)
         assert sorted(p for a in group.target.values() for p in a[TOPIC_ID]) == [0, 1, 2, 3, 4]
+        group.cancel_timers()
+
+    asyncio.run(run())
+
+
+def test_a_classic_members_join_or_leave_refused_for_min_isr_leaves_the_consumer_group_as_it_was(tmp_path):
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def run():
+        broker = ShortOfReplicas(partition_log)
+        coordinator = GroupCoordinator(broker)
+        coordinator.load_partition(0, partition_log)
+        classic_id = await classic_member(coordinator)
+        assert (await coordinator.consumer.heartbeat(joining("g", "modern"))).error == ErrorCode.NONE
+        group = coordinator.groups["g"]
+        before, end = as_stored(group), partition_log.log_end_offset
+        broker.min_isr = "2"
+        joined = await coordinator.classic_members.join(group, "", None, "c", "/10.0.0.2", SESSION_MS, 20_000,
+                                                         "consumer", [("range", SUBSCRIPTION)], False)
+        assert joined.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert await coordinator.classic_members.leave(group, [(classic_id, None)]) == \
+            [ErrorCode.COORDINATOR_NOT_AVAILABLE]
+        assert as_stored(group) == before and partition_log.log_end_offset == end
+        assert coordinator.groups["g"] is group
+        broker.min_isr = "1"
+        assert await coordinator.classic_members.leave(group, [(classic_id, None)]) == [ErrorCode.NONE]
+        assert list(group.members) == ["modern"] and partition_log.log_end_offset > end
         group.cancel_timers()
 
     asyncio.run(run())
