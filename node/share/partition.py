@@ -34,6 +34,9 @@ from node.share_coordinator.state import (
 
 log = logging.getLogger(__name__)
 
+# How long a lock whose expiry could not be written waits before the release is tried again.
+EXPIRY_RETRY_S = 1.0
+
 # Acknowledge types of ShareFetch and ShareAcknowledge.
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 DONE_STATES = (ACKNOWLEDGED, ARCHIVED)
@@ -306,7 +309,10 @@ class SharePartition:
                 return
             saved = self._save()
             changed = [self._settle(first, last, None) for first, last in held]
-            await self._commit(saved, changed)
+            if await self._commit(saved, changed) and not self.closed:
+                # The write failed and the records are acquired again under this lock: try again
+                # shortly, or they would stay acquired with no timer to release them.
+                lock.timer = asyncio.get_running_loop().call_later(EXPIRY_RETRY_S, self._lock_expired, lock)
 
     # --- persistence ---
 

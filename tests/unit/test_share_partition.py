@@ -10,6 +10,7 @@ import pytest
 from cluster.formats.errors import ErrorCode
 from node.coordinator_log import CoordinatorError
 from node.share.manager import duration_to_ms
+from node.share import partition as partition_module
 from node.share.partition import ACCEPT, GAP, RELEASE, REJECT, Limits, SharePartition
 from node.share.sessions import ShareSessionCache
 from node.share_coordinator.state import (
@@ -259,3 +260,22 @@ def test_share_session_epochs():
                                       ("P", None), ("1h", None)])
 def test_by_duration(text, ms):
     assert duration_to_ms(text) == ms
+
+
+def test_a_lock_whose_expiry_was_not_written_expires_again(monkeypatch):
+    monkeypatch.setattr(partition_module, "EXPIRY_RETRY_S", 0.05)
+
+    async def body():
+        persister = RecordingPersister()
+        sp = share_partition(persister, lock_ms=30)
+        sp.acquire("a", [(0, 2)], 10)
+        persister.failing = ErrorCode.NOT_ENOUGH_REPLICAS
+        await asyncio.sleep(0.1)
+        assert states(sp) == [(0, 2, ACQUIRED, 1)]  # the release was undone with its write
+        persister.failing = None
+        await asyncio.sleep(0.15)
+        assert states(sp) == [(0, 2, AVAILABLE, 1)]
+        assert persister.writes[-1] == ShareState(0, 0, 0, [StateBatch(0, 2, AVAILABLE, 1)])
+        sp.close()
+    run(body)
+
