@@ -10,7 +10,7 @@ Acquiring takes whole log batches, from the first available offset, until MaxRec
 (one batch may overshoot it, as in Kafka) or the in-flight window reaches
 `group.share.partition.max.record.locks`. Each acquisition holds a lock for
 `share.record.lock.duration.ms`: an event-loop timer that releases what is still acquired when it
-fires. A released record becomes available again, or archived once its delivery count has reached
+fires, stopped once none of its records is acquired any more. A released record becomes available again, or archived once its delivery count has reached
 `group.share.delivery.count.limit`. The start offset moves past the acknowledged and archived
 records at the head of the window.
 
@@ -101,6 +101,8 @@ class SharePartition:
         self.mutex = asyncio.Lock()
         self._waiters: set[asyncio.Future] = set()
         self._tasks: set[asyncio.Task] = set()
+        # The locks whose timers are armed: cancelled once none of their records is still acquired.
+        self._locks: set[AcquisitionLock] = set()
         self.closed = False
 
     # --- loading ---
@@ -188,8 +190,7 @@ class SharePartition:
                 self.end_offset = last + 1
         ranges = _ranges(acquired)
         if acquired:
-            loop = loop or asyncio.get_running_loop()
-            lock.timer = loop.call_later(self.limits.lock_duration_ms / 1000, self._lock_expired, lock)
+            self._arm(lock, self.limits.lock_duration_ms / 1000, loop)
             self._merge()
         return ranges
 
@@ -290,13 +291,30 @@ class SharePartition:
             log.warning("share-partition %s %s-%d: state not written (%s); change undone",
                         self.group_id, self.topic_id, self.partition, exc.code.name)
             return write_error(exc.code)
+        self._cancel_idle_locks()
         self._wake()
         return ErrorCode.NONE
 
     # --- lock expiry ---
 
+    def _arm(self, lock: AcquisitionLock, delay_s: float, loop=None) -> None:
+        loop = loop or asyncio.get_running_loop()
+        lock.timer = loop.call_later(delay_s, self._lock_expired, lock)
+        self._locks.add(lock)
+
+    def _holds(self, lock: AcquisitionLock) -> bool:
+        return any(run.lock is lock and run.state == ACQUIRED for run in self.runs)
+
+    def _cancel_idle_locks(self) -> None:
+        """Stop the timers of locks none of whose records is still acquired (all acknowledged or released)."""
+        holding = {run.lock for run in self.runs if run.state == ACQUIRED}
+        for lock in [lock for lock in self._locks if lock not in holding]:
+            lock.timer.cancel()
+            self._locks.discard(lock)
+
     def _lock_expired(self, lock: AcquisitionLock) -> None:
-        if self.closed:
+        if self.closed or not self._holds(lock):
+            self._locks.discard(lock)
             return
         task = asyncio.ensure_future(self._release_lock(lock))
         self._tasks.add(task)
@@ -306,13 +324,14 @@ class SharePartition:
         async with self.mutex:
             held = [(run.first, run.last) for run in self.runs if run.lock is lock and run.state == ACQUIRED]
             if not held or self.closed:
+                self._locks.discard(lock)
                 return
             saved = self._save()
             changed = [self._settle(first, last, None) for first, last in held]
             if await self._commit(saved, changed) and not self.closed:
                 # The write failed and the records are acquired again under this lock: try again
                 # shortly, or they would stay acquired with no timer to release them.
-                lock.timer = asyncio.get_running_loop().call_later(EXPIRY_RETRY_S, self._lock_expired, lock)
+                self._arm(lock, EXPIRY_RETRY_S)
 
     # --- persistence ---
 
@@ -358,9 +377,9 @@ class SharePartition:
     def close(self) -> None:
         """No longer led here: stop the lock timers; a new leader reads the persisted state."""
         self.closed = True
-        for run in self.runs:
-            if run.lock is not None and run.lock.timer is not None:
-                run.lock.timer.cancel()
+        for lock in self._locks:
+            lock.timer.cancel()
+        self._locks.clear()
         for task in self._tasks:
             task.cancel()
         self._wake()

@@ -279,3 +279,27 @@ def test_a_lock_whose_expiry_was_not_written_expires_again(monkeypatch):
         sp.close()
     run(body)
 
+
+def test_a_lock_stops_once_none_of_its_records_is_acquired():
+    async def body():
+        sp = share_partition(lock_ms=10_000)
+        sp.acquire("a", [(0, 3)], 10)
+        lock = sp.runs[0].lock
+        await sp.acknowledge("a", [(0, 1, [ACCEPT])])
+        assert not lock.timer.cancelled()  # 2-3 are still held under it
+        await sp.acknowledge("a", [(2, 2, [ACCEPT]), (3, 3, [RELEASE])])
+        assert lock.timer.cancelled()
+        sp.close()
+    run(body)
+
+
+def test_an_expiry_with_nothing_held_starts_no_task():
+    async def body():
+        sp = share_partition(lock_ms=10_000)
+        sp.acquire("a", [(0, 1)], 10)
+        lock = sp.runs[0].lock
+        sp.move_to_log_start(2)  # (what the lock held is gone from the log)
+        sp._lock_expired(lock)
+        assert sp._tasks == set()
+    run(body)
+
