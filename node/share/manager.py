@@ -5,7 +5,9 @@ through the persister (`broker.share_persister`, node.share_coordinator.state), 
 there when there is none, at the offset `share.auto.offset.reset` names (latest by default,
 earliest, or by_duration:<ISO-8601 duration>). Without a persister the state lives in this
 node's memory alone. A share-partition is dropped when this node stops leading its partition or
-a new term of it begins: the next leader reads what was persisted.
+a new term of it begins: the next leader reads what was persisted. It is dropped too when a write
+of its state is fenced (FENCED_STATE_EPOCH after AlterShareGroupOffsets, DeleteShareGroupOffsets or
+DeleteGroups; FENCED_LEADER_EPOCH): the next ShareFetch reads the state again.
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class SharePartitionManager:
         epoch = hosted.leader_epoch
         persister = self.broker.share_persister
         share_partition = SharePartition(group_id, topic_id, index, self.limits(group_id), persister, epoch)
+        share_partition.on_fenced = self._fenced
         if persister is None:  # state in memory only
             share_partition.start_at(self.initial_offset(group_id, hosted.log))
         else:
@@ -111,6 +114,14 @@ class SharePartitionManager:
             if group == group_id and topic is not None:
                 described.append({"topic": topic.name, "partition": index, **share_partition.in_flight()})
         return described
+
+    def _fenced(self, share_partition: SharePartition) -> None:
+        """A write of the share-partition was fenced (its state epoch bumped by an offsets admin, its
+        state deleted, a newer leader): dropped, so the next ShareFetch reads the state again, as
+        Kafka's handleFencedSharePartitionException does."""
+        key = (share_partition.group_id, share_partition.topic_id, share_partition.partition)
+        if self.partitions.get(key) is share_partition:
+            self._drop(key)
 
     def _drop(self, key: Key) -> None:
         share_partition = self.partitions.pop(key, None)

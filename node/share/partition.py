@@ -52,6 +52,9 @@ _WRITE_ERRORS = {
     ErrorCode.GROUP_ID_NOT_FOUND: ErrorCode.GROUP_ID_NOT_FOUND,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 }
+# Write errors saying the state moved on without this share-partition (its state epoch was bumped by
+# an offsets admin or its state deleted, or a newer leader wrote): it must be dropped and read again.
+FENCING_ERRORS = (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH)
 
 
 class AcquisitionLock:
@@ -93,6 +96,8 @@ class SharePartition:
         self.limits = limits
         self.persister = persister
         self.leader_epoch = leader_epoch
+        # Called with this share-partition when a write was fenced (SharePartitionManager drops it).
+        self.on_fenced = None
         self.state_epoch = 0
         self.start_offset = 0
         self.end_offset = 0
@@ -290,6 +295,8 @@ class SharePartition:
             self._restore(saved)
             log.warning("share-partition %s %s-%d: state not written (%s); change undone",
                         self.group_id, self.topic_id, self.partition, exc.code.name)
+            if exc.code in FENCING_ERRORS and self.on_fenced is not None:
+                self.on_fenced(self)
             return write_error(exc.code)
         self._cancel_idle_locks()
         self._wake()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
+from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
 from node.coordinator_log import CoordinatorError
-from node.share.manager import duration_to_ms
+from node.share.manager import SharePartitionManager, duration_to_ms
 from node.share import partition as partition_module
 from node.share.partition import ACCEPT, GAP, RELEASE, REJECT, Limits, SharePartition
 from node.share.sessions import ShareSessionCache
@@ -303,3 +305,62 @@ def test_an_expiry_with_nothing_held_starts_no_task():
         assert sp._tasks == set()
     run(body)
 
+
+def test_a_fenced_write_hands_the_share_partition_back():
+    async def body():
+        persister = RecordingPersister()
+        sp = share_partition(persister)
+        fenced = []
+        sp.on_fenced = fenced.append
+        sp.acquire("a", [(0, 3)], 10)
+        persister.failing = ErrorCode.NOT_ENOUGH_REPLICAS
+        assert await sp.acknowledge("a", [(0, 3, [ACCEPT])]) == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert fenced == []
+        persister.failing = ErrorCode.FENCED_STATE_EPOCH
+        assert await sp.acknowledge("a", [(0, 3, [ACCEPT])]) == ErrorCode.FENCED_STATE_EPOCH
+        assert fenced == [sp]
+        persister.failing = ErrorCode.FENCED_LEADER_EPOCH
+        assert await sp.acknowledge("a", [(0, 3, [ACCEPT])]) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert fenced == [sp, sp]
+        sp.close()
+    run(body)
+
+
+class StatePersister:
+    """A share coordinator of one share-partition, fencing as the real one does."""
+
+    def __init__(self, state: ShareState | None = None):
+        self.state = state
+
+    async def read(self, group_id, topic_id, partition, leader_epoch):
+        return self.state
+
+    async def initialize(self, group_id, topic_id, partition, state_epoch, start_offset):
+        self.state = ShareState(state_epoch, -1, start_offset, [])
+
+    async def write(self, group_id, topic_id, partition, state):
+        if self.state is None or self.state.state_epoch > state.state_epoch:
+            raise CoordinatorError(ErrorCode.FENCED_STATE_EPOCH)
+        self.state = state
+
+
+def manager_of(persister):
+    broker = SimpleNamespace(config=BrokerConfig(), image=SimpleNamespace(configs={}), share_persister=persister)
+    log = SimpleNamespace(log_start_offset=0, high_watermark=10)
+    return SharePartitionManager(broker), SimpleNamespace(leader_epoch=0, hosted=True, log=log)
+
+
+def test_a_share_partition_fenced_by_a_new_state_epoch_is_read_again():
+    async def body():
+        persister = StatePersister(ShareState(0, 0, 4, []))
+        manager, hosted = manager_of(persister)
+        sp = await manager.get("g", TOPIC_ID, 0, hosted)
+        sp.acquire("a", [(4, 5)], 10)
+        # AlterShareGroupOffsets starts the share-partition again, at offset 2 and state epoch 1.
+        persister.state = ShareState(1, -1, 2, [])
+        assert await sp.acknowledge("a", [(4, 5, [ACCEPT])]) == ErrorCode.FENCED_STATE_EPOCH
+        assert sp.closed and manager.partitions == {}
+        again = await manager.get("g", TOPIC_ID, 0, hosted)
+        assert (again.state_epoch, again.start_offset, again.next_fetch_offset()) == (1, 2, 2)
+        manager.close()
+    run(body)
