@@ -268,16 +268,20 @@ class ShareMembership:
         member = group.members.get(member_id)
         if member is None:
             return
-        if member.expiry is not None:
-            member.expiry.cancel()
-            member.expiry = None
         others = {t for m in group.members.values() if m.member_id != member_id for t in m.subscribed_topic_names}
         records = [(rec.share_key(record_type, group.group_id, member_id), None)
                    for record_type in (rec.CURRENT_MEMBER_ASSIGNMENT, rec.TARGET_ASSIGNMENT_MEMBER,
                                        rec.MEMBER_METADATA)]
         records.append((rec.share_key(rec.GROUP_METADATA, group.group_id),
                         rec.group_metadata_value(group.group_epoch + 1, self._metadata_hash(others))))
-        await self._write(group, records)
+        try:
+            await self._write(group, records)  # (replaying the member's tombstone stops its session timer)
+        except GroupError:
+            # Still a member: its session runs again, so that it is removed later if it stays silent.
+            current = self._member(group.group_id, member_id)
+            if current is not None:
+                self._arm_session(group.group_id, current)
+            raise
 
     def force_rebalance(self, group: ShareGroup) -> None:
         """Bump the group epoch (`kraftwerk group rebalance`): the members are given the target of the

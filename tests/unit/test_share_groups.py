@@ -9,6 +9,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataImage, TopicInfo
 from cluster.formats.partition_log import PartitionLog
 from node.groups import share_records as rec
+from node.groups.persistence import GroupError
 from node.groups.share import DEAD, EMPTY, STABLE
 from node.groups.share_assignor import assign
 from tests.unit.test_group_coordinator import LeaderBroker
@@ -217,3 +218,28 @@ def test_deleting_an_empty_group_tombstones_every_record(tmp_path):
 
     asyncio.run(write())
     assert "g" not in share_coordinator(partition_log).groups
+
+
+def test_a_member_whose_removal_was_not_written_keeps_a_session(tmp_path):
+    async def scenario():
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"),
+                                        **{"group.share.session.timeout.ms": "50"})
+        await beat(coordinator, "a", 0, ["t"])
+        await beat(coordinator, "b", 0, ["t"])
+        group_log = coordinator.share.group_log
+        append = group_log.append_replicated
+
+        async def refused(*args, **kwargs):
+            raise GroupError(ErrorCode.NOT_ENOUGH_REPLICAS)
+
+        group_log.append_replicated = refused
+        assert (await beat(coordinator, "a", -1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
+        await asyncio.sleep(0.1)  # b's session expired too, and its removal was not written either
+        group = coordinator.groups["g"]
+        assert sorted(group.members) == ["a", "b"]
+        assert all(member.expiry is not None for member in group.members.values())
+        group_log.append_replicated = append
+        await asyncio.sleep(0.2)  # the sessions run out again, and now the removals are written
+        assert (group.state, group.members) == (EMPTY, {})
+
+    asyncio.run(scenario())
