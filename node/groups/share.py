@@ -45,7 +45,7 @@ class ShareMember:
     client_host: str = ""
     member_epoch: int = 0
     previous_member_epoch: int = 0
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str] = field(default_factory=list)  # sorted: Kafka compares them as a set
     assigned: Assignment = field(default_factory=dict)
     expiry: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
 
@@ -142,7 +142,7 @@ class ShareMembership:
             return HeartbeatAnswer(ErrorCode.FENCED_MEMBER_EPOCH, fenced)
         updated = ShareMember(member_id, rack_id if rack_id is not None else member.rack_id, client_id, client_host,
                               member.member_epoch, member.previous_member_epoch,
-                              list(topics) if topics is not None else list(member.subscribed_topic_names),
+                              sorted(set(topics)) if topics is not None else list(member.subscribed_topic_names),
                               member.assigned)
         records = self._heartbeat_records(group, member, updated)
         assigned_before = {topic_id: set(partitions) for topic_id, partitions in member.assigned.items()}
@@ -398,7 +398,7 @@ def _replay_member_metadata(group: ShareGroup, member_id: str, value: bytes | No
     metadata = rec.decode_member_metadata(value)
     member = group.members.setdefault(member_id, ShareMember(member_id))
     member.rack_id, member.client_id, member.client_host = metadata.rack_id, metadata.client_id, metadata.client_host
-    member.subscribed_topic_names = list(metadata.subscribed_topic_names)
+    member.subscribed_topic_names = sorted(set(metadata.subscribed_topic_names))
 
 
 def _replay_target_metadata(group: ShareGroup, _member_id, value: bytes | None) -> None:

@@ -243,3 +243,16 @@ def test_a_member_whose_removal_was_not_written_keeps_a_session(tmp_path):
         assert (group.state, group.members) == (EMPTY, {})
 
     asyncio.run(scenario())
+
+
+def test_the_same_topics_in_another_order_are_the_same_subscription(tmp_path):
+    async def scenario():
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"),
+                                        topics=(("t", T1, 1), ("u", T2, 1)))
+        assert (await beat(coordinator, "a", 0, ["u", "t"])).member_epoch == 1
+        again = await beat(coordinator, "a", 1, ["t", "u", "t"])
+        assert (again.error, again.member_epoch) == (ErrorCode.NONE, 1)
+        assert coordinator.groups["g"].group_epoch == 1
+        coordinator.groups["g"].cancel_timers()
+
+    asyncio.run(scenario())
