@@ -283,14 +283,6 @@ class ShareMembership:
                 self._arm_session(group.group_id, current)
             raise
 
-    def force_rebalance(self, group: ShareGroup) -> None:
-        """Bump the group epoch (`kraftwerk group rebalance`): the members are given the target of the
-        new epoch at their next heartbeat. Raises GroupError if the record cannot be written."""
-        records = [(rec.share_key(rec.GROUP_METADATA, group.group_id),
-                    rec.group_metadata_value(group.group_epoch + 1, group.metadata_hash))]
-        self.group_log.append(group.partition, records)
-        self._replay_all(group.partition, records)
-
     @staticmethod
     def tombstones(group: ShareGroup) -> list[tuple[bytes, None]]:
         return group.tombstones()

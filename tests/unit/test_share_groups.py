@@ -177,15 +177,14 @@ def test_a_topic_created_later_bumps_the_epoch_at_the_next_heartbeat(tmp_path):
     async def scenario():
         coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"))
         assert (await beat(coordinator, "a", 0, ["t", "u"])).assignment == {T1: {0, 1, 2}}
-        assert coordinator.force_rebalance("g")[0] == ErrorCode.NONE  # an admin's bump: same partitions
-        bumped = await beat(coordinator, "a", 1)
-        assert (bumped.member_epoch, bumped.assignment) == (2, None)
+        same = await beat(coordinator, "a", 1)
+        assert (same.member_epoch, same.assignment) == (1, None)
         coordinator.broker.add_topic("u", T2, 1)
-        grown = await beat(coordinator, "a", 2)
-        assert (grown.member_epoch, grown.assignment) == (3, {T1: {0, 1, 2}, T2: {0}})
+        grown = await beat(coordinator, "a", 1)
+        assert (grown.member_epoch, grown.assignment) == (2, {T1: {0, 1, 2}, T2: {0}})
         # A subscription that drops a topic takes its partitions away.
-        narrowed = await beat(coordinator, "a", 3, ["u"])
-        assert (narrowed.member_epoch, narrowed.assignment) == (4, {T2: {0}})
+        narrowed = await beat(coordinator, "a", 2, ["u"])
+        assert (narrowed.member_epoch, narrowed.assignment) == (3, {T2: {0}})
         coordinator.groups["g"].cancel_timers()
 
     asyncio.run(scenario())
@@ -252,6 +251,17 @@ def test_the_same_topics_in_another_order_are_the_same_subscription(tmp_path):
         assert (await beat(coordinator, "a", 0, ["u", "t"])).member_epoch == 1
         again = await beat(coordinator, "a", 1, ["t", "u", "t"])
         assert (again.error, again.member_epoch) == (ErrorCode.NONE, 1)
+        assert coordinator.groups["g"].group_epoch == 1
+        coordinator.groups["g"].cancel_timers()
+
+    asyncio.run(scenario())
+
+
+def test_a_share_group_has_no_rebalance_to_start(tmp_path):
+    async def scenario():
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"))
+        await beat(coordinator, "a", 0, ["t"])
+        assert coordinator.force_rebalance("g") == (ErrorCode.INVALID_REQUEST, None)
         assert coordinator.groups["g"].group_epoch == 1
         coordinator.groups["g"].cancel_timers()
 
