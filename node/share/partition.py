@@ -10,9 +10,9 @@ Acquiring takes whole log batches, from the first available offset, until MaxRec
 (one batch may overshoot it, as in Kafka) or the in-flight window reaches
 `group.share.partition.max.record.locks`. Each acquisition holds a lock for
 `share.record.lock.duration.ms`: an event-loop timer that releases what is still acquired when it
-fires, stopped once none of its records is acquired any more. A released record becomes available again, or archived once its delivery count has reached
-`group.share.delivery.count.limit`. The start offset moves past the acknowledged and archived
-records at the head of the window.
+fires, stopped once none of its records is acquired any more. A released record becomes available
+again, or archived once its delivery count has reached `group.share.delivery.count.limit`. The
+start offset moves past the acknowledged and archived records at the head of the window.
 
 Acknowledgements, releases on lock expiry and start-offset moves are written through the
 persister (node.share_coordinator.state) before they take effect for the client; a write that
