@@ -12,15 +12,13 @@ DeleteGroups; FENCED_LEADER_EPOCH): the next ShareFetch reads the state again.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
+from cluster.formats.group_configs import duration_to_ms
 from node.group_configs import group_setting, group_setting_int
 from node.share.partition import Limits, SharePartition
 
 Key = tuple  # (group id, topic id, partition)
-
-_DURATION = re.compile(r"p(?:(\d+)d)?(?:t(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?)?")
 
 
 class NotLedHere(Exception):
@@ -134,12 +132,3 @@ class SharePartitionManager:
         for task in self._loading.values():
             task.cancel()
 
-
-def duration_to_ms(text: str) -> int | None:
-    """An ISO-8601 duration (PnDTnHnMnS) in milliseconds; None when it is not one."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None or not any(match.groups()):
-        return None
-    days, hours, minutes, seconds = match.groups()
-    total = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
-    return int(total * 1000)

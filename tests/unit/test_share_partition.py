@@ -6,12 +6,10 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-import pytest
-
 from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
 from node.coordinator_log import CoordinatorError
-from node.share.manager import SharePartitionManager, duration_to_ms
+from node.share.manager import SharePartitionManager
 from node.share import partition as partition_module
 from node.share.partition import ACCEPT, GAP, RELEASE, REJECT, Limits, SharePartition
 from node.share.sessions import ShareSessionCache
@@ -256,12 +254,6 @@ def test_share_session_epochs():
     sessions.fetch_context("g", "m1", 0, [], [], False)
     sessions.fetch_context("g", "m2", 0, [], [], False)
     assert sessions.fetch_context("g", "m3", 0, [], [], False).error == ErrorCode.SHARE_SESSION_LIMIT_REACHED
-
-
-@pytest.mark.parametrize("text, ms", [("PT1H", 3_600_000), ("P1DT30M", 88_200_000), ("pt1.5s", 1500),
-                                      ("P", None), ("1h", None)])
-def test_by_duration(text, ms):
-    assert duration_to_ms(text) == ms
 
 
 def test_a_lock_whose_expiry_was_not_written_expires_again(monkeypatch):
