@@ -8,6 +8,9 @@ from types import SimpleNamespace
 
 from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
+from cluster.formats.partition_log import PartitionLog
+from cluster.formats.records import encode_batch
+from node.apis import share_fetch
 from node.coordinator_log import CoordinatorError
 from node.share.manager import SharePartitionManager
 from node.share import partition as partition_module
@@ -356,3 +359,42 @@ def test_a_share_partition_fenced_by_a_new_state_epoch_is_read_again():
         assert (again.state_epoch, again.start_offset, again.next_fetch_offset()) == (1, 2, 2)
         manager.close()
     run(body)
+
+
+def log_of(tmp_path, batches: int, records_per_batch: int, value_bytes: int) -> PartitionLog:
+    partition_log = PartitionLog(tmp_path / "t-0")
+    for _ in range(batches):
+        values = [(None, b"v" * value_bytes)] * records_per_batch
+        partition_log.append(encode_batch(values, base_offset=partition_log.log_end_offset, timestamp=1),
+                             leader_epoch=0)
+    return partition_log
+
+
+def test_a_share_fetch_reads_the_log_only_as_far_as_max_records_needs(tmp_path):
+    partition_log = log_of(tmp_path, batches=200, records_per_batch=5, value_bytes=10)
+
+    async def body():
+        sp = share_partition()
+        data, headers = share_fetch._read(partition_log, sp, 12, 50 * 1024 * 1024)
+        # Offsets 0-11 are in the first three batches; the third, 10-14, is read whole.
+        assert [(h.base_offset, h.last_offset) for _, h in headers] == [(0, 4), (5, 9), (10, 14)]
+        assert len(data) == sum(h.size for _, h in headers)
+        sp.acquire("a", [(h.base_offset, h.last_offset) for _, h in headers], 12)
+        _, headers = share_fetch._read(partition_log, sp, 5, 50 * 1024 * 1024)
+        assert [(h.base_offset, h.last_offset) for _, h in headers] == [(15, 19)]
+        sp.close()
+    run(body)
+    partition_log.close()
+
+
+def test_a_share_fetch_reads_on_when_records_are_larger_than_guessed(tmp_path):
+    partition_log = log_of(tmp_path, batches=30, records_per_batch=1, value_bytes=8000)
+    sp = share_partition()
+    data, headers = share_fetch._read(partition_log, sp, 20, 50 * 1024 * 1024)
+    assert [h.base_offset for _, h in headers] == list(range(20))
+    assert [position for position, _ in headers] == [sum(h.size for _, h in headers[:i]) for i in range(20)]
+    assert len(data) == sum(h.size for _, h in headers)
+    # MaxBytes still bounds the read, past the first batch.
+    _, headers = share_fetch._read(partition_log, sp, 20, 20_000)
+    assert [h.base_offset for _, h in headers] == [0, 1]
+    partition_log.close()
