@@ -79,8 +79,7 @@ async def handle(broker, header, request):
         return _error(version, context.error)
     acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
     if context.final:
-        await share_requests.release_session(broker, context.session)
-        broker.share_sessions.close(context.session)
+        await share_requests.close_session(broker, context.session)
         answers = []
     else:
         answers = [PartitionAnswer(target) for target in

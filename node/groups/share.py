@@ -65,6 +65,9 @@ class ShareGroup:
     metadata_hash: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> its target assignment
+    # Every topic a member subscribed to, as far as the group's records go back: the topics whose
+    # share state DeleteGroups deletes.
+    state_topics: set[str] = field(default_factory=set)
 
     def members_changed(self) -> None:
         if self.state != DEAD:
@@ -391,6 +394,7 @@ def _replay_member_metadata(group: ShareGroup, member_id: str, value: bytes | No
     member = group.members.setdefault(member_id, ShareMember(member_id))
     member.rack_id, member.client_id, member.client_host = metadata.rack_id, metadata.client_id, metadata.client_host
     member.subscribed_topic_names = sorted(set(metadata.subscribed_topic_names))
+    group.state_topics.update(member.subscribed_topic_names)
 
 
 def _replay_target_metadata(group: ShareGroup, _member_id, value: bytes | None) -> None:

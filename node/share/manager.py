@@ -7,7 +7,8 @@ earliest, or by_duration:<ISO-8601 duration>). Without a persister the state liv
 node's memory alone. A share-partition is dropped when this node stops leading its partition or
 a new term of it begins: the next leader reads what was persisted. It is dropped too when a write
 of its state is fenced (FENCED_STATE_EPOCH after AlterShareGroupOffsets, DeleteShareGroupOffsets or
-DeleteGroups; FENCED_LEADER_EPOCH): the next ShareFetch reads the state again.
+DeleteGroups; FENCED_LEADER_EPOCH), and when the group's last share session here closes: the next
+ShareFetch reads the state again.
 """
 from __future__ import annotations
 
@@ -98,6 +99,11 @@ class SharePartitionManager:
             info = topic.partitions.get(index) if topic else None
             if info is None or info.leader != self.broker.node_id or info.leader_epoch != share_partition.leader_epoch:
                 self._drop(key)
+
+    def forget_group(self, group_id: str) -> None:
+        """Drop the group's share-partitions (its last share session here closed)."""
+        for key in [key for key in self.partitions if key[0] == group_id]:
+            self._drop(key)
 
     def of_member(self, group_id: str, keys) -> list[SharePartition]:
         """The loaded share-partitions of group among (topic id, partition) keys."""

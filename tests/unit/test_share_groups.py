@@ -266,3 +266,19 @@ def test_a_share_group_has_no_rebalance_to_start(tmp_path):
         coordinator.groups["g"].cancel_timers()
 
     asyncio.run(scenario())
+
+
+def test_the_group_remembers_every_topic_subscribed_to_for_deleting_its_state(tmp_path):
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def write():
+        coordinator = share_coordinator(partition_log, topics=(("t", T1, 1), ("u", T2, 1)))
+        await beat(coordinator, "a", 0, ["t"])
+        await beat(coordinator, "b", 0, ["u"])
+        await beat(coordinator, "a", -1)
+        await beat(coordinator, "b", -1)
+        group = coordinator.groups["g"]
+        assert (group.state, group.state_topics) == (EMPTY, {"t", "u"})
+
+    asyncio.run(write())
+    assert share_coordinator(partition_log).groups["g"].state_topics == {"t", "u"}

@@ -11,6 +11,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import encode_batch
 from node.apis import share_fetch
+from node.share import requests as share_requests
 from node.coordinator_log import CoordinatorError
 from node.share.manager import SharePartitionManager
 from node.share import partition as partition_module
@@ -398,3 +399,21 @@ def test_a_share_fetch_reads_on_when_records_are_larger_than_guessed(tmp_path):
     _, headers = share_fetch._read(partition_log, sp, 20, 20_000)
     assert [h.base_offset for _, h in headers] == [0, 1]
     partition_log.close()
+
+
+def test_the_groups_last_share_session_here_drops_its_share_partitions():
+    async def body():
+        manager, hosted = manager_of(StatePersister(ShareState(0, 0, 4, [])))
+        sessions = ShareSessionCache(max_sessions=10, idle_ms=60_000)
+        broker = SimpleNamespace(share_partitions=manager, share_sessions=sessions)
+        sp = await manager.get("g", TOPIC_ID, 0, hosted)
+        other = await manager.get("h", TOPIC_ID, 0, hosted)
+        first = sessions.fetch_context("g", "a", 0, [(TOPIC_ID, 0)], [], False).session
+        second = sessions.fetch_context("g", "b", 0, [(TOPIC_ID, 0)], [], False).session
+        sp.acquire("a", [(4, 5)], 10)
+        await share_requests.close_session(broker, first)
+        assert manager.partitions[("g", TOPIC_ID, 0)] is sp and states(sp) == [(4, 5, AVAILABLE, 1)]
+        await share_requests.close_session(broker, second)
+        assert sp.closed and set(manager.partitions) == {("h", TOPIC_ID, 0)} and not other.closed
+        manager.close()
+    run(body)

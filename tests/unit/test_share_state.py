@@ -7,8 +7,10 @@ import uuid
 
 from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch
+from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
-from node.apis import alter_share_group_offsets, delete_share_group_offsets, describe_share_group_offsets
+from node.apis import alter_share_group_offsets, delete_groups, delete_share_group_offsets, describe_share_group_offsets
+from node.coordinator_log import CoordinatorError
 from node.groups.placement import java_string_hash
 from node.share_coordinator.batches import merge_batches
 from node.share_coordinator.coordinator import ShareCoordinator, StoredState
@@ -180,3 +182,36 @@ def test_the_share_offset_admin_apis_ask_for_every_partition_at_once():
 
     for scenario in (describe, alter, delete):
         asyncio.run(scenario())
+
+
+def test_a_write_of_a_share_partition_whose_state_was_deleted_is_fenced():
+    led = types.SimpleNamespace(leader=1, leader_epoch=0)
+    broker = types.SimpleNamespace(
+        node_id=1, config=BrokerConfig(), partition=lambda topic, index: led,
+        topic=lambda name: types.SimpleNamespace(partitions={0: led}),
+        topic_by_id=lambda topic_id: types.SimpleNamespace(partitions={3: None}))
+    coordinator = ShareCoordinator(broker)
+    coordinator.loaded_epochs = {0: 0}
+    # Nothing stored (DeleteGroups deleted it): the leader's write must not bring the state back.
+    assert asyncio.run(coordinator.write(KEY, ShareState(0, 0, 5, [StateBatch(5, 6, ACKNOWLEDGED, 1)]))) == \
+        ErrorCode.FENCED_STATE_EPOCH
+    assert coordinator.states == {}
+
+
+def test_delete_groups_deletes_a_share_groups_state_first():
+    persister = GatePersister(3)
+    broker = admin_broker(persister)
+    group = broker.groups.group("g")
+    group.group_id, group.state_topics = "g", {"t", "gone"}
+    deleted = []
+    broker.groups.delete_group = lambda group_id: deleted.append(group_id) or ErrorCode.NONE
+    assert asyncio.run(delete_groups._delete(broker, "g")) == ErrorCode.NONE
+    assert sorted(persister.calls) == [("delete", 0), ("delete", 1), ("delete", 2)]
+    assert deleted == ["g"]
+
+    async def refused(group_id, topic_id, partition):
+        raise CoordinatorError(ErrorCode.REQUEST_TIMED_OUT)
+
+    persister.delete = refused
+    assert asyncio.run(delete_groups._delete(broker, "g")) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert deleted == ["g"]  # the group stays while its state could not be deleted
