@@ -16,7 +16,6 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
-from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.share_coordinator.group_offsets import message, partition_error, share_group, start_offset, subscribed_topics
 
