@@ -101,7 +101,10 @@ class SharePartitionManager:
                 self._drop(key)
 
     def forget_group(self, group_id: str) -> None:
-        """Drop the group's share-partitions (its last share session here closed)."""
+        """Drop the group's share-partitions (its last share session here closed), unless they live
+        in this node's memory alone."""
+        if self.broker.share_persister is None:
+            return
         for key in [key for key in self.partitions if key[0] == group_id]:
             self._drop(key)
 
