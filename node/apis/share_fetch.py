@@ -9,7 +9,9 @@ The answer carries the batches read from the log and, apart, the offset ranges a
 delivery counts: the client delivers those alone, and owns them until
 AcquisitionLockTimeoutMs runs out. With nothing to acquire the request waits up to MaxWaitMs,
 event-driven: woken by appends to its partitions and by records made available again.
-Epoch -1 acknowledges, then releases what the member still holds and closes the session.
+Epoch -1 acknowledges, then releases what the member still holds and closes the session. Epoch 0
+(a session opening) first checks the share-partitions loaded here against the persister, so that
+one whose state was deleted or reset by an admin meanwhile is read again.
 
 Membership is not checked here: the group coordinator assigns partitions, the leader serves any
 member id, as Kafka's does. A partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER with its
@@ -33,6 +35,7 @@ from node.apis import schemas
 from node.group_configs import group_setting_int
 from node.share import requests as share_requests
 from node.share.requests import Target, acknowledgement_batches
+from node.share.sessions import INITIAL_EPOCH
 from node.spliced_response import SplicedResponse, marker
 
 
@@ -82,6 +85,8 @@ async def handle(broker, header, request):
         await share_requests.close_session(broker, context.session)
         answers = []
     else:
+        if request.share_session_epoch == INITIAL_EPOCH:
+            await broker.share_partitions.check_state(request.group_id, context.partitions)
         answers = [PartitionAnswer(target) for target in
                    await share_requests.find_all(broker, request.group_id, context.partitions)]
         await _acquire_or_wait(broker, request, answers)

@@ -7,8 +7,9 @@ earliest, or by_duration:<ISO-8601 duration>). Without a persister the state liv
 node's memory alone. A share-partition is dropped when this node stops leading its partition or
 a new term of it begins: the next leader reads what was persisted. It is dropped too when a write
 of its state is fenced (FENCED_STATE_EPOCH after AlterShareGroupOffsets, DeleteShareGroupOffsets or
-DeleteGroups; FENCED_LEADER_EPOCH), and when the group's last share session here closes: the next
-ShareFetch reads the state again.
+DeleteGroups; FENCED_LEADER_EPOCH), when a member opening a share session finds its state deleted
+or initialized again in the persister, and when the group's last share session here closes: the
+next ShareFetch reads the state again.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import asyncio
 import time
 
 from cluster.formats.group_configs import duration_to_ms
+from node.coordinator_log import CoordinatorError
 from node.group_configs import group_setting, group_setting_int
 from node.share.partition import Limits, SharePartition
 
@@ -99,6 +101,24 @@ class SharePartitionManager:
             info = topic.partitions.get(index) if topic else None
             if info is None or info.leader != self.broker.node_id or info.leader_epoch != share_partition.leader_epoch:
                 self._drop(key)
+
+    async def check_state(self, group_id: str, keys) -> None:
+        """A member opens a share session: the group's loaded share-partitions among (topic id,
+        partition) keys are checked against the persister, and dropped if their state was deleted or
+        initialized again since they were read (DeleteGroups, DeleteShareGroupOffsets,
+        AlterShareGroupOffsets). A share-partition nobody writes to would not learn of it otherwise,
+        and would go on delivering from the old start offset."""
+        if self.broker.share_persister is not None:
+            await asyncio.gather(*(self._check(share_partition) for share_partition in self.of_member(group_id, keys)))
+
+    async def _check(self, share_partition: SharePartition) -> None:
+        try:
+            state = await self.broker.share_persister.read_summary(
+                share_partition.group_id, share_partition.topic_id, share_partition.partition)
+        except CoordinatorError:
+            return  # (checked at the next session; a write meanwhile is fenced if the state moved)
+        if state is None or state.state_epoch != share_partition.state_epoch:
+            self._fenced(share_partition)
 
     def forget_group(self, group_id: str) -> None:
         """Drop the group's share-partitions (its last share session here closed), unless they live

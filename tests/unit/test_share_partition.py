@@ -331,6 +331,9 @@ class StatePersister:
     async def read(self, group_id, topic_id, partition, leader_epoch):
         return self.state
 
+    async def read_summary(self, group_id, topic_id, partition):
+        return self.state
+
     async def initialize(self, group_id, topic_id, partition, state_epoch, start_offset):
         self.state = ShareState(state_epoch, -1, start_offset, [])
 
@@ -415,5 +418,24 @@ def test_the_groups_last_share_session_here_drops_its_share_partitions():
         assert manager.partitions[("g", TOPIC_ID, 0)] is sp and states(sp) == [(4, 5, AVAILABLE, 1)]
         await share_requests.close_session(broker, second)
         assert sp.closed and set(manager.partitions) == {("h", TOPIC_ID, 0)} and not other.closed
+        manager.close()
+    run(body)
+
+
+def test_a_session_opening_reads_again_a_share_partition_whose_state_was_deleted():
+    async def body():
+        persister = StatePersister(ShareState(0, 0, 10, []))
+        manager, hosted = manager_of(persister)
+        sp = await manager.get("g", TOPIC_ID, 0, hosted)
+        await manager.check_state("g", [(TOPIC_ID, 0)])
+        assert manager.partitions[("g", TOPIC_ID, 0)] is sp  # the state is as it was read
+        persister.state = None  # DeleteGroups
+        await manager.check_state("g", [(TOPIC_ID, 0)])
+        assert sp.closed and manager.partitions == {}
+        again = await manager.get("g", TOPIC_ID, 0, hosted)
+        assert (again.start_offset, persister.state) == (10, ShareState(0, -1, 10, []))  # latest: the log end
+        persister.state = ShareState(1, -1, 3, [])  # AlterShareGroupOffsets
+        await manager.check_state("g", [(TOPIC_ID, 0)])
+        assert (await manager.get("g", TOPIC_ID, 0, hosted)).start_offset == 3
         manager.close()
     run(body)
