@@ -38,7 +38,7 @@ _SESSION_OVER_HEARTBEAT = (("consumer.session.timeout.ms", "consumer.heartbeat.i
                            ("share.session.timeout.ms", "share.heartbeat.interval.ms"))
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Java's Duration.parse form that share.auto.offset.reset's by_duration:<duration> takes, not negative.
-_ISO_DURATION = re.compile(r"P(?:\d+D)?(?:T(?=\d)(?:\d+H)?(?:\d+M)?(?:\d+(?:[.,]\d{1,9})?S)?)?", re.IGNORECASE)
+_ISO_DURATION = re.compile(r"P(?:(\d+)D)?(?:(T)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{1,9}))?S)?)?", re.IGNORECASE)
 
 # Kafka's ConfigEntry.ConfigType ids, as DescribeConfigs v3+ answers them.
 CONFIG_TYPE_STRING, CONFIG_TYPE_INT = 2, 3
@@ -96,8 +96,22 @@ def _check_auto_offset_reset(value: str) -> None:
     strategy = value.strip().lower()
     if strategy in ("latest", "earliest"):
         return
-    if strategy.startswith("by_duration:") and _ISO_DURATION.fullmatch(value.strip()[len("by_duration:"):]):
+    if strategy.startswith("by_duration:") and duration_to_ms(strategy[len("by_duration:"):]) is not None:
         return
     raise GroupConfigError(f"Invalid value {value} for configuration share.auto.offset.reset: Invalid value "
                            f"`{value}` for configuration share.auto.offset.reset. The value must be either "
                            f"'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS.>'.")
+
+
+def duration_to_ms(text: str) -> int | None:
+    """A non-negative ISO-8601 duration as Java's Duration.parse reads it (PnDTnHnMn.nS; a comma may
+    stand for the point) in milliseconds, the fraction truncated; None when it is not one. What
+    validates share.auto.offset.reset's by_duration: is what reads it."""
+    match = _ISO_DURATION.fullmatch(text.strip())
+    if match is None:
+        return None
+    days, time_part, hours, minutes, seconds, fraction = match.groups()
+    if not any((days, hours, minutes, seconds)) or (time_part and not any((hours, minutes, seconds))):
+        return None  # "P", "PT", "P1DT": Java refuses them
+    whole_seconds = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60 + int(seconds or 0)
+    return whole_seconds * 1000 + int((fraction or "").ljust(3, "0")[:3])

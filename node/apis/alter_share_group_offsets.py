@@ -11,6 +11,8 @@ Same as Kafka.
 """
 from __future__ import annotations
 
+import asyncio
+
 from kafka.protocol.api_message import ApiMessage
 
 from cluster.formats.errors import ErrorCode
@@ -37,19 +39,22 @@ async def handle(broker, header, request):
     error, group = share_group(broker, request.group_id)
     if not error and not is_empty(group):
         error = ErrorCode.NON_EMPTY_GROUP
-    return RESPONSE[header.api_version](throttle_time_ms=0, responses=[
-        await _alter_topic(broker, request.group_id, topic, error) for topic in request.topics])
+    topics = await asyncio.gather(*(_alter_topic(broker, request.group_id, topic, error) for topic in request.topics))
+    return RESPONSE[header.api_version](throttle_time_ms=0, responses=list(topics))
 
 
 async def _alter_topic(broker, group_id: str, topic, group_error: ErrorCode):
+    """Every partition reset at once: each reset may retry up to request.timeout.ms."""
+    answers = await asyncio.gather(*(_alter_partition(broker, group_id, topic.topic_name, entry, group_error)
+                                     for entry in topic.partitions))
     topic_id = partition_error(broker, topic.topic_name, 0)[0]
-    answers = []
-    for entry in topic.partitions:
-        topic_id, error = partition_error(broker, topic.topic_name, entry.partition_index)
-        error = group_error or error
-        if not error:
-            error = ErrorCode.INVALID_REQUEST if entry.start_offset < 0 else \
-                await reset(broker, group_id, topic_id, entry.partition_index, entry.start_offset)
-        answers.append(PARTITION(partition_index=entry.partition_index, error_code=int(error),
-                                 error_message=message(error)))
-    return TOPIC(topic_name=topic.topic_name, topic_id=topic_id, partitions=answers)
+    return TOPIC(topic_name=topic.topic_name, topic_id=topic_id, partitions=list(answers))
+
+
+async def _alter_partition(broker, group_id: str, topic_name: str, entry, group_error: ErrorCode):
+    topic_id, error = partition_error(broker, topic_name, entry.partition_index)
+    error = group_error or error
+    if not error:
+        error = ErrorCode.INVALID_REQUEST if entry.start_offset < 0 else \
+            await reset(broker, group_id, topic_id, entry.partition_index, entry.start_offset)
+    return PARTITION(partition_index=entry.partition_index, error_code=int(error), error_message=message(error))

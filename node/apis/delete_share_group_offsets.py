@@ -10,6 +10,8 @@ Same as Kafka.
 """
 from __future__ import annotations
 
+import asyncio
+
 from kafka.protocol.api_message import ApiMessage
 
 from cluster.formats.errors import ErrorCode
@@ -39,16 +41,20 @@ async def handle(broker, header, request):
     if error:
         return RESPONSE[header.api_version](throttle_time_ms=0, error_code=int(error), error_message=message(error),
                                             responses=[])
-    return RESPONSE[header.api_version](throttle_time_ms=0, error_code=0, error_message=None, responses=[
-        await _delete_topic(broker, request.group_id, topic) for topic in request.topics])
+    topics = await asyncio.gather(*(_delete_topic(broker, request.group_id, topic) for topic in request.topics))
+    return RESPONSE[header.api_version](throttle_time_ms=0, error_code=0, error_message=None, responses=list(topics))
 
 
 async def _delete_topic(broker, group_id: str, topic):
+    """Every partition's state deleted at once: each deletion may retry up to request.timeout.ms."""
+    answers = await asyncio.gather(*(_delete_partition(broker, group_id, topic.topic_name, partition)
+                                     for partition in topic.partitions))
     topic_id = partition_error(broker, topic.topic_name, 0)[0]
-    answers = []
-    for partition in topic.partitions:
-        topic_id, error = partition_error(broker, topic.topic_name, partition)
-        if not error:
-            error = await forget(broker, group_id, topic_id, partition)
-        answers.append(PARTITION(partition_index=partition, error_code=int(error), error_message=message(error)))
-    return TOPIC(topic_name=topic.topic_name, topic_id=topic_id, partitions=answers)
+    return TOPIC(topic_name=topic.topic_name, topic_id=topic_id, partitions=list(answers))
+
+
+async def _delete_partition(broker, group_id: str, topic_name: str, partition: int):
+    topic_id, error = partition_error(broker, topic_name, partition)
+    if not error:
+        error = await forget(broker, group_id, topic_id, partition)
+    return PARTITION(partition_index=partition, error_code=int(error), error_message=message(error))

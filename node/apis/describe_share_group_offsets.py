@@ -12,9 +12,10 @@ ever initialized for.
 """
 from __future__ import annotations
 
+import asyncio
+
 from kafka.protocol.api_message import ApiMessage
 
-from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.share_coordinator.group_offsets import message, partition_error, share_group, start_offset, subscribed_topics
 
@@ -37,8 +38,8 @@ NO_LEADER_EPOCH = -1
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[
-        await _describe(broker, group) for group in request.groups])
+    groups = await asyncio.gather(*(_describe(broker, group) for group in request.groups))
+    return RESPONSE[header.api_version](throttle_time_ms=0, groups=list(groups))
 
 
 async def _describe(broker, wanted):
@@ -50,20 +51,23 @@ async def _describe(broker, wanted):
                   if broker.topic(name) is not None]
     else:
         topics = [(topic.topic_name, topic.partitions) for topic in wanted.topics]
-    answered = [await _describe_topic(broker, wanted.group_id, name, partitions) for name, partitions in topics]
-    return GROUP(group_id=wanted.group_id, topics=answered, error_code=0, error_message=None)
+    answered = await asyncio.gather(*(_describe_topic(broker, wanted.group_id, name, partitions)
+                                      for name, partitions in topics))
+    return GROUP(group_id=wanted.group_id, topics=list(answered), error_code=0, error_message=None)
 
 
 async def _describe_topic(broker, group_id: str, name: str, partitions: list[int]):
-    topic_id = None
-    answers = []
-    for partition in partitions:
-        topic_id, error = partition_error(broker, name, partition)
-        offset = -1
-        if not error:
-            error, offset = await start_offset(broker, group_id, topic_id, partition)
-        answers.append(PARTITION(partition_index=partition, start_offset=offset, leader_epoch=NO_LEADER_EPOCH,
-                                 error_code=int(error), error_message=message(error)))
-    if topic_id is None:
-        topic_id, _ = partition_error(broker, name, 0)
-    return TOPIC(topic_name=name, topic_id=topic_id, partitions=answers)
+    """Every partition's start offset read at once: each read may retry up to request.timeout.ms."""
+    answers = await asyncio.gather(*(_describe_partition(broker, group_id, name, partition)
+                                     for partition in partitions))
+    topic_id, _ = partition_error(broker, name, 0)
+    return TOPIC(topic_name=name, topic_id=topic_id, partitions=list(answers))
+
+
+async def _describe_partition(broker, group_id: str, name: str, partition: int):
+    topic_id, error = partition_error(broker, name, partition)
+    offset = -1
+    if not error:
+        error, offset = await start_offset(broker, group_id, topic_id, partition)
+    return PARTITION(partition_index=partition, start_offset=offset, leader_epoch=NO_LEADER_EPOCH,
+                     error_code=int(error), error_message=message(error))

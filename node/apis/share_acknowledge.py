@@ -50,8 +50,7 @@ async def handle(broker, header, request):
                         for topic in request.topics for p in topic.partitions}
     acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
     if epoch == FINAL_EPOCH:
-        await share_requests.release_session(broker, session)
-        broker.share_sessions.close(session)
+        await share_requests.close_session(broker, session)
     topics: dict = {}
     for (topic_id, index), (ack_error, target) in acked.items():
         leader_id, leader_epoch = target.leader or (-1, -1)

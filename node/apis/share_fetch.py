@@ -3,12 +3,15 @@
 The share session (node.share.sessions) decides which partitions the request fetches. The
 acknowledgements it carries are applied first (node.share.partition; written through the
 persister before they count), then each partition's share-partition acquires whole log batches
-from its first available offset, up to MaxRecords in all (a batch may overshoot it) and MaxBytes.
+from its first available offset, up to MaxRecords in all (a batch may overshoot it) and MaxBytes;
+the log is read only as far as MaxRecords offsets from there, in chunks sized by them.
 The answer carries the batches read from the log and, apart, the offset ranges acquired with their
 delivery counts: the client delivers those alone, and owns them until
 AcquisitionLockTimeoutMs runs out. With nothing to acquire the request waits up to MaxWaitMs,
 event-driven: woken by appends to its partitions and by records made available again.
-Epoch -1 acknowledges, then releases what the member still holds and closes the session.
+Epoch -1 acknowledges, then releases what the member still holds and closes the session. Epoch 0
+(a session opening) first checks the share-partitions loaded here against the persister, so that
+one whose state was deleted or reset by an admin meanwhile is read again.
 
 Membership is not checked here: the group coordinator assigns partitions, the leader serves any
 member id, as Kafka's does. A partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER with its
@@ -32,6 +35,7 @@ from node.apis import schemas
 from node.group_configs import group_setting_int
 from node.share import requests as share_requests
 from node.share.requests import Target, acknowledgement_batches
+from node.share.sessions import INITIAL_EPOCH
 from node.spliced_response import SplicedResponse, marker
 
 
@@ -49,6 +53,9 @@ VERSIONS = (1, 1)
 
 TopicResponse = RESPONSE.ShareFetchableTopicResponse
 PartitionData = TopicResponse.PartitionData
+# How much of the log a fetch reads first for each record it may acquire (more is read if short).
+READ_BYTES_PER_RECORD = 1024
+MIN_READ_BYTES = 64 * 1024
 
 
 class PartitionAnswer:
@@ -75,10 +82,11 @@ async def handle(broker, header, request):
         return _error(version, context.error)
     acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
     if context.final:
-        await share_requests.release_session(broker, context.session)
-        broker.share_sessions.close(context.session)
+        await share_requests.close_session(broker, context.session)
         answers = []
     else:
+        if request.share_session_epoch == INITIAL_EPOCH:
+            await broker.share_partitions.check_state(request.group_id, context.partitions)
         answers = [PartitionAnswer(target) for target in
                    await share_requests.find_all(broker, request.group_id, context.partitions)]
         await _acquire_or_wait(broker, request, answers)
@@ -106,10 +114,9 @@ async def _acquire_all(request, answers: list[PartitionAnswer]) -> None:
         async with share_partition.mutex:
             if share_partition.closed or not share_partition.can_acquire():
                 continue
-            data = _read(answer.target.hosted.log, share_partition, bytes_left)
-            if not data:
+            data, headers = _read(answer.target.hosted.log, share_partition, records_left, bytes_left)
+            if not headers:
                 continue
-            headers = [(position, header) for position, header in iter_batch_headers(data)]
             acquired = share_partition.acquire(request.member_id,
                                                [(h.base_offset, h.last_offset) for _, h in headers], records_left)
         if acquired:
@@ -119,13 +126,30 @@ async def _acquire_all(request, answers: list[PartitionAnswer]) -> None:
             bytes_left -= len(answer.records)
 
 
-def _read(partition_log, share_partition, max_bytes: int):
-    """Whole batches from the share-partition's first available offset, below the high watermark."""
+def _read(partition_log, share_partition, max_records: int, max_bytes: int):
+    """(data, [(position, header)]): whole batches from the share-partition's first available offset,
+    below the high watermark, up to the batch holding the max_records-th offset from there and
+    within max_bytes. Read a chunk at a time, the first sized for max_records, so that the bytes
+    read and the headers walked follow what can be acquired, not MaxBytes (clients ask for 50 MB)."""
     share_partition.move_to_log_start(partition_log.log_start_offset)
-    try:
-        return partition_log.read(share_partition.next_fetch_offset(), max_bytes).records
-    except OffsetOutOfRangeError:  # (past a log end a new leader truncated: nothing there to acquire)
-        return b""
+    offset = share_partition.next_fetch_offset()
+    stop = min(partition_log.high_watermark, offset + max_records)
+    chunk_bytes = max(MIN_READ_BYTES, max_records * READ_BYTES_PER_RECORD)
+    chunks, headers, total = [], [], 0
+    while offset < stop and total < max_bytes:
+        try:
+            data = partition_log.read(offset, min(chunk_bytes, max_bytes - total), max_offset=stop).records
+        except OffsetOutOfRangeError:  # (past a log end a new leader truncated: nothing there to acquire)
+            break
+        read = [(total + position, header) for position, header in iter_batch_headers(data)]
+        if not read or (chunks and total + len(data) > max_bytes):  # (a read gives one batch at least)
+            break
+        chunks.append(data)
+        headers.extend(read)
+        total += len(data)
+        offset = read[-1][1].last_offset + 1
+        chunk_bytes *= 2
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), headers
 
 
 def _acquired_batches(data, headers, first: int, last: int):

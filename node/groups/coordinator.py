@@ -203,15 +203,17 @@ class GroupCoordinator:
 
     def force_rebalance(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | ConsumerGroup | None]:
         """Start a rebalance of a group with members, as a member joining it would (see
-        ClassicMembership.force_rebalance, ConsumerMembership.force_rebalance and
-        ShareMembership.force_rebalance)."""
+        ClassicMembership.force_rebalance and ConsumerMembership.force_rebalance). A share group has
+        none to start, as Kafka has no such operation: INVALID_REQUEST."""
         error = self.owns(group_id)
         group = self.groups.get(group_id)
         if error or group is None or group.state == DEAD:
             return error or ErrorCode.GROUP_ID_NOT_FOUND, None
-        if group.group_type in ("consumer", "share"):
+        if isinstance(group, ShareGroup):
+            return ErrorCode.INVALID_REQUEST, None
+        if group.group_type == "consumer":
             try:
-                getattr(self, group.group_type).force_rebalance(group)
+                self.consumer.force_rebalance(group)
             except GroupError as exc:
                 return exc.code, None
         else:

@@ -45,7 +45,7 @@ class ShareMember:
     client_host: str = ""
     member_epoch: int = 0
     previous_member_epoch: int = 0
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str] = field(default_factory=list)  # sorted: Kafka compares them as a set
     assigned: Assignment = field(default_factory=dict)
     expiry: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
 
@@ -65,6 +65,9 @@ class ShareGroup:
     metadata_hash: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> its target assignment
+    # Every topic a member subscribed to, as far as the group's records go back: the topics whose
+    # share state DeleteGroups deletes.
+    state_topics: set[str] = field(default_factory=set)
 
     def members_changed(self) -> None:
         if self.state != DEAD:
@@ -142,7 +145,7 @@ class ShareMembership:
             return HeartbeatAnswer(ErrorCode.FENCED_MEMBER_EPOCH, fenced)
         updated = ShareMember(member_id, rack_id if rack_id is not None else member.rack_id, client_id, client_host,
                               member.member_epoch, member.previous_member_epoch,
-                              list(topics) if topics is not None else list(member.subscribed_topic_names),
+                              sorted(set(topics)) if topics is not None else list(member.subscribed_topic_names),
                               member.assigned)
         records = self._heartbeat_records(group, member, updated)
         assigned_before = {topic_id: set(partitions) for topic_id, partitions in member.assigned.items()}
@@ -268,24 +271,20 @@ class ShareMembership:
         member = group.members.get(member_id)
         if member is None:
             return
-        if member.expiry is not None:
-            member.expiry.cancel()
-            member.expiry = None
         others = {t for m in group.members.values() if m.member_id != member_id for t in m.subscribed_topic_names}
         records = [(rec.share_key(record_type, group.group_id, member_id), None)
                    for record_type in (rec.CURRENT_MEMBER_ASSIGNMENT, rec.TARGET_ASSIGNMENT_MEMBER,
                                        rec.MEMBER_METADATA)]
         records.append((rec.share_key(rec.GROUP_METADATA, group.group_id),
                         rec.group_metadata_value(group.group_epoch + 1, self._metadata_hash(others))))
-        await self._write(group, records)
-
-    def force_rebalance(self, group: ShareGroup) -> None:
-        """Bump the group epoch (`kraftwerk group rebalance`): the members are given the target of the
-        new epoch at their next heartbeat. Raises GroupError if the record cannot be written."""
-        records = [(rec.share_key(rec.GROUP_METADATA, group.group_id),
-                    rec.group_metadata_value(group.group_epoch + 1, group.metadata_hash))]
-        self.group_log.append(group.partition, records)
-        self._replay_all(group.partition, records)
+        try:
+            await self._write(group, records)  # (replaying the member's tombstone stops its session timer)
+        except GroupError:
+            # Still a member: its session runs again, so that it is removed later if it stays silent.
+            current = self._member(group.group_id, member_id)
+            if current is not None:
+                self._arm_session(group.group_id, current)
+            raise
 
     @staticmethod
     def tombstones(group: ShareGroup) -> list[tuple[bytes, None]]:
@@ -394,7 +393,8 @@ def _replay_member_metadata(group: ShareGroup, member_id: str, value: bytes | No
     metadata = rec.decode_member_metadata(value)
     member = group.members.setdefault(member_id, ShareMember(member_id))
     member.rack_id, member.client_id, member.client_host = metadata.rack_id, metadata.client_id, metadata.client_host
-    member.subscribed_topic_names = list(metadata.subscribed_topic_names)
+    member.subscribed_topic_names = sorted(set(metadata.subscribed_topic_names))
+    group.state_topics.update(member.subscribed_topic_names)
 
 
 def _replay_target_metadata(group: ShareGroup, _member_id, value: bytes | None) -> None:

@@ -5,20 +5,23 @@ through the persister (`broker.share_persister`, node.share_coordinator.state), 
 there when there is none, at the offset `share.auto.offset.reset` names (latest by default,
 earliest, or by_duration:<ISO-8601 duration>). Without a persister the state lives in this
 node's memory alone. A share-partition is dropped when this node stops leading its partition or
-a new term of it begins: the next leader reads what was persisted.
+a new term of it begins: the next leader reads what was persisted. It is dropped too when a write
+of its state is fenced (FENCED_STATE_EPOCH after AlterShareGroupOffsets, DeleteShareGroupOffsets or
+DeleteGroups; FENCED_LEADER_EPOCH), when a member opening a share session finds its state deleted
+or initialized again in the persister, and when the group's last share session here closes: the
+next ShareFetch reads the state again.
 """
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
+from cluster.formats.group_configs import duration_to_ms
+from node.coordinator_log import CoordinatorError
 from node.group_configs import group_setting, group_setting_int
 from node.share.partition import Limits, SharePartition
 
 Key = tuple  # (group id, topic id, partition)
-
-_DURATION = re.compile(r"p(?:(\d+)d)?(?:t(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?)?")
 
 
 class NotLedHere(Exception):
@@ -60,6 +63,7 @@ class SharePartitionManager:
         epoch = hosted.leader_epoch
         persister = self.broker.share_persister
         share_partition = SharePartition(group_id, topic_id, index, self.limits(group_id), persister, epoch)
+        share_partition.on_fenced = self._fenced
         if persister is None:  # state in memory only
             share_partition.start_at(self.initial_offset(group_id, hosted.log))
         else:
@@ -98,6 +102,32 @@ class SharePartitionManager:
             if info is None or info.leader != self.broker.node_id or info.leader_epoch != share_partition.leader_epoch:
                 self._drop(key)
 
+    async def check_state(self, group_id: str, keys) -> None:
+        """A member opens a share session: the group's loaded share-partitions among (topic id,
+        partition) keys are checked against the persister, and dropped if their state was deleted or
+        initialized again since they were read (DeleteGroups, DeleteShareGroupOffsets,
+        AlterShareGroupOffsets). A share-partition nobody writes to would not learn of it otherwise,
+        and would go on delivering from the old start offset."""
+        if self.broker.share_persister is not None:
+            await asyncio.gather(*(self._check(share_partition) for share_partition in self.of_member(group_id, keys)))
+
+    async def _check(self, share_partition: SharePartition) -> None:
+        try:
+            state = await self.broker.share_persister.read_summary(
+                share_partition.group_id, share_partition.topic_id, share_partition.partition)
+        except CoordinatorError:
+            return  # (checked at the next session; a write meanwhile is fenced if the state moved)
+        if state is None or state.state_epoch != share_partition.state_epoch:
+            self._fenced(share_partition)
+
+    def forget_group(self, group_id: str) -> None:
+        """Drop the group's share-partitions (its last share session here closed), unless they live
+        in this node's memory alone."""
+        if self.broker.share_persister is None:
+            return
+        for key in [key for key in self.partitions if key[0] == group_id]:
+            self._drop(key)
+
     def of_member(self, group_id: str, keys) -> list[SharePartition]:
         """The loaded share-partitions of group among (topic id, partition) keys."""
         found = (self.partitions.get((group_id, topic_id, index)) for topic_id, index in keys)
@@ -112,6 +142,14 @@ class SharePartitionManager:
                 described.append({"topic": topic.name, "partition": index, **share_partition.in_flight()})
         return described
 
+    def _fenced(self, share_partition: SharePartition) -> None:
+        """A write of the share-partition was fenced (its state epoch bumped by an offsets admin, its
+        state deleted, a newer leader): dropped, so the next ShareFetch reads the state again, as
+        Kafka's handleFencedSharePartitionException does."""
+        key = (share_partition.group_id, share_partition.topic_id, share_partition.partition)
+        if self.partitions.get(key) is share_partition:
+            self._drop(key)
+
     def _drop(self, key: Key) -> None:
         share_partition = self.partitions.pop(key, None)
         if share_partition is not None:
@@ -123,12 +161,3 @@ class SharePartitionManager:
         for task in self._loading.values():
             task.cancel()
 
-
-def duration_to_ms(text: str) -> int | None:
-    """An ISO-8601 duration (PnDTnHnMnS) in milliseconds; None when it is not one."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None or not any(match.groups()):
-        return None
-    days, hours, minutes, seconds = match.groups()
-    total = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
-    return int(total * 1000)

@@ -10,9 +10,9 @@ Acquiring takes whole log batches, from the first available offset, until MaxRec
 (one batch may overshoot it, as in Kafka) or the in-flight window reaches
 `group.share.partition.max.record.locks`. Each acquisition holds a lock for
 `share.record.lock.duration.ms`: an event-loop timer that releases what is still acquired when it
-fires. A released record becomes available again, or archived once its delivery count has reached
-`group.share.delivery.count.limit`. The start offset moves past the acknowledged and archived
-records at the head of the window.
+fires, stopped once none of its records is acquired any more. A released record becomes available
+again, or archived once its delivery count has reached `group.share.delivery.count.limit`. The
+start offset moves past the acknowledged and archived records at the head of the window.
 
 Acknowledgements, releases on lock expiry and start-offset moves are written through the
 persister (node.share_coordinator.state) before they take effect for the client; a write that
@@ -34,6 +34,9 @@ from node.share_coordinator.state import (
 
 log = logging.getLogger(__name__)
 
+# How long a lock whose expiry could not be written waits before the release is tried again.
+EXPIRY_RETRY_S = 1.0
+
 # Acknowledge types of ShareFetch and ShareAcknowledge.
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 DONE_STATES = (ACKNOWLEDGED, ARCHIVED)
@@ -49,6 +52,9 @@ _WRITE_ERRORS = {
     ErrorCode.GROUP_ID_NOT_FOUND: ErrorCode.GROUP_ID_NOT_FOUND,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 }
+# Write errors saying the state moved on without this share-partition (its state epoch was bumped by
+# an offsets admin or its state deleted, or a newer leader wrote): it must be dropped and read again.
+FENCING_ERRORS = (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH)
 
 
 class AcquisitionLock:
@@ -90,6 +96,8 @@ class SharePartition:
         self.limits = limits
         self.persister = persister
         self.leader_epoch = leader_epoch
+        # Called with this share-partition when a write was fenced (SharePartitionManager drops it).
+        self.on_fenced = None
         self.state_epoch = 0
         self.start_offset = 0
         self.end_offset = 0
@@ -98,6 +106,8 @@ class SharePartition:
         self.mutex = asyncio.Lock()
         self._waiters: set[asyncio.Future] = set()
         self._tasks: set[asyncio.Task] = set()
+        # The locks whose timers are armed: cancelled once none of their records is still acquired.
+        self._locks: set[AcquisitionLock] = set()
         self.closed = False
 
     # --- loading ---
@@ -185,8 +195,7 @@ class SharePartition:
                 self.end_offset = last + 1
         ranges = _ranges(acquired)
         if acquired:
-            loop = loop or asyncio.get_running_loop()
-            lock.timer = loop.call_later(self.limits.lock_duration_ms / 1000, self._lock_expired, lock)
+            self._arm(lock, self.limits.lock_duration_ms / 1000, loop)
             self._merge()
         return ranges
 
@@ -286,14 +295,33 @@ class SharePartition:
             self._restore(saved)
             log.warning("share-partition %s %s-%d: state not written (%s); change undone",
                         self.group_id, self.topic_id, self.partition, exc.code.name)
+            if exc.code in FENCING_ERRORS and self.on_fenced is not None:
+                self.on_fenced(self)
             return write_error(exc.code)
+        self._cancel_idle_locks()
         self._wake()
         return ErrorCode.NONE
 
     # --- lock expiry ---
 
+    def _arm(self, lock: AcquisitionLock, delay_s: float, loop=None) -> None:
+        loop = loop or asyncio.get_running_loop()
+        lock.timer = loop.call_later(delay_s, self._lock_expired, lock)
+        self._locks.add(lock)
+
+    def _holds(self, lock: AcquisitionLock) -> bool:
+        return any(run.lock is lock and run.state == ACQUIRED for run in self.runs)
+
+    def _cancel_idle_locks(self) -> None:
+        """Stop the timers of locks none of whose records is still acquired (all acknowledged or released)."""
+        holding = {run.lock for run in self.runs if run.state == ACQUIRED}
+        for lock in [lock for lock in self._locks if lock not in holding]:
+            lock.timer.cancel()
+            self._locks.discard(lock)
+
     def _lock_expired(self, lock: AcquisitionLock) -> None:
-        if self.closed:
+        if self.closed or not self._holds(lock):
+            self._locks.discard(lock)
             return
         task = asyncio.ensure_future(self._release_lock(lock))
         self._tasks.add(task)
@@ -303,10 +331,14 @@ class SharePartition:
         async with self.mutex:
             held = [(run.first, run.last) for run in self.runs if run.lock is lock and run.state == ACQUIRED]
             if not held or self.closed:
+                self._locks.discard(lock)
                 return
             saved = self._save()
             changed = [self._settle(first, last, None) for first, last in held]
-            await self._commit(saved, changed)
+            if await self._commit(saved, changed) and not self.closed:
+                # The write failed and the records are acquired again under this lock: try again
+                # shortly, or they would stay acquired with no timer to release them.
+                self._arm(lock, EXPIRY_RETRY_S)
 
     # --- persistence ---
 
@@ -352,9 +384,9 @@ class SharePartition:
     def close(self) -> None:
         """No longer led here: stop the lock timers; a new leader reads the persisted state."""
         self.closed = True
-        for run in self.runs:
-            if run.lock is not None and run.lock.timer is not None:
-                run.lock.timer.cancel()
+        for lock in self._locks:
+            lock.timer.cancel()
+        self._locks.clear()
         for task in self._tasks:
             task.cancel()
         self._wake()

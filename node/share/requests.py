@@ -1,5 +1,5 @@
 """What ShareFetch and ShareAcknowledge share: finding a share-partition led here, applying a
-member's acknowledgements, releasing what a closing session held."""
+member's acknowledgements, closing a session."""
 from __future__ import annotations
 
 import asyncio
@@ -67,10 +67,15 @@ async def _acknowledge_one(target: Target, member_id: str, batches: list) -> Err
     return await target.share_partition.acknowledge(member_id, batches)
 
 
-async def release_session(broker, session) -> None:
-    """A closing session's member gives back what it still holds on the session's partitions."""
+async def close_session(broker, session) -> None:
+    """A closing session's member gives back what it still holds on the session's partitions. The
+    group's last session here drops the group's share-partitions: when its members come back they
+    are read again, and find the state as it is then (DeleteGroups may have deleted it)."""
     for share_partition in broker.share_partitions.of_member(session.group_id, list(session.partitions)):
         await share_partition.release_member(session.member_id)
+    broker.share_sessions.close(session)
+    if not broker.share_sessions.has_group(session.group_id):
+        broker.share_partitions.forget_group(session.group_id)
 
 
 def acknowledgement_batches(partition) -> list[tuple[int, int, list[int]]]:

@@ -92,6 +92,9 @@ class ShareSessionCache:
         session.advance()
         return ErrorCode.NONE, session
 
+    def has_group(self, group_id: str) -> bool:
+        return any(group == group_id for group, _ in self.sessions)
+
     def close(self, session: ShareSession) -> None:
         if self.sessions.get((session.group_id, session.member_id)) is session:
             del self.sessions[(session.group_id, session.member_id)]

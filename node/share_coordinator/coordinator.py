@@ -10,7 +10,10 @@ stops leading it forgets them.
 
 Fencing: a write or read naming a leader epoch older than the one stored is FENCED_LEADER_EPOCH
 (a deposed partition leader); a write or initialization naming an older state epoch is
-FENCED_STATE_EPOCH (the share-partition was initialized again since, e.g. by AlterShareGroupOffsets).
+FENCED_STATE_EPOCH (the share-partition was initialized again since, e.g. by AlterShareGroupOffsets);
+so is a write of a share-partition that has no state (deleted since the leader read it, by
+DeleteGroups or DeleteShareGroupOffsets): the leader drops what it holds and reads the state again,
+rather than bringing the deleted state back.
 A read naming a newer leader epoch stores it, so the leader before it is fenced from then on,
 also by a coordinator that takes over later.
 """
@@ -190,11 +193,13 @@ class ShareCoordinator:
             return error
         async with self._lock(key):
             stored = self.states.get(key)
-            if stored is not None and stored.leader_epoch > state.leader_epoch:
-                return ErrorCode.FENCED_LEADER_EPOCH
-            if stored is not None and stored.snapshot.state_epoch > state.state_epoch:
+            if stored is None:  # (a leader initializes the state before it writes any)
                 return ErrorCode.FENCED_STATE_EPOCH
-            if (stored is None or stored.snapshot.state_epoch != state.state_epoch
+            if stored.leader_epoch > state.leader_epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH
+            if stored.snapshot.state_epoch > state.state_epoch:
+                return ErrorCode.FENCED_STATE_EPOCH
+            if (stored.snapshot.state_epoch != state.state_epoch
                     or stored.updates_since_snapshot >= self.broker.config.get_int(SNAPSHOT_EVERY)):
                 return await self._store_snapshot(key, self._snapshot_after(key, stored, state))
             update = Update(stored.snapshot.snapshot_epoch, state.leader_epoch, state.start_offset,

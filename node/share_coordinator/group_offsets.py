@@ -5,6 +5,7 @@ themselves are read and changed through the persister (node.share_coordinator.pe
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from cluster.formats.errors import ErrorCode
@@ -77,6 +78,16 @@ async def forget(broker, group_id: str, topic_id: uuid.UUID, partition: int) -> 
     except CoordinatorError as exc:
         return exc.code
     return ErrorCode.NONE
+
+
+async def forget_group(broker, group) -> ErrorCode:
+    """Delete the share state of every partition of the topics the group subscribed to (DeleteGroups);
+    the first error, if any."""
+    keys = [(topic.topic_id, partition) for topic in map(broker.topic, sorted(group.state_topics))
+            if topic is not None for partition in sorted(topic.partitions)]
+    errors = await asyncio.gather(*(forget(broker, group.group_id, topic_id, partition)
+                                    for topic_id, partition in keys))
+    return next((error for error in errors if error), ErrorCode.NONE)
 
 
 def message(code: ErrorCode) -> str | None:

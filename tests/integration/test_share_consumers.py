@@ -10,7 +10,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kafka import KafkaProducer
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
@@ -337,6 +338,51 @@ def test_a_consumer_that_stops_acknowledging_loses_its_records(cluster):
         assert first[0][1].delivery_count() == 1
     finally:
         closing([other, stalled])
+
+
+def delete_group(cluster, group: str) -> None:
+    """DeleteGroups, once the group's members have left."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            admin.delete_consumer_groups([group], request_timeout=10)[group].result(timeout=30)
+            return
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.NON_EMPTY_GROUP or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def set_group_config(cluster, group: str, name: str, value: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    [future] = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                               incremental_configs=[entry])]).values()
+    future.result(timeout=30)
+
+
+def test_a_deleted_share_group_created_again_starts_afresh(cluster):
+    """DeleteGroups deletes the share group's state: consumers of a group with that id start again at
+    share.auto.offset.reset, not where the deleted group had got to."""
+    topic_id, _ = new_topic(cluster, "sc-deleted")
+    start_share_partitions(cluster, "sc-deleted", topic_id, "sc-deleted-group", 1)
+    produce(cluster, "sc-deleted", values(10), batches=2)
+    consumers = [share_consumer(cluster, "sc-deleted-group", "sc-deleted")]
+    try:
+        got = poll_until(consumers, 10)
+        assert [(m.offset(), m.delivery_count()) for _, m in got] == [(o, 1) for o in range(10)]
+    finally:
+        closing(consumers)
+    delete_group(cluster, "sc-deleted-group")
+    set_group_config(cluster, "sc-deleted-group", "share.auto.offset.reset", "earliest")
+    consumers = [share_consumer(cluster, "sc-deleted-group", "sc-deleted")]
+    try:
+        got = poll_until(consumers, 10)
+        assert [(m.offset(), m.value(), m.delivery_count()) for _, m in got] == \
+            [(o, f"m{o}".encode(), 1) for o in range(10)]
+    finally:
+        closing(consumers)
 
 
 def test_a_new_leader_goes_on_from_the_persisted_state():

@@ -190,6 +190,8 @@ def test_a_transactional_write_commits_each_task_whole_and_a_failed_task_leaves_
 
     for topic in ("txn-cut-upstream", "txn-cut-in-writer"):
         wait_stable(kraftwerk, topic)  # aborted, not left open until its timeout
-        assert len(read_values(kraftwerk, topic, "read_uncommitted")) >= 20000, "the task failed before writing"
+        # Most of the 25,000 rows before the failure reach the log before the abort; how many of the last
+        # batches are still in the producer's queue then (and purged) depends on the machine's load.
+        assert len(read_values(kraftwerk, topic, "read_uncommitted")) >= 10000, "the task failed before writing"
         assert read_values(kraftwerk, topic, "read_committed") == []
         assert reader(spark, kraftwerk, "read_committed", subscribe=topic).load().count() == 0

@@ -5,6 +5,7 @@ import pytest
 
 from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
+from cluster.formats.group_configs import duration_to_ms
 from cluster.formats.image import CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC, MetadataImage
 from controller import topics
 
@@ -118,3 +119,13 @@ def test_a_topic_and_a_group_of_one_name_are_told_apart():
                 "configs": [{"name": "consumer.heartbeat.interval.ms", "op": SET, "value": "2000"}]}
     outcome = asyncio.run(topics.alter_configs(MetadataImage(), [resource], BOUNDS))
     assert answer(outcome) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic g does not exist")
+
+
+@pytest.mark.parametrize("text, ms", [("PT1H", 3_600_000), ("P1DT30M", 88_200_000), ("pt1.5s", 1500),
+                                      ("PT1,5S", 1500), ("PT0.0019S", 1), ("P2D", 172_800_000),
+                                      ("P", None), ("PT", None), ("P1DT", None), ("1h", None),
+                                      ("-PT1H", None), ("PT1.5H", None)])
+def test_by_duration_is_read_as_it_is_validated(text, ms):
+    assert duration_to_ms(text) == ms
+    outcome = incremental(MetadataImage(), "g", ("share.auto.offset.reset", SET, f"by_duration:{text}"))
+    assert answer(outcome)[0] == (ErrorCode.NONE if ms is not None else ErrorCode.INVALID_CONFIG)

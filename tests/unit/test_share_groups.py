@@ -9,6 +9,7 @@ from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataImage, TopicInfo
 from cluster.formats.partition_log import PartitionLog
 from node.groups import share_records as rec
+from node.groups.persistence import GroupError
 from node.groups.share import DEAD, EMPTY, STABLE
 from node.groups.share_assignor import assign
 from tests.unit.test_group_coordinator import LeaderBroker
@@ -176,15 +177,14 @@ def test_a_topic_created_later_bumps_the_epoch_at_the_next_heartbeat(tmp_path):
     async def scenario():
         coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"))
         assert (await beat(coordinator, "a", 0, ["t", "u"])).assignment == {T1: {0, 1, 2}}
-        assert coordinator.force_rebalance("g")[0] == ErrorCode.NONE  # an admin's bump: same partitions
-        bumped = await beat(coordinator, "a", 1)
-        assert (bumped.member_epoch, bumped.assignment) == (2, None)
+        same = await beat(coordinator, "a", 1)
+        assert (same.member_epoch, same.assignment) == (1, None)
         coordinator.broker.add_topic("u", T2, 1)
-        grown = await beat(coordinator, "a", 2)
-        assert (grown.member_epoch, grown.assignment) == (3, {T1: {0, 1, 2}, T2: {0}})
+        grown = await beat(coordinator, "a", 1)
+        assert (grown.member_epoch, grown.assignment) == (2, {T1: {0, 1, 2}, T2: {0}})
         # A subscription that drops a topic takes its partitions away.
-        narrowed = await beat(coordinator, "a", 3, ["u"])
-        assert (narrowed.member_epoch, narrowed.assignment) == (4, {T2: {0}})
+        narrowed = await beat(coordinator, "a", 2, ["u"])
+        assert (narrowed.member_epoch, narrowed.assignment) == (3, {T2: {0}})
         coordinator.groups["g"].cancel_timers()
 
     asyncio.run(scenario())
@@ -217,3 +217,68 @@ def test_deleting_an_empty_group_tombstones_every_record(tmp_path):
 
     asyncio.run(write())
     assert "g" not in share_coordinator(partition_log).groups
+
+
+def test_a_member_whose_removal_was_not_written_keeps_a_session(tmp_path):
+    async def scenario():
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"),
+                                        **{"group.share.session.timeout.ms": "50"})
+        await beat(coordinator, "a", 0, ["t"])
+        await beat(coordinator, "b", 0, ["t"])
+        group_log = coordinator.share.group_log
+        append = group_log.append_replicated
+
+        async def refused(*args, **kwargs):
+            raise GroupError(ErrorCode.NOT_ENOUGH_REPLICAS)
+
+        group_log.append_replicated = refused
+        assert (await beat(coordinator, "a", -1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
+        await asyncio.sleep(0.1)  # b's session expired too, and its removal was not written either
+        group = coordinator.groups["g"]
+        assert sorted(group.members) == ["a", "b"]
+        assert all(member.expiry is not None for member in group.members.values())
+        group_log.append_replicated = append
+        await asyncio.sleep(0.2)  # the sessions run out again, and now the removals are written
+        assert (group.state, group.members) == (EMPTY, {})
+
+    asyncio.run(scenario())
+
+
+def test_the_same_topics_in_another_order_are_the_same_subscription(tmp_path):
+    async def scenario():
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"),
+                                        topics=(("t", T1, 1), ("u", T2, 1)))
+        assert (await beat(coordinator, "a", 0, ["u", "t"])).member_epoch == 1
+        again = await beat(coordinator, "a", 1, ["t", "u", "t"])
+        assert (again.error, again.member_epoch) == (ErrorCode.NONE, 1)
+        assert coordinator.groups["g"].group_epoch == 1
+        coordinator.groups["g"].cancel_timers()
+
+    asyncio.run(scenario())
+
+
+def test_a_share_group_has_no_rebalance_to_start(tmp_path):
+    async def scenario():
+        coordinator = share_coordinator(PartitionLog(tmp_path / "__consumer_offsets-0"))
+        await beat(coordinator, "a", 0, ["t"])
+        assert coordinator.force_rebalance("g") == (ErrorCode.INVALID_REQUEST, None)
+        assert coordinator.groups["g"].group_epoch == 1
+        coordinator.groups["g"].cancel_timers()
+
+    asyncio.run(scenario())
+
+
+def test_the_group_remembers_every_topic_subscribed_to_for_deleting_its_state(tmp_path):
+    partition_log = PartitionLog(tmp_path / "__consumer_offsets-0")
+
+    async def write():
+        coordinator = share_coordinator(partition_log, topics=(("t", T1, 1), ("u", T2, 1)))
+        await beat(coordinator, "a", 0, ["t"])
+        await beat(coordinator, "b", 0, ["u"])
+        await beat(coordinator, "a", -1)
+        await beat(coordinator, "b", -1)
+        group = coordinator.groups["g"]
+        assert (group.state, group.state_topics) == (EMPTY, {"t", "u"})
+
+    asyncio.run(write())
+    assert share_coordinator(partition_log).groups["g"].state_topics == {"t", "u"}

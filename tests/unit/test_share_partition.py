@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 
-import pytest
-
+from cluster.formats.config import BrokerConfig
 from cluster.formats.errors import ErrorCode
+from cluster.formats.partition_log import PartitionLog
+from cluster.formats.records import encode_batch
+from node.apis import share_fetch
+from node.share import requests as share_requests
 from node.coordinator_log import CoordinatorError
-from node.share.manager import duration_to_ms
+from node.share.manager import SharePartitionManager
+from node.share import partition as partition_module
 from node.share.partition import ACCEPT, GAP, RELEASE, REJECT, Limits, SharePartition
 from node.share.sessions import ShareSessionCache
 from node.share_coordinator.state import (
@@ -255,7 +260,182 @@ def test_share_session_epochs():
     assert sessions.fetch_context("g", "m3", 0, [], [], False).error == ErrorCode.SHARE_SESSION_LIMIT_REACHED
 
 
-@pytest.mark.parametrize("text, ms", [("PT1H", 3_600_000), ("P1DT30M", 88_200_000), ("pt1.5s", 1500),
-                                      ("P", None), ("1h", None)])
-def test_by_duration(text, ms):
-    assert duration_to_ms(text) == ms
+def test_a_lock_whose_expiry_was_not_written_expires_again(monkeypatch):
+    monkeypatch.setattr(partition_module, "EXPIRY_RETRY_S", 0.05)
+
+    async def body():
+        persister = RecordingPersister()
+        sp = share_partition(persister, lock_ms=30)
+        sp.acquire("a", [(0, 2)], 10)
+        persister.failing = ErrorCode.NOT_ENOUGH_REPLICAS
+        await asyncio.sleep(0.1)
+        assert states(sp) == [(0, 2, ACQUIRED, 1)]  # the release was undone with its write
+        persister.failing = None
+        await asyncio.sleep(0.15)
+        assert states(sp) == [(0, 2, AVAILABLE, 1)]
+        assert persister.writes[-1] == ShareState(0, 0, 0, [StateBatch(0, 2, AVAILABLE, 1)])
+        sp.close()
+    run(body)
+
+
+def test_a_lock_stops_once_none_of_its_records_is_acquired():
+    async def body():
+        sp = share_partition(lock_ms=10_000)
+        sp.acquire("a", [(0, 3)], 10)
+        lock = sp.runs[0].lock
+        await sp.acknowledge("a", [(0, 1, [ACCEPT])])
+        assert not lock.timer.cancelled()  # 2-3 are still held under it
+        await sp.acknowledge("a", [(2, 2, [ACCEPT]), (3, 3, [RELEASE])])
+        assert lock.timer.cancelled()
+        sp.close()
+    run(body)
+
+
+def test_an_expiry_with_nothing_held_starts_no_task():
+    async def body():
+        sp = share_partition(lock_ms=10_000)
+        sp.acquire("a", [(0, 1)], 10)
+        lock = sp.runs[0].lock
+        sp.move_to_log_start(2)  # (what the lock held is gone from the log)
+        sp._lock_expired(lock)
+        assert sp._tasks == set()
+    run(body)
+
+
+def test_a_fenced_write_hands_the_share_partition_back():
+    async def body():
+        persister = RecordingPersister()
+        sp = share_partition(persister)
+        fenced = []
+        sp.on_fenced = fenced.append
+        sp.acquire("a", [(0, 3)], 10)
+        persister.failing = ErrorCode.NOT_ENOUGH_REPLICAS
+        assert await sp.acknowledge("a", [(0, 3, [ACCEPT])]) == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert fenced == []
+        persister.failing = ErrorCode.FENCED_STATE_EPOCH
+        assert await sp.acknowledge("a", [(0, 3, [ACCEPT])]) == ErrorCode.FENCED_STATE_EPOCH
+        assert fenced == [sp]
+        persister.failing = ErrorCode.FENCED_LEADER_EPOCH
+        assert await sp.acknowledge("a", [(0, 3, [ACCEPT])]) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert fenced == [sp, sp]
+        sp.close()
+    run(body)
+
+
+class StatePersister:
+    """A share coordinator of one share-partition, fencing as the real one does."""
+
+    def __init__(self, state: ShareState | None = None):
+        self.state = state
+
+    async def read(self, group_id, topic_id, partition, leader_epoch):
+        return self.state
+
+    async def read_summary(self, group_id, topic_id, partition):
+        return self.state
+
+    async def initialize(self, group_id, topic_id, partition, state_epoch, start_offset):
+        self.state = ShareState(state_epoch, -1, start_offset, [])
+
+    async def write(self, group_id, topic_id, partition, state):
+        if self.state is None or self.state.state_epoch > state.state_epoch:
+            raise CoordinatorError(ErrorCode.FENCED_STATE_EPOCH)
+        self.state = state
+
+
+def manager_of(persister):
+    broker = SimpleNamespace(config=BrokerConfig(), image=SimpleNamespace(configs={}), share_persister=persister)
+    log = SimpleNamespace(log_start_offset=0, high_watermark=10)
+    return SharePartitionManager(broker), SimpleNamespace(leader_epoch=0, hosted=True, log=log)
+
+
+def test_a_share_partition_fenced_by_a_new_state_epoch_is_read_again():
+    async def body():
+        persister = StatePersister(ShareState(0, 0, 4, []))
+        manager, hosted = manager_of(persister)
+        sp = await manager.get("g", TOPIC_ID, 0, hosted)
+        sp.acquire("a", [(4, 5)], 10)
+        # AlterShareGroupOffsets starts the share-partition again, at offset 2 and state epoch 1.
+        persister.state = ShareState(1, -1, 2, [])
+        assert await sp.acknowledge("a", [(4, 5, [ACCEPT])]) == ErrorCode.FENCED_STATE_EPOCH
+        assert sp.closed and manager.partitions == {}
+        again = await manager.get("g", TOPIC_ID, 0, hosted)
+        assert (again.state_epoch, again.start_offset, again.next_fetch_offset()) == (1, 2, 2)
+        manager.close()
+    run(body)
+
+
+def log_of(tmp_path, batches: int, records_per_batch: int, value_bytes: int) -> PartitionLog:
+    partition_log = PartitionLog(tmp_path / "t-0")
+    for _ in range(batches):
+        values = [(None, b"v" * value_bytes)] * records_per_batch
+        partition_log.append(encode_batch(values, base_offset=partition_log.log_end_offset, timestamp=1),
+                             leader_epoch=0)
+    return partition_log
+
+
+def test_a_share_fetch_reads_the_log_only_as_far_as_max_records_needs(tmp_path):
+    partition_log = log_of(tmp_path, batches=200, records_per_batch=5, value_bytes=10)
+
+    async def body():
+        sp = share_partition()
+        data, headers = share_fetch._read(partition_log, sp, 12, 50 * 1024 * 1024)
+        # Offsets 0-11 are in the first three batches; the third, 10-14, is read whole.
+        assert [(h.base_offset, h.last_offset) for _, h in headers] == [(0, 4), (5, 9), (10, 14)]
+        assert len(data) == sum(h.size for _, h in headers)
+        sp.acquire("a", [(h.base_offset, h.last_offset) for _, h in headers], 12)
+        _, headers = share_fetch._read(partition_log, sp, 5, 50 * 1024 * 1024)
+        assert [(h.base_offset, h.last_offset) for _, h in headers] == [(15, 19)]
+        sp.close()
+    run(body)
+    partition_log.close()
+
+
+def test_a_share_fetch_reads_on_when_records_are_larger_than_guessed(tmp_path):
+    partition_log = log_of(tmp_path, batches=30, records_per_batch=1, value_bytes=8000)
+    sp = share_partition()
+    data, headers = share_fetch._read(partition_log, sp, 20, 50 * 1024 * 1024)
+    assert [h.base_offset for _, h in headers] == list(range(20))
+    assert [position for position, _ in headers] == [sum(h.size for _, h in headers[:i]) for i in range(20)]
+    assert len(data) == sum(h.size for _, h in headers)
+    # MaxBytes still bounds the read, past the first batch.
+    _, headers = share_fetch._read(partition_log, sp, 20, 20_000)
+    assert [h.base_offset for _, h in headers] == [0, 1]
+    partition_log.close()
+
+
+def test_the_groups_last_share_session_here_drops_its_share_partitions():
+    async def body():
+        manager, hosted = manager_of(StatePersister(ShareState(0, 0, 4, [])))
+        sessions = ShareSessionCache(max_sessions=10, idle_ms=60_000)
+        broker = SimpleNamespace(share_partitions=manager, share_sessions=sessions)
+        sp = await manager.get("g", TOPIC_ID, 0, hosted)
+        other = await manager.get("h", TOPIC_ID, 0, hosted)
+        first = sessions.fetch_context("g", "a", 0, [(TOPIC_ID, 0)], [], False).session
+        second = sessions.fetch_context("g", "b", 0, [(TOPIC_ID, 0)], [], False).session
+        sp.acquire("a", [(4, 5)], 10)
+        await share_requests.close_session(broker, first)
+        assert manager.partitions[("g", TOPIC_ID, 0)] is sp and states(sp) == [(4, 5, AVAILABLE, 1)]
+        await share_requests.close_session(broker, second)
+        assert sp.closed and set(manager.partitions) == {("h", TOPIC_ID, 0)} and not other.closed
+        manager.close()
+    run(body)
+
+
+def test_a_session_opening_reads_again_a_share_partition_whose_state_was_deleted():
+    async def body():
+        persister = StatePersister(ShareState(0, 0, 10, []))
+        manager, hosted = manager_of(persister)
+        sp = await manager.get("g", TOPIC_ID, 0, hosted)
+        await manager.check_state("g", [(TOPIC_ID, 0)])
+        assert manager.partitions[("g", TOPIC_ID, 0)] is sp  # the state is as it was read
+        persister.state = None  # DeleteGroups
+        await manager.check_state("g", [(TOPIC_ID, 0)])
+        assert sp.closed and manager.partitions == {}
+        again = await manager.get("g", TOPIC_ID, 0, hosted)
+        assert (again.start_offset, persister.state) == (10, ShareState(0, -1, 10, []))  # latest: the log end
+        persister.state = ShareState(1, -1, 3, [])  # AlterShareGroupOffsets
+        await manager.check_state("g", [(TOPIC_ID, 0)])
+        assert (await manager.get("g", TOPIC_ID, 0, hosted)).start_offset == 3
+        manager.close()
+    run(body)

@@ -1,11 +1,16 @@
 """The share coordinator's records and state: Kafka's layouts, how writes merge, and replay."""
 from __future__ import annotations
 
+import asyncio
 import types
 import uuid
 
 from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch
+from cluster.formats.config import BrokerConfig
+from cluster.formats.errors import ErrorCode
+from node.apis import alter_share_group_offsets, delete_groups, delete_share_group_offsets, describe_share_group_offsets
+from node.coordinator_log import CoordinatorError
 from node.groups.placement import java_string_hash
 from node.share_coordinator.batches import merge_batches
 from node.share_coordinator.coordinator import ShareCoordinator, StoredState
@@ -14,7 +19,7 @@ from node.share_coordinator.records import (
     SNAPSHOT_TYPE, UPDATE_TYPE, Snapshot, StateKey, Update, decode_key, decode_snapshot, decode_update, encode_key,
     encode_snapshot, encode_update,
 )
-from node.share_coordinator.state import ACKNOWLEDGED, ARCHIVED, AVAILABLE, StateBatch
+from node.share_coordinator.state import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareState, StateBatch
 
 TOPIC_ID = uuid.UUID("8a3f0e6e-1c4b-4d4e-9a57-0d6f2b1c9e11")
 KEY = StateKey("readers", TOPIC_ID, 3)
@@ -109,3 +114,104 @@ def test_replay_of_a_snapshot_and_its_updates_gives_the_state_they_were_written_
     assert coordinator.loaded_epochs == {0: 6}
     coordinator.unload_partition(0)
     assert coordinator.states == {} and coordinator.loaded_epochs == {}
+
+
+class GatePersister:
+    """Holds every call until as many are waiting as `expected`: a handler that awaits one partition
+    at a time never gets there."""
+
+    def __init__(self, expected: int):
+        self.expected = expected
+        self.waiting = 0
+        self.all_in = asyncio.Event()
+        self.calls: list[tuple] = []
+
+    async def _enter(self, *call):
+        self.calls.append(call)
+        self.waiting += 1
+        if self.waiting == self.expected:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), 1)
+
+    async def read_summary(self, group_id, topic_id, partition):
+        await self._enter("read_summary", partition)
+        return ShareState(2, 0, 10 + partition, [])
+
+    async def initialize(self, group_id, topic_id, partition, state_epoch, start_offset):
+        self.calls.append(("initialize", partition, state_epoch, start_offset))
+
+    async def delete(self, group_id, topic_id, partition):
+        await self._enter("delete", partition)
+
+
+def admin_broker(persister):
+    group = types.SimpleNamespace(group_type="share", members={}, state="Empty")
+    topic = types.SimpleNamespace(topic_id=TOPIC_ID, partitions={0: None, 1: None, 2: None})
+    groups = types.SimpleNamespace(owns=lambda group_id: ErrorCode.NONE, group=lambda group_id: group)
+    return types.SimpleNamespace(groups=groups, topic=lambda name: topic if name == "t" else None,
+                                 share_persister=persister)
+
+
+def test_the_share_offset_admin_apis_ask_for_every_partition_at_once():
+    header = types.SimpleNamespace(api_version=0)
+    wanted = types.SimpleNamespace(topic_name="t", partitions=[0, 1, 2])
+
+    async def describe():
+        request = types.SimpleNamespace(groups=[types.SimpleNamespace(group_id="g", topics=[wanted])])
+        response = await describe_share_group_offsets.handle(admin_broker(GatePersister(3)), header, request)
+        [group] = response.groups
+        assert [(p.partition_index, p.start_offset, p.error_code) for p in group.topics[0].partitions] == \
+            [(0, 10, 0), (1, 11, 0), (2, 12, 0)]
+
+    async def alter():
+        persister = GatePersister(3)
+        entries = [types.SimpleNamespace(partition_index=p, start_offset=5) for p in (0, 1, 2)]
+        topic = types.SimpleNamespace(topic_name="t", partitions=entries)
+        request = types.SimpleNamespace(group_id="g", topics=[topic])
+        response = await alter_share_group_offsets.handle(admin_broker(persister), header, request)
+        assert [(p.partition_index, p.error_code) for p in response.responses[0].partitions] == [(0, 0), (1, 0), (2, 0)]
+        assert sorted(call for call in persister.calls if call[0] == "initialize") == \
+            [("initialize", p, 3, 5) for p in (0, 1, 2)]
+
+    async def delete():
+        persister = GatePersister(3)
+        request = types.SimpleNamespace(group_id="g", topics=[wanted])
+        response = await delete_share_group_offsets.handle(admin_broker(persister), header, request)
+        assert [(p.partition_index, p.error_code) for p in response.responses[0].partitions] == [(0, 0), (1, 0), (2, 0)]
+        assert sorted(persister.calls) == [("delete", 0), ("delete", 1), ("delete", 2)]
+
+    for scenario in (describe, alter, delete):
+        asyncio.run(scenario())
+
+
+def test_a_write_of_a_share_partition_whose_state_was_deleted_is_fenced():
+    led = types.SimpleNamespace(leader=1, leader_epoch=0)
+    broker = types.SimpleNamespace(
+        node_id=1, config=BrokerConfig(), partition=lambda topic, index: led,
+        topic=lambda name: types.SimpleNamespace(partitions={0: led}),
+        topic_by_id=lambda topic_id: types.SimpleNamespace(partitions={3: None}))
+    coordinator = ShareCoordinator(broker)
+    coordinator.loaded_epochs = {0: 0}
+    # Nothing stored (DeleteGroups deleted it): the leader's write must not bring the state back.
+    assert asyncio.run(coordinator.write(KEY, ShareState(0, 0, 5, [StateBatch(5, 6, ACKNOWLEDGED, 1)]))) == \
+        ErrorCode.FENCED_STATE_EPOCH
+    assert coordinator.states == {}
+
+
+def test_delete_groups_deletes_a_share_groups_state_first():
+    persister = GatePersister(3)
+    broker = admin_broker(persister)
+    group = broker.groups.group("g")
+    group.group_id, group.state_topics = "g", {"t", "gone"}
+    deleted = []
+    broker.groups.delete_group = lambda group_id: deleted.append(group_id) or ErrorCode.NONE
+    assert asyncio.run(delete_groups._delete(broker, "g")) == ErrorCode.NONE
+    assert sorted(persister.calls) == [("delete", 0), ("delete", 1), ("delete", 2)]
+    assert deleted == ["g"]
+
+    async def refused(group_id, topic_id, partition):
+        raise CoordinatorError(ErrorCode.REQUEST_TIMED_OUT)
+
+    persister.delete = refused
+    assert asyncio.run(delete_groups._delete(broker, "g")) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert deleted == ["g"]  # the group stays while its state could not be deleted
