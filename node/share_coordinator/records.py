@@ -12,6 +12,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from cluster.formats.varints import read_uvarint, write_uvarint
 from node.share_coordinator.state import StateBatch
 
 SNAPSHOT_TYPE = 0
@@ -76,22 +77,8 @@ def decode_key(data: bytes) -> tuple[int, StateKey] | None:
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    write_uvarint(value, out)
     return bytes(out)
-
-
-def _read_uvarint(data, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
 
 
 NO_TAGS = _uvarint(0)
@@ -105,16 +92,16 @@ def _encode_batches(batches) -> bytes:
 
 
 def _skip_tags(data, pos: int) -> int:
-    count, pos = _read_uvarint(data, pos)
+    count, pos = read_uvarint(data, pos)
     for _ in range(count):
-        _, pos = _read_uvarint(data, pos)
-        size, pos = _read_uvarint(data, pos)
+        _, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
         pos += size
     return pos
 
 
 def _decode_batches(data, pos: int) -> tuple[tuple[StateBatch, ...], int]:
-    count, pos = _read_uvarint(data, pos)
+    count, pos = read_uvarint(data, pos)
     batches = []
     for _ in range(max(count - 1, 0)):
         first, last, state, delivered = _BATCH.unpack_from(data, pos)
