@@ -17,7 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
-from node.share_coordinator.group_offsets import is_empty, message, partition_error, reset, share_group
+from node.share_coordinator.group_offsets import empty_share_group, message, partition_error, reset
 
 
 class AlterShareGroupOffsetsRequest(ApiMessage, load_json=schemas):
@@ -36,9 +36,7 @@ PARTITION = TOPIC.AlterShareGroupOffsetsResponsePartition
 
 
 async def handle(broker, header, request):
-    error, group = share_group(broker, request.group_id)
-    if not error and not is_empty(group):
-        error = ErrorCode.NON_EMPTY_GROUP
+    error, _ = empty_share_group(broker, request.group_id)
     topics = await asyncio.gather(*(_alter_topic(broker, request.group_id, topic, error) for topic in request.topics))
     return RESPONSE[header.api_version](throttle_time_ms=0, responses=list(topics))
 

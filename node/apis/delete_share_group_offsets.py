@@ -14,9 +14,8 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
-from cluster.formats.errors import ErrorCode
 from node.apis import schemas
-from node.share_coordinator.group_offsets import forget, is_empty, message, partition_error, share_group
+from node.share_coordinator.group_offsets import empty_share_group, forget, message, partition_error
 
 
 class DeleteShareGroupOffsetsRequest(ApiMessage, load_json=schemas):
@@ -35,9 +34,7 @@ PARTITION = TOPIC.DeleteShareGroupOffsetsResponsePartition
 
 
 async def handle(broker, header, request):
-    error, group = share_group(broker, request.group_id)
-    if not error and not is_empty(group):
-        error = ErrorCode.NON_EMPTY_GROUP
+    error, _ = empty_share_group(broker, request.group_id)
     if error:
         return RESPONSE[header.api_version](throttle_time_ms=0, error_code=int(error), error_message=message(error),
                                             responses=[])

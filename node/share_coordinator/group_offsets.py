@@ -24,20 +24,24 @@ def share_group(broker, group_id: str):
     if error:
         return error, None
     group = broker.groups.group(group_id)
-    if group is None or getattr(group, "group_type", None) != SHARE_GROUP_TYPE:
+    if group is None or group.group_type != SHARE_GROUP_TYPE:
         return ErrorCode.GROUP_ID_NOT_FOUND, None
     return ErrorCode.NONE, group
 
 
-def is_empty(group) -> bool:
-    return not getattr(group, "members", None) and getattr(group, "state", EMPTY) == EMPTY
+def empty_share_group(broker, group_id: str):
+    """share_group(), refused NON_EMPTY_GROUP while it has members: its offsets change only then."""
+    error, group = share_group(broker, group_id)
+    if not error and (group.members or group.state != EMPTY):
+        return ErrorCode.NON_EMPTY_GROUP, None
+    return error, group
 
 
 def subscribed_topics(group) -> list[str]:
     """The topics the group's members subscribe to, sorted: what a describe of all offsets covers."""
     names = set()
-    for member in getattr(group, "members", {}).values():
-        names.update(getattr(member, "subscribed_topic_names", ()))
+    for member in group.members.values():
+        names.update(member.subscribed_topic_names)
     return sorted(names)
 
 
