@@ -476,15 +476,7 @@ class ClassicMembership:
     async def _store_assignment(self, group: ClassicGroup) -> ErrorCode:
         """The leader's assignment, written with acks=all before any member is answered (Kafka's
         storeGroup): a coordinator that takes over after a crash then knows this generation."""
-        try:
-            await self.group_log.append_replicated(group.partition, [group.record()])
-        except GroupError as exc:
-            self.directory.refused(group.group_id, "the assignment", exc.code)
-            return exc.code
-        except OSError as exc:
-            log.error("cannot store group %s: %s", group.group_id, exc)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+        return await self.directory.store(group, [group.record()], "the assignment")
 
     def _safe_persist(self, group: ClassicGroup) -> None:
         try:

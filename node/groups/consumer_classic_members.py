@@ -304,15 +304,7 @@ class ClassicMembersOfConsumerGroups:
     async def _store(self, group: ConsumerGroup, out: list[Record]) -> ErrorCode:
         if not out:
             return ErrorCode.NONE
-        try:
-            await self.consumer.group_log.append_replicated(group.partition, out)
-        except GroupError as exc:
-            self.directory.refused(group.group_id, "the consumer group's state", exc.code)
-            return exc.code
-        except OSError as exc:
-            log.error("cannot store the state of consumer group %s: %s", group.group_id, exc)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+        return await self.directory.store(group, out, "the consumer group's state")
 
 
 def _fields(member: ConsumerMember) -> tuple:

@@ -118,14 +118,9 @@ class ConsumerMembership:
         except FencedMember as exc:
             return HeartbeatResult(ErrorCode.FENCED_MEMBER_EPOCH, str(exc))
         if out:
-            try:
-                await self.group_log.append_replicated(group.partition, out)
-            except GroupError as exc:
-                self.directory.refused(group.group_id, "the consumer group's state", exc.code)
-                return HeartbeatResult(exc.code)
-            except OSError as exc:
-                log.error("cannot store the state of consumer group %s: %s", group.group_id, exc)
-                return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            error = await self.directory.store(group, out, "the consumer group's state")
+            if error:
+                return HeartbeatResult(error)
         return result
 
     def _heartbeat(self, hb: Heartbeat, out: list[Record]) -> tuple[ConsumerGroup, HeartbeatResult]:

@@ -79,6 +79,19 @@ class GroupCoordinator:
             log.info("cannot store %s of group %s: %s; its clients retry or find the new coordinator",
                      what, group_id, code.name)
 
+    async def store(self, group, records: list, what: str) -> ErrorCode:
+        """Write a group's records with acks=all; the error its client is answered, NONE once stored.
+        A refusal is told as refused() tells it; a disk error is logged at ERROR."""
+        try:
+            await self.group_log.append_replicated(group.partition, records)
+        except GroupError as exc:
+            self.refused(group.group_id, what, exc.code)
+            return exc.code
+        except OSError as exc:
+            log.error("cannot store %s of group %s: %s", what, group.group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
     def _forget_refusals(self, partition: int) -> None:
         for group_id in [g for g in self._refusals_told if self.partition_of(g) == partition]:
             del self._refusals_told[group_id]
