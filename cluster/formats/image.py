@@ -51,6 +51,31 @@ class TopicInfo:
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ScramCredential:
+    """A user's SCRAM credential for one mechanism (Kafka's UserScramCredentialRecord)."""
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True)
+class AclEntry:
+    """One access control entry (Kafka's AccessControlEntryRecord); the enums are Kafka's codes."""
+    id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+# A client quota entity: ((entity type, name or None for the default), ...) sorted by type.
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
 CONFIG_RESOURCE_TOPIC = 2
 CONFIG_RESOURCE_BROKER = 4
 CONFIG_RESOURCE_GROUP = 32
@@ -69,6 +94,11 @@ class MetadataImage:
     features: dict[str, int] = field(default_factory=dict)
     # first producer id not yet handed out in a block
     next_producer_id: int = 0
+    # user name -> {SCRAM mechanism code (1: SHA-256, 2: SHA-512): credential}
+    scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
+    acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
+    # entity -> {quota key, e.g. producer_byte_rate: value}
+    client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
     # Bumped by every change (each record applied, and new topics made visible): what was
     # derived from the image while this was the same still holds (encoded Metadata answers).
     changes: int = 0
@@ -255,6 +285,39 @@ def _apply_producer_ids(image: "MetadataImage", r: dict) -> None:
     image.next_producer_id = r["next_producer_id"]
 
 
+def _apply_scram_credential(image: "MetadataImage", r: dict) -> None:
+    image.scram_credentials.setdefault(r["name"], {})[r["mechanism"]] = ScramCredential(
+        r["salt"], r["stored_key"], r["server_key"], r["iterations"])
+
+
+def _apply_remove_scram_credential(image: "MetadataImage", r: dict) -> None:
+    credentials = image.scram_credentials.get(r["name"], {})
+    credentials.pop(r["mechanism"], None)
+    if not credentials:
+        image.scram_credentials.pop(r["name"], None)
+
+
+def _apply_acl(image: "MetadataImage", r: dict) -> None:
+    image.acls[r["id"]] = AclEntry(r["id"], r["resource_type"], r["resource_name"], r["pattern_type"],
+                                   r["principal"], r["host"], r["operation"], r["permission_type"])
+
+
+def quota_entity(entries) -> QuotaEntity:
+    """The image's key of a quota entity from (type, name) pairs in any order."""
+    return tuple(sorted((entity_type, name) for entity_type, name in entries))
+
+
+def _apply_client_quota(image: "MetadataImage", r: dict) -> None:
+    entity = quota_entity((e["entity_type"], e["entity_name"]) for e in r["entity"] or ())
+    if r["remove"]:
+        quotas = image.client_quotas.get(entity, {})
+        quotas.pop(r["key"], None)
+        if not quotas:
+            image.client_quotas.pop(entity, None)
+    else:
+        image.client_quotas.setdefault(entity, {})[r["key"]] = r["value"]
+
+
 _APPLIERS = {
     "RegisterBrokerRecord": _apply_register_broker,
     "UnregisterBrokerRecord": _apply_unregister_broker,
@@ -268,4 +331,9 @@ _APPLIERS = {
     "ConfigRecord": _apply_config,
     "FeatureLevelRecord": _apply_feature_level,
     "ProducerIdsRecord": _apply_producer_ids,
+    "UserScramCredentialRecord": _apply_scram_credential,
+    "RemoveUserScramCredentialRecord": _apply_remove_scram_credential,
+    "AccessControlEntryRecord": _apply_acl,
+    "RemoveAccessControlEntryRecord": lambda image, r: image.acls.pop(r["id"], None),
+    "ClientQuotaRecord": _apply_client_quota,
 }

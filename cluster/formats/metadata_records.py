@@ -47,12 +47,13 @@ def F(name, type_, since=0, *, until=ANY, nullable=None, tag=None, default=None)
 def _zero(type_: str):
     if type_.startswith("[]"):
         return []
-    return {"bool": False, "string": "", "uuid": uuid.UUID(int=0)}.get(type_, 0)
+    return {"bool": False, "string": "", "bytes": b"", "uuid": uuid.UUID(int=0), "float64": 0.0}.get(type_, 0)
 
 
 STRUCTS: dict[str, list[Field]] = {
     "BrokerEndpoint": [F("name", "string"), F("host", "string"), F("port", "uint16"), F("security_protocol", "int16")],
     "BrokerFeature": [F("name", "string"), F("min_supported_version", "int16"), F("max_supported_version", "int16")],
+    "EntityData": [F("entity_type", "string"), F("entity_name", "string", nullable=0, default=None)],
 }
 
 
@@ -108,6 +109,20 @@ _TYPES = [
         F("in_controlled_shutdown", "int8", 1, tag=1), F("log_dirs", "[]uuid", 2, tag=2),
     ]),
     RecordType("NoOpRecord", 20, 0, []),
+    # Security: SCRAM credentials, ACLs and client quotas.
+    RecordType("UserScramCredentialRecord", 11, 0, [
+        F("name", "string"), F("mechanism", "int8"), F("salt", "bytes"), F("stored_key", "bytes"),
+        F("server_key", "bytes"), F("iterations", "int32"),
+    ]),
+    RecordType("RemoveUserScramCredentialRecord", 22, 0, [F("name", "string"), F("mechanism", "int8")]),
+    RecordType("AccessControlEntryRecord", 18, 0, [
+        F("id", "uuid"), F("resource_type", "int8"), F("resource_name", "string"), F("pattern_type", "int8"),
+        F("principal", "string"), F("host", "string"), F("operation", "int8"), F("permission_type", "int8"),
+    ]),
+    RecordType("RemoveAccessControlEntryRecord", 19, 0, [F("id", "uuid")]),
+    RecordType("ClientQuotaRecord", 14, 0, [
+        F("entity", "[]EntityData"), F("key", "string"), F("value", "float64"), F("remove", "bool"),
+    ]),
 ]
 
 RECORD_TYPES: dict[str, int] = {t.name: t.api_key for t in _TYPES}
@@ -119,7 +134,8 @@ WRITE_VERSIONS = {"RegisterBrokerRecord": 3, "PartitionRecord": 1, "PartitionCha
                   "BrokerRegistrationChangeRecord": 1}
 
 _FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "uint16": struct.Struct(">H"),
-          "int32": struct.Struct(">i"), "int64": struct.Struct(">q"), "bool": struct.Struct(">?")}
+          "int32": struct.Struct(">i"), "int64": struct.Struct(">q"), "bool": struct.Struct(">?"),
+          "float64": struct.Struct(">d")}
 _INT32 = _FIXED["int32"]
 
 
@@ -167,6 +183,10 @@ def _encode_value(field: Field, value, version: int, out: bytearray) -> None:
             data = value.encode()
             write_uvarint(len(data) + 1, out)
             out += data
+    elif kind == "bytes":
+        write_uvarint(0 if value is None else len(value) + 1, out)
+        if value is not None:
+            out += value
     elif kind == "uuid":
         out += value.bytes
     elif kind.startswith("[]"):
@@ -266,6 +286,14 @@ def _fixed_decoder(codec: struct.Struct) -> Decoder:
     return decode
 
 
+def _decode_bytes(data: memoryview, pos: int) -> tuple[bytes | None, int]:
+    length, pos = read_uvarint(data, pos)
+    if length == 0:
+        return None, pos
+    end = _end_within(data, pos + length - 1)
+    return bytes(data[pos:end]), end
+
+
 def _decode_string(data: memoryview, pos: int) -> tuple[str | None, int]:
     length, pos = read_uvarint(data, pos)
     if length == 0:
@@ -316,7 +344,7 @@ def _array_decoder(decode_element: Decoder) -> Decoder:
 
 
 _SIMPLE_DECODERS: dict[str, Decoder] = {
-    "string": _decode_string, "uuid": _decode_uuid, "[]int32": _decode_int32_array, "[]uuid": _decode_uuid_array,
+    "string": _decode_string, "bytes": _decode_bytes, "uuid": _decode_uuid, "[]int32": _decode_int32_array, "[]uuid": _decode_uuid_array,
 }
 
 

@@ -1,0 +1,1 @@
+"""Who is on a connection: listeners' security protocols, TLS, SASL authentication, ACLs, quotas."""
