@@ -24,6 +24,7 @@ from typing import Callable
 
 from cluster.formats.segment import FileRegion
 from cluster.runtime import timeline
+from node.security.session import PLAINTEXT_LISTENER, ListenerInfo, Session
 from node.socket_writes import write_pieces
 
 log = logging.getLogger(__name__)
@@ -38,13 +39,14 @@ class MalformedRequest(Exception):
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, start_request: Callable[[memoryview, str], asyncio.Task], max_request_bytes: int,
-                 connections: set):
+    def __init__(self, start_request: Callable[[memoryview, Session], asyncio.Task], max_request_bytes: int,
+                 connections: set, listener: ListenerInfo = PLAINTEXT_LISTENER):
         self.start_request = start_request
         self.max_request_bytes = max_request_bytes
         self.connections = connections
+        self.listener = listener
         self.transport: asyncio.Transport | None = None
-        self.client_host = ""
+        self.session = Session.opened(listener, "")
         self.partial = bytearray()  # bytes not cut yet: the start of a frame, or whole ones held back
         self.needed = 4  # bytes `partial` must hold before the next frame can be cut
         self.pending: deque[asyncio.Task] = deque()  # request tasks, in request order
@@ -60,7 +62,7 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
-        self.client_host = f"/{peer[0]}" if peer else ""
+        self.session = Session.opened(self.listener, peer[0] if peer else "")
         self.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -124,7 +126,7 @@ class ClientConnection(asyncio.Protocol):
             pos += 4 + size
             if timeline.ENABLED:
                 timeline.mark("request read")
-            request = self.start_request(frame, self.client_host)
+            request = self.start_request(frame, self.session)
             self.pending.append(request)
             request.add_done_callback(self._answered)
         else:

@@ -22,6 +22,7 @@ from node.faults import error_response, party_of
 from node import request_checks
 from node.client_connection import ClientConnection, MalformedRequest
 from node.spliced_response import EncodedResponse, SplicedResponse
+from node.security.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     client_host: str = ""
+    # The connection's security session: its listener and the client's principal.
+    session: Session | None = None
 
 
 def parse_header(frame: memoryview, flexible: bool) -> tuple[RequestHeader, int]:
@@ -100,7 +103,7 @@ class KafkaServer:
     def _new_connection(self) -> ClientConnection:
         return ClientConnection(self._start_request, self.max_request_bytes, self.connections)
 
-    def _start_request(self, frame: memoryview, client_host: str) -> asyncio.Task:
+    def _start_request(self, frame: memoryview, session: Session) -> asyncio.Task:
         api_key, api_version, correlation_id = peek_api(frame)
         handler = HANDLERS.get(api_key)
         if handler is None:
@@ -110,7 +113,8 @@ class KafkaServer:
                 return asyncio.create_task(self._unsupported_api_versions(correlation_id))
             raise MalformedRequest(f"unsupported version {api_version} of api {api_key}")
         header, body_start = parse_header(frame, handler.request_is_flexible(api_version))
-        header.client_host = client_host
+        header.client_host = f"/{session.client_host}" if session.client_host else ""
+        header.session = session
         request = request_checks.decode(handler.request, frame[body_start:], api_version)
         if timeline.ENABLED:
             timeline.mark("request decoded")

@@ -24,7 +24,7 @@ def test_no_more_requests_start_than_may_be_in_flight_and_the_rest_start_as_answ
         started: list[tuple[bytes, asyncio.Future]] = []
         waiting_for: dict[int, asyncio.Event] = {}  # a number of started requests -> who waits for it
 
-        def start_request(request: memoryview, _client_host: str) -> asyncio.Future:
+        def start_request(request: memoryview, _session) -> asyncio.Future:
             started.append((bytes(request), loop.create_future()))
             if len(started) in waiting_for:
                 waiting_for[len(started)].set()
