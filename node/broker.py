@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cluster.formats.config import BrokerConfig
 from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
+from node.security.authorizer import Authorizer
 from node.faults import Faults
 from node.fetch_sessions import FetchSessionCache
 from node.groups.coordinator import GroupCoordinator
@@ -71,6 +72,8 @@ class Broker:
                                                 config.get_int("min.incremental.fetch.session.eviction.ms"),
                                                 keep_reading=self.replicas.follower_outside_isr)
         self.listener: Listener | None = None
+        # node.security.authorizer: Kafka's StandardAuthorizer when authorizer.class.name is set, else None
+        self.authorizer = Authorizer.from_config(config)
         self.metadata_answers = None  # node.apis.metadata's encoded answers, made on the first request
         self.started_ms = int(time.time() * 1000)
 
