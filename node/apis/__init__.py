@@ -89,6 +89,7 @@ API_MODULES = (
     "delete_share_group_offsets",
     "share_fetch",
     "share_acknowledge",
+    "describe_acls", "create_acls", "delete_acls",
 )
 
 
