@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from kafka.protocol.producer import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 
+from cluster.formats.acls import GROUP, READ, TRANSACTIONAL_ID, WRITE
 from cluster.formats.errors import ErrorCode
 from node.groups.placement import OFFSETS_TOPIC
+from node.security import authorizer
 
 REQUEST = AddOffsetsToTxnRequest
 RESPONSE = AddOffsetsToTxnResponse
@@ -22,6 +24,10 @@ FIRST_PRODUCER_FENCED_VERSION = 2
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, WRITE, TRANSACTIONAL_ID, request.transactional_id) \
+        or authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     partition = (OFFSETS_TOPIC, broker.groups.partition_of(request.group_id))
     error = await broker.transactions.add_partitions(request.transactional_id, request.producer_id,
                                                      request.producer_epoch, {partition})

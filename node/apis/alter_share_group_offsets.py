@@ -15,8 +15,10 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.group_offsets import empty_share_group, message, partition_error, reset
 
 
@@ -36,6 +38,9 @@ PARTITION = TOPIC.AlterShareGroupOffsetsResponsePartition
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     error, _ = empty_share_group(broker, request.group_id)
     topics = await asyncio.gather(*(_alter_topic(broker, request.group_id, topic, error) for topic in request.topics))
     return RESPONSE[header.api_version](throttle_time_ms=0, responses=list(topics))

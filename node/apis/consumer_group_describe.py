@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DESCRIBE, GROUP
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 
 # KIP-1099's member types, as version 1 gives them.
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
@@ -43,8 +45,19 @@ TopicPartitions = Assignment.TopicPartitions
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](throttle_time_ms=0,
-                                        groups=[_describe(broker, group_id) for group_id in request.group_ids])
+    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[
+        _authorized_describe(broker, header, group_id, request.include_authorized_operations)
+        for group_id in request.group_ids])
+
+
+def _authorized_describe(broker, header, group_id: str, with_operations: bool):
+    """As Kafka: a group the principal may not DESCRIBE is GROUP_AUTHORIZATION_FAILED."""
+    if not authorizer.allowed(broker, header, DESCRIBE, GROUP, group_id):
+        return _failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    described = _describe(broker, group_id)
+    if with_operations and described.error_code == ErrorCode.NONE:
+        described.authorized_operations = authorizer.authorized_operations(broker, header, GROUP, group_id)
+    return described
 
 
 def _failed(group_id: str, code: ErrorCode, message: str | None = None):

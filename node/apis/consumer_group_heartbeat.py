@@ -23,10 +23,12 @@ import uuid
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.groups.consumer_membership import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Heartbeat
 from node.groups.consumer_subscriptions import InvalidRegex, compile_regex
+from node.security import authorizer
 
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=schemas):
@@ -44,6 +46,9 @@ CLIENT_MEMBER_ID_VERSION = 1  # Kafka's CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VE
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     regex = request.subscribed_topic_regex if version >= 1 else None
     refusal = _invalid(request, version, regex, broker.groups.consumer.assignors())

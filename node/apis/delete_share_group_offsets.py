@@ -14,7 +14,9 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DELETE, GROUP
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.group_offsets import empty_share_group, forget, message, partition_error
 
 
@@ -34,6 +36,9 @@ PARTITION = TOPIC.DeleteShareGroupOffsetsResponsePartition
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, DELETE, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     error, _ = empty_share_group(broker, request.group_id)
     if error:
         return RESPONSE[header.api_version](throttle_time_ms=0, error_code=int(error), error_message=message(error),

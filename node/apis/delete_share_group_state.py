@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import CLUSTER_ACTION
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.service import answer_each, build_response, error_fields
 
 
@@ -31,6 +33,9 @@ VERSIONS = (0, 0)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, CLUSTER_ACTION)
+    if refusal is not None:
+        return refusal
     async def answer(key, entry):
         return error_fields(await broker.share_coordinator.delete(key))
 

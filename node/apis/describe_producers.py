@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 
+from cluster.formats.acls import READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import illegal_name_message, topic_name_error
+from node.security import authorizer
 
 REQUEST = DescribeProducersRequest
 RESPONSE = DescribeProducersResponse
@@ -53,8 +55,10 @@ def _partition(broker, topic: str, index: int) -> Answer:
 
 async def handle(broker, header, request):
     topics = []
+    denied = authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
     for wanted in request.topics:
-        refused = _topic_error(broker, wanted.name)
+        refused = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None) if denied and wanted.name in denied \
+            else _topic_error(broker, wanted.name)
         if refused:
             answers = [Answer(partition_index=index, error_code=refused[0], error_message=refused[1],
                               active_producers=[]) for index in wanted.partition_indexes]

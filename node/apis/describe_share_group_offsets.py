@@ -16,7 +16,10 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DESCRIBE, GROUP as GROUP_RESOURCE
+from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.group_offsets import message, partition_error, share_group, start_offset, subscribed_topics
 
 
@@ -38,8 +41,15 @@ NO_LEADER_EPOCH = -1
 
 
 async def handle(broker, header, request):
-    groups = await asyncio.gather(*(_describe(broker, group) for group in request.groups))
+    groups = await asyncio.gather(*(_describe(broker, group)
+                                    if authorizer.allowed(broker, header, DESCRIBE, GROUP_RESOURCE, group.group_id)
+                                    else _refused(group) for group in request.groups))
     return RESPONSE[header.api_version](throttle_time_ms=0, groups=list(groups))
+
+
+async def _refused(wanted):
+    return GROUP(group_id=wanted.group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None,
+                 topics=[])
 
 
 async def _describe(broker, wanted):

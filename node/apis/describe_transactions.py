@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest, DescribeTransactionsResponse
 
+from cluster.formats.acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeTransactionsRequest
 RESPONSE = DescribeTransactionsResponse
@@ -40,5 +42,16 @@ def describe(broker, transactional_id: str):
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](
-        throttle_time_ms=0, transaction_states=[describe(broker, t) for t in request.transactional_ids])
+    return RESPONSE[header.api_version](throttle_time_ms=0, transaction_states=[
+        _authorized_describe(broker, header, t) for t in request.transactional_ids])
+
+
+def _authorized_describe(broker, header, transactional_id: str):
+    """As Kafka: DESCRIBE on the transactional id, and only the partitions of topics it may DESCRIBE."""
+    if not authorizer.allowed(broker, header, DESCRIBE, TRANSACTIONAL_ID, transactional_id):
+        return State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=transactional_id)
+    state = describe(broker, transactional_id)
+    if broker.authorizer is not None and state.topics:
+        denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, [t.topic for t in state.topics])
+        state.topics = [t for t in state.topics if t.topic not in denied]
+    return state

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
 
+from cluster.formats.acls import TRANSACTIONAL_ID, WRITE
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = EndTxnRequest
 RESPONSE = EndTxnResponse
@@ -27,6 +29,9 @@ EPOCH_BUMP_VERSION = 5
 
 async def handle(broker, header, request):
     version = header.api_version
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, WRITE, TRANSACTIONAL_ID, request.transactional_id)
+    if refusal is not None:
+        return refusal
     error, producer_id, epoch = await broker.transactions.end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
         bump_epoch=version >= EPOCH_BUMP_VERSION)

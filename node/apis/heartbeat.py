@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 
+from cluster.formats.acls import GROUP, READ
+from node.security import authorizer
+
 REQUEST = HeartbeatRequest
 RESPONSE = HeartbeatResponse
 VERSIONS = (0, 4)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     error = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     group = broker.groups.consumer_group(request.group_id) if not error else None
     if group is not None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 
+from cluster.formats.acls import GROUP, READ
 from node.groups.persistence import GroupError
+from node.security import authorizer
 
 REQUEST = JoinGroupRequest
 RESPONSE = JoinGroupResponse
@@ -23,6 +25,9 @@ VERSIONS = (0, 9)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     if owner:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = LeaveGroupRequest
 RESPONSE = LeaveGroupResponse
@@ -19,6 +21,9 @@ VERSIONS = (0, 5)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin.transactions import ListTransactionsRequest, ListTransactionsResponse
 
+from cluster.formats.acls import DESCRIBE, TRANSACTIONAL_ID
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 from node.transactions.listing import BadPattern, ListFilter, listed
 
 REQUEST = ListTransactionsRequest
@@ -45,4 +47,5 @@ async def handle(broker, header, request):
     return answer(ErrorCode.NONE, wanted.unknown_states, [
         RESPONSE.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                   transaction_state=m.state_name)
-        for m in listed(coordinator.coordinated(), wanted, broker.now_ms())])
+        for m in listed(coordinator.coordinated(), wanted, broker.now_ms())
+        if authorizer.allowed(broker, header, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id)])

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
+from cluster.formats.acls import DELETE, GROUP, READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.groups.persistence import GroupError
+from node.security import authorizer
 
 REQUEST = OffsetDeleteRequest
 RESPONSE = OffsetDeleteResponse
@@ -22,6 +24,10 @@ Topic = RESPONSE.OffsetDeleteResponseTopic
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, DELETE, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
+    denied = authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
     coordinator = broker.groups
     error = coordinator.owns(request.group_id)
     group = None if error else coordinator.group(request.group_id)
@@ -34,7 +40,9 @@ async def handle(broker, header, request):
     for topic in request.topics:
         codes = []
         for part in topic.partitions:
-            if subscribed is None or topic.name in subscribed:
+            if denied and topic.name in denied:
+                codes.append((part.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif subscribed is None or topic.name in subscribed:
                 codes.append((part.partition_index, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
             elif broker.partition(topic.name, part.partition_index) is None:
                 codes.append((part.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.share import requests as share_requests
 from node.share.requests import acknowledgement_batches
 from node.share.sessions import FINAL_EPOCH
@@ -42,6 +44,8 @@ async def handle(broker, header, request):
     version = header.api_version
     if not request.group_id or not request.member_id:
         return _error(version, ErrorCode.INVALID_REQUEST)
+    if not authorizer.allowed(broker, header, READ, GROUP, request.group_id):
+        return _error(version, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     epoch = request.share_session_epoch
     error, session = broker.share_sessions.acknowledge_session(request.group_id, request.member_id, epoch)
     if error:

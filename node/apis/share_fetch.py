@@ -27,12 +27,14 @@ import time
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from cluster.formats.partition_log import OffsetOutOfRangeError
 from cluster.formats.records import iter_batch_headers
 from cluster.runtime.timed_wait import result_within
 from node.apis import schemas
 from node.group_configs import group_setting_int
+from node.security import authorizer
 from node.share import requests as share_requests
 from node.share.requests import Target, acknowledgement_batches
 from node.share.sessions import INITIAL_EPOCH
@@ -72,6 +74,8 @@ async def handle(broker, header, request):
     version = header.api_version
     if not request.group_id or not request.member_id:
         return _error(version, ErrorCode.INVALID_REQUEST)
+    if not authorizer.allowed(broker, header, READ, GROUP, request.group_id):
+        return _error(version, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     requested = [(topic.topic_id, p.partition_index) for topic in request.topics for p in topic.partitions]
     acknowledgements = {(topic.topic_id, p.partition_index): acknowledgement_batches(p)
                         for topic in request.topics for p in topic.partitions if p.acknowledgement_batches}

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.groups.share import JOIN_EPOCH, LEAVE_EPOCH
+from node.security import authorizer
 
 
 class ShareGroupHeartbeatRequest(ApiMessage, load_json=schemas):
@@ -40,6 +42,9 @@ Assignment = RESPONSE.Assignment
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     invalid = _invalid(request)
     if invalid:
         return _error(header, ErrorCode.INVALID_REQUEST, invalid)

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
 
+from cluster.formats.acls import GROUP, READ
+from node.security import authorizer
+
 REQUEST = SyncGroupRequest
 RESPONSE = SyncGroupResponse
 VERSIONS = (0, 5)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     group = broker.groups.consumer_group(request.group_id) if not owner else None

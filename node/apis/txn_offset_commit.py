@@ -23,9 +23,11 @@ import time
 
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
+from cluster.formats.acls import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from cluster.formats.errors import ErrorCode
 from node.groups.persistence import GroupError
 from node.groups.records import CommittedOffset
+from node.security import authorizer
 
 REQUEST = TxnOffsetCommitRequest
 RESPONSE = TxnOffsetCommitResponse
@@ -37,6 +39,11 @@ Topic = RESPONSE.TxnOffsetCommitResponseTopic
 
 async def handle(broker, header, request):
     version = header.api_version
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, WRITE, TRANSACTIONAL_ID, request.transactional_id) \
+        or authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
+    denied = authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
     group_error = _group_error(broker, request, version)
     now = int(time.time() * 1000)
     max_metadata = broker.config.get_int("offset.metadata.max.bytes")
@@ -45,7 +52,8 @@ async def handle(broker, header, request):
     for topic in request.topics:
         codes = []
         for part in topic.partitions:
-            code = _unknown(broker, topic.name, part) or group_error or _too_large(part, max_metadata)
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied and topic.name in denied else \
+                _unknown(broker, topic.name, part) or group_error or _too_large(part, max_metadata)
             if not code:
                 accepted[(topic.name, part.partition_index)] = CommittedOffset(
                     part.committed_offset, part.committed_leader_epoch if version >= 2 else -1,

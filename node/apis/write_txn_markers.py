@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
+from cluster.formats.acls import ALTER, CLUSTER_ACTION
+from node.security import authorizer
 from node.transaction_markers import write_markers
 
 REQUEST = WriteTxnMarkersRequest
@@ -21,6 +23,11 @@ VERSIONS = (1, 2)
 
 
 async def handle(broker, header, request):
+    # (Kafka: ALTER on the cluster will do, else CLUSTER_ACTION)
+    refusal = None if authorizer.allowed(broker, header, ALTER) else authorizer.refusal(
+        broker, header, request, RESPONSE, CLUSTER_ACTION)
+    if refusal is not None:
+        return refusal
     markers = [(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
                 [(t.name, index) for t in m.topics for index in t.partition_indexes]) for m in request.markers]
     outcomes = await write_markers(broker, markers)

@@ -17,18 +17,22 @@ PREFIXED ones, with the distinct prefix lengths of each resource type, so a chec
 lookups however many ACLs there are (Kafka's StandardAuthorizerData walks a sorted set to the
 same end). The index is rebuilt when the image has applied an ACL record since it was built.
 
-API modules call `allowed`, `denied` (the names of several resources refused), `allowed_by_type`
-and `authorized_operations` with the request's header; that is all they know of ACLs.
+API modules call `allowed`, `denied` (the names of several resources refused), `refusal` (the
+whole request answered with the resource type's *_AUTHORIZATION_FAILED, as Kafka's
+getErrorResponse), `allowed_by_type` and `authorized_operations` with the request's header; that
+is all they know of ACLs.
 """
 from __future__ import annotations
 
 import logging
 
 from cluster.formats.acls import (
-    ALL, ALLOW, CLUSTER, CLUSTER_NAME, DESCRIBE, DESCRIBE_CONFIGS, IMPLIES_DESCRIBE, IMPLIES_DESCRIBE_CONFIGS,
+    ALL, ALLOW, CLUSTER, CLUSTER_NAME, GROUP, TOPIC, TRANSACTIONAL_ID, DESCRIBE, DESCRIBE_CONFIGS, IMPLIES_DESCRIBE, IMPLIES_DESCRIBE_CONFIGS,
     LITERAL, OPERATIONS, PREFIXED, RESOURCE_TYPES, SUPPORTED_OPERATIONS, WILDCARD, WILDCARD_PRINCIPAL, name_of,
 )
 from cluster.formats.config import ConfigError
+from cluster.formats.errors import ErrorCode
+from node.faults import error_response
 from node.security.session import ANONYMOUS
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,10 @@ AUTHORIZER_CLASSES = frozenset({
     "kafka.security.authorizer.AclAuthorizer",
 })
 NO_ACLS: tuple = ()
+# The error a request refused on a resource of each type gets.
+FAILED = {TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED, GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+          CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+          TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 
 
 class AclIndex:
@@ -195,3 +203,12 @@ def authorized_operations(broker, header, resource_type: int, name: str = CLUSTE
     """The bit field of a response's authorized-operations fields: bit n set when operation n is allowed."""
     return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type]
                if allowed(broker, header, operation, resource_type, name))
+
+
+def refusal(broker, header, request, response_class, operation: int, resource_type: int = CLUSTER,
+            name: str = CLUSTER_NAME):
+    """None when the principal may do `operation` to the resource; else the whole request's answer,
+    every error code the resource type's *_AUTHORIZATION_FAILED."""
+    if allowed(broker, header, operation, resource_type, name):
+        return None
+    return error_response(response_class, request, header.api_version, FAILED[resource_type])
