@@ -17,8 +17,10 @@ from collections import Counter
 
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
+from cluster.formats.acls import ALTER_CONFIGS
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC
+from node.security import authorizer
 
 REQUEST = AlterConfigsRequest
 RESPONSE = AlterConfigsResponse
@@ -29,7 +31,7 @@ Result = RESPONSE.AlterConfigsResourceResponse
 
 async def handle(broker, header, request):
     named = Counter((r.resource_type, r.resource_name) for r in request.resources)
-    errors = [_local_error(broker, r, named) for r in request.resources]
+    errors = [_refused(broker, header, r) or _local_error(broker, r, named) for r in request.resources]
     forwarded = [r for r, error in zip(request.resources, errors) if error is None]
     answers = await _forward(broker, forwarded, request.validate_only)
     results = []
@@ -38,6 +40,11 @@ async def handle(broker, header, request):
         results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
                               resource_name=resource.resource_name))
     return RESPONSE[header.api_version](throttle_time_ms=0, responses=results)
+
+
+def _refused(broker, header, resource) -> tuple[ErrorCode, None] | None:
+    code = authorizer.config_refusal(broker, header, ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+    return (code, None) if code else None
 
 
 def _local_error(broker, resource, named: Counter) -> tuple[ErrorCode, str | None] | None:

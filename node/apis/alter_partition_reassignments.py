@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
 
+from cluster.formats.acls import ALTER
 from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
+from node.security import authorizer
 
 REQUEST = AlterPartitionReassignmentsRequest
 RESPONSE = AlterPartitionReassignmentsResponse
@@ -29,6 +31,8 @@ async def handle(broker, header, request):
     topics = [{"name": t.name, "partitions": [
         {"partition": p.partition_index, "replicas": None if p.replicas is None else list(p.replicas)}
         for p in t.partitions]} for t in request.topics]
+    if not authorizer.allowed(broker, header, ALTER):
+        return _refused(header, topics, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     try:
         reply = await broker.call_controller("alter_reassignments", topics=topics)
     except ControllerUnavailable as exc:

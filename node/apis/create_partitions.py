@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
+from cluster.formats.acls import ALTER, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.broker import apply_timeout_s
+from node.security import authorizer
 
 REQUEST = CreatePartitionsRequest
 RESPONSE = CreatePartitionsResponse
@@ -27,6 +29,12 @@ async def handle(broker, header, request):
         "count": topic.count,
         "assignments": [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None,
     } for topic in request.topics]
+    denied = authorizer.denied(broker, header, ALTER, TOPIC, [t["name"] for t in topics])
+    topics = [t for t in topics if t["name"] not in denied]
+    refused = [Result(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                      error_message="The topic authorization is failed.") for name in sorted(denied)]
+    if refused and not topics:
+        return RESPONSE[header.api_version](throttle_time_ms=0, results=refused)
     try:
         reply = await broker.call_controller("create_partitions", topics=topics, validate_only=request.validate_only,
                                              apply_timeout_s=apply_timeout_s(request.timeout_ms))
@@ -37,4 +45,4 @@ async def handle(broker, header, request):
                    for r in reply["results"]]
     except Exception as exc:
         results = [Result(name=t["name"], error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc)) for t in topics]
-    return RESPONSE[header.api_version](throttle_time_ms=0, results=results)
+    return RESPONSE[header.api_version](throttle_time_ms=0, results=results + refused)

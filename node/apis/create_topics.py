@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
+from cluster.formats.acls import CREATE, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string
 from node.broker import apply_timeout_s
+from node.security import authorizer
 from node.topic_configs import topic_config_entries
 
 REQUEST = CreateTopicsRequest
@@ -31,6 +33,12 @@ async def handle(broker, header, request):
         "assignments": {a.partition_index: list(a.broker_ids) for a in topic.assignments} or None,
         "configs": {c.name: c.value for c in topic.configs},
     } for topic in request.topics]
+    denied = _denied(broker, header, [t["name"] for t in topics])
+    if denied:
+        refused = [t for t in topics if t["name"] in denied]
+        topics = [t for t in topics if t["name"] not in denied]
+    if denied and not topics:
+        return RESPONSE[header.api_version](throttle_time_ms=0, topics=[_refused(t) for t in refused])
     try:
         reply = await broker.call_controller("create_topics", topics=topics, validate_only=request.validate_only,
                                              apply_timeout_s=apply_timeout_s(request.timeout_ms))
@@ -42,7 +50,21 @@ async def handle(broker, header, request):
             reply["results"] = [{"name": t["name"], "error_code": reply["error_code"],
                                  "error_message": reply["error_message"]} for t in topics]
         results = [_result(broker, r, request.validate_only) for r in reply["results"]]
+    if denied:
+        results += [_refused(t) for t in refused]
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=results)
+
+
+def _denied(broker, header, names: list[str]) -> set[str]:
+    """As Kafka: CREATE on the cluster allows every topic, else each needs CREATE of its own."""
+    if broker.authorizer is None or authorizer.allowed(broker, header, CREATE):
+        return set()
+    return authorizer.denied(broker, header, CREATE, TOPIC, names)
+
+
+def _refused(topic: dict):
+    return Result(name=topic["name"], error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None,
+                  num_partitions=-1, replication_factor=-1, configs=None)
 
 
 def _result(broker, result: dict, validate_only: bool):

@@ -17,10 +17,12 @@ import asyncio
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
+from cluster.formats.acls import DELETE, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within
 from node.groups.placement import OFFSETS_TOPIC
 from node.leadership import check_leader
+from node.security import authorizer
 
 REQUEST = DeleteRecordsRequest
 RESPONSE = DeleteRecordsResponse
@@ -33,7 +35,9 @@ PartitionResult = TopicResult.DeleteRecordsPartitionResult
 
 
 async def handle(broker, header, request):
-    deleted = {(topic.name, part.partition_index): _delete(broker, topic.name, part.partition_index, part.offset)
+    denied = authorizer.denied(broker, header, DELETE, TOPIC, [t.name for t in request.topics])
+    deleted = {(topic.name, part.partition_index): (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, False)
+               if denied and topic.name in denied else _delete(broker, topic.name, part.partition_index, part.offset)
                for topic in request.topics for part in topic.partitions}
     if any(moved for _, _, moved in deleted.values()):
         await broker.replicas.write_checkpoints_in_thread()

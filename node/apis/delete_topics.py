@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
+from cluster.formats.acls import DELETE, DESCRIBE, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
+from node.security import authorizer
 
 REQUEST = DeleteTopicsRequest
 RESPONSE = DeleteTopicsResponse
@@ -26,6 +28,10 @@ async def handle(broker, header, request):
                   for t in request.topics]
     else:
         wanted = [{"name": name} for name in request.topic_names]
+    refused = _refused(broker, header, wanted)
+    wanted = [w for w in wanted if id(w) not in refused]
+    if not wanted and refused:
+        return RESPONSE[header.api_version](throttle_time_ms=0, responses=list(refused.values()))
     try:
         reply = await broker.call_controller("delete_topics", topics=wanted)
         if reply.get("error_code"):
@@ -34,7 +40,27 @@ async def handle(broker, header, request):
     except Exception as exc:
         results = [Result(name=w.get("name"), topic_id=_uuid(w.get("topic_id")), error_code=ErrorCode.REQUEST_TIMED_OUT,
                           error_message=str(exc)) for w in wanted]
-    return RESPONSE[header.api_version](throttle_time_ms=0, responses=results)
+    return RESPONSE[header.api_version](throttle_time_ms=0, responses=results + list(refused.values()))
+
+
+def _refused(broker, header, wanted: list[dict]) -> dict[int, object]:
+    """As Kafka: each topic needs DELETE (one named by id, DESCRIBE first): the answers of those
+    refused, by id() of their entry in wanted."""
+    if broker.authorizer is None:
+        return {}
+    refused = {}
+    for w in wanted:
+        info = broker.topic_by_id(topic_id_from_kafka_string(w["topic_id"])) if "name" not in w else None
+        name = w.get("name") or (info.name if info else None)
+        if name is None:
+            continue
+        if authorizer.allowed(broker, header, DELETE, TOPIC, name):
+            continue
+        described = "name" in w or authorizer.allowed(broker, header, DESCRIBE, TOPIC, name)
+        refused[id(w)] = Result(name=w.get("name"), topic_id=_uuid(w.get("topic_id")),
+                                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if described
+                                else ErrorCode.UNKNOWN_TOPIC_ID, error_message=None)
+    return refused
 
 
 def _uuid(kafka_string):

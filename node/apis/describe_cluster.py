@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
+from cluster.formats.acls import CLUSTER
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeClusterRequest
 RESPONSE = DescribeClusterResponse
@@ -42,4 +44,5 @@ async def handle(broker, header, request):
     return RESPONSE[header.api_version](
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE,
         cluster_id=broker.cluster_id or "", controller_id=broker.node_id, brokers=brokers,
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        authorized_operations=authorizer.authorized_operations(broker, header, CLUSTER)
+        if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
+from cluster.formats.acls import DESCRIBE_CONFIGS
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC
 from cluster.formats.errors import ErrorCode
 from node.group_configs import group_config_entries
+from node.security import authorizer
 from node.topic_configs import DEFAULT_CONFIG, broker_config_entries, topic_config_entries
 
 REQUEST = DescribeConfigsRequest
@@ -29,7 +31,12 @@ Entry = Result.DescribeConfigsResourceResult
 
 
 async def handle(broker, header, request):
-    results = [_describe(broker, resource, request.include_synonyms) for resource in request.resources]
+    results = [_describe(broker, resource, request.include_synonyms)
+               if not (refused := authorizer.config_refusal(broker, header, DESCRIBE_CONFIGS, resource.resource_type,
+                                                            resource.resource_name))
+               else Result(error_code=refused, error_message=None, resource_type=resource.resource_type,
+                           resource_name=resource.resource_name, configs=[])
+               for resource in request.resources]
     return RESPONSE[header.api_version](throttle_time_ms=0, results=results)
 
 

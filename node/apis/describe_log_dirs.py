@@ -15,7 +15,9 @@ from collections import defaultdict
 
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
+from cluster.formats.acls import DESCRIBE
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeLogDirsRequest
 RESPONSE = DescribeLogDirsResponse
@@ -26,6 +28,9 @@ Topic = Result.DescribeLogDirsTopic
 
 
 async def handle(broker, header, request):
+    if not authorizer.allowed(broker, header, DESCRIBE):
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            results=[])
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     by_topic: dict[str, list] = defaultdict(list)
     for (topic, index), partition in sorted(broker.replicas.partitions.items()):

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
+from cluster.formats.acls import ALTER
 from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
+from node.security import authorizer
 
 REQUEST = ElectLeadersRequest
 RESPONSE = ElectLeadersResponse
@@ -34,6 +36,9 @@ async def handle(broker, header, request):
     election_type = request.election_type if header.api_version >= 1 else 0
     requested = None if request.topic_partitions is None else [
         [t.topic, p] for t in request.topic_partitions for p in t.partitions]
+    if not authorizer.allowed(broker, header, ALTER):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return _answer(header.api_version, code, [[t, p, code] for t, p in requested or ()])
     if election_type not in (0, 1):
         return _answer(header.api_version, ErrorCode.INVALID_REQUEST, [])
     try:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 
+from cluster.formats.acls import DESCRIBE
 from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
+from node.security import authorizer
 
 REQUEST = ListPartitionReassignmentsRequest
 RESPONSE = ListPartitionReassignmentsResponse
@@ -22,6 +24,9 @@ PartitionReassignment = TopicReassignment.OngoingPartitionReassignment
 
 
 async def handle(broker, header, request):
+    if not authorizer.allowed(broker, header, DESCRIBE):
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None, topics=[])
     requested = None if request.topics is None else [[t.name, list(t.partition_indexes)] for t in request.topics]
     try:
         reply = await broker.metadata.call_controller("list_reassignments", topics=requested)

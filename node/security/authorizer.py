@@ -212,3 +212,19 @@ def refusal(broker, header, request, response_class, operation: int, resource_ty
     if allowed(broker, header, operation, resource_type, name):
         return None
     return error_response(response_class, request, header.api_version, FAILED[resource_type])
+
+
+# DescribeConfigs' and AlterConfigs' resource types (TOPIC 2, BROKER 4, BROKER_LOGGER 8, GROUP 32)
+# and the ACL resource each is authorized on.
+_CONFIG_RESOURCES = {2: TOPIC, 4: CLUSTER, 8: CLUSTER, 32: GROUP}
+
+
+def config_refusal(broker, header, operation: int, config_resource_type: int, name: str) -> ErrorCode | None:
+    """The *_AUTHORIZATION_FAILED of a config resource the principal may not DESCRIBE_CONFIGS or
+    ALTER_CONFIGS (a broker's configs are the cluster's); None when allowed."""
+    resource_type = _CONFIG_RESOURCES.get(config_resource_type)
+    if broker.authorizer is None or resource_type is None:
+        return None
+    if allowed(broker, header, operation, resource_type, CLUSTER_NAME if resource_type == CLUSTER else name):
+        return None
+    return FAILED[resource_type]
