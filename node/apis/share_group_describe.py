@@ -48,7 +48,8 @@ def _authorized_describe(broker, header, group_id: str, with_operations: bool):
         return _failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     described = _describe(broker, group_id)
     if with_operations and described.error_code == ErrorCode.NONE:
-        described.authorized_operations = authorizer.authorized_operations(broker, header, GROUP, group_id)
+        described.authorized_operations = authorizer.bit_field(
+            authorizer.authorized_operations(broker, header, GROUP, group_id))
     return described
 
 

@@ -199,10 +199,15 @@ def allowed_by_type(broker, header, operation: int, resource_type: int) -> bool:
     return authorizer.allows_some(broker.image, principal, host, operation, resource_type)
 
 
-def authorized_operations(broker, header, resource_type: int, name: str = CLUSTER_NAME) -> int:
-    """The bit field of a response's authorized-operations fields: bit n set when operation n is allowed."""
-    return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type]
-               if allowed(broker, header, operation, resource_type, name))
+def authorized_operations(broker, header, resource_type: int, name: str = CLUSTER_NAME) -> set[int]:
+    """The operations of the resource the principal may do, as kafka-python's bit-field fields take them."""
+    return {operation for operation in SUPPORTED_OPERATIONS[resource_type]
+            if allowed(broker, header, operation, resource_type, name)}
+
+
+def bit_field(operations: set[int]) -> int:
+    """An authorized-operations field as an int32: bit n set when operation n is allowed."""
+    return sum(1 << operation for operation in operations)
 
 
 def refusal(broker, header, request, response_class, operation: int, resource_type: int = CLUSTER,

@@ -1,0 +1,303 @@
+"""ACLs with real clients, on a cluster run with Kafka's StandardAuthorizer.
+
+Over PLAINTEXT every client is User:ANONYMOUS, and the super user is one nobody here can be, so
+what a client may do is exactly what the ACLs below grant it. The only ACLs written outside the
+Kafka protocol are the ones that let User:ANONYMOUS administer ACLs (ALTER and DESCRIBE on the
+cluster), written through the controller's channel as `kraftwerk acl add` does; every other ACL is
+created, described and deleted with confluent-kafka's and kafka-python's admin clients.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
+    ResourceType,
+)
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, ResourcePattern, ResourcePatternFilter
+from kafka.admin import ACLResourcePatternType, ResourceType as KafkaPythonResourceType
+from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+
+from cluster.launch import Cluster
+
+AUTHORIZED = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:admin;User:broker"}
+ANONYMOUS = "User:ANONYMOUS"
+TIMEOUT_S = 15
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(nodes=1, node_config=AUTHORIZED) as running:
+        grant_acl_administration(running)
+        yield running
+
+
+def grant_acl_administration(cluster) -> None:
+    """ALTER and DESCRIBE on the cluster for User:ANONYMOUS, through the controller's channel."""
+    creations = [{"resource_type": 4, "resource_name": "kafka-cluster", "pattern_type": 3, "principal": ANONYMOUS,
+                  "host": "*", "operation": operation, "permission_type": 3} for operation in (7, 8)]
+    assert cluster.control("create_acls", creations=creations)["results"] == [
+        {"error_code": 0, "error_message": None}] * 2
+    cluster.control("wait_ready", node_ids=sorted(cluster.nodes), timeout_ms=TIMEOUT_S * 1000)
+
+
+@pytest.fixture
+def admin(cluster):
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    yield client
+    # Every ACL a test made goes, but the two that administer ACLs.
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    administering = {(AclOperation.ALTER, AclPermissionType.ALLOW), (AclOperation.DESCRIBE, AclPermissionType.ALLOW)}
+    made = [b for b in client.describe_acls(everything).result(TIMEOUT_S)
+            if not (b.restype == ResourceType.BROKER and (b.operation, b.permission_type) in administering)]
+    filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                b.permission_type) for b in made]
+    for future in (client.delete_acls(filters).values() if filters else ()):
+        future.result(TIMEOUT_S)
+
+
+def topic_named(cluster, prefix: str = "acl", partitions: int = 1) -> str:
+    """A new topic, made through the controller's channel (nobody here may create topics)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    reply = cluster.control("create_topics", topics=[{"name": name, "num_partitions": partitions,
+                                                      "replication_factor": 1, "assignments": None, "configs": {}}],
+                            validate_only=False)
+    assert reply["results"][0]["error_code"] == 0, reply
+    return name
+
+
+def allow(resource_type, name, operation, pattern=ResourcePatternType.LITERAL, host="*",
+          permission=AclPermissionType.ALLOW, principal=ANONYMOUS) -> AclBinding:
+    return AclBinding(resource_type, name, pattern, principal, host, operation, permission)
+
+
+def deny(resource_type, name, operation, pattern=ResourcePatternType.LITERAL, host="*") -> AclBinding:
+    return allow(resource_type, name, operation, pattern, host, AclPermissionType.DENY)
+
+
+def create(admin, *bindings: AclBinding) -> None:
+    for future in admin.create_acls(list(bindings)).values():
+        assert future.result(TIMEOUT_S) is None
+
+
+def delivery_error(cluster, topic: str, config: dict | None = None) -> KafkaError | None:
+    """The error of producing one message with a new confluent-kafka producer (None: delivered)."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "message.timeout.ms": 5000,
+                         **(config or {})})
+    outcome = []
+    producer.produce(topic, b"hello", on_delivery=lambda error, message: outcome.append(error))
+    producer.flush(TIMEOUT_S)
+    assert len(outcome) == 1
+    return outcome[0]
+
+
+def error_code(error) -> int | None:
+    return None if error is None else error.code()
+
+
+# --- the ACL APIs ---
+
+def test_acls_are_created_described_by_filter_and_deleted_with_confluent_kafka(admin):
+    orders = allow(ResourceType.TOPIC, "orders", AclOperation.READ)
+    ord_prefix = allow(ResourceType.TOPIC, "ord", AclOperation.WRITE, ResourcePatternType.PREFIXED, host="127.0.0.1")
+    group = deny(ResourceType.GROUP, "*", AclOperation.DELETE)
+    create(admin, orders, ord_prefix, group)
+    create(admin, orders)  # the same ACL again: still one ACL
+
+    def described(restype, name, pattern, permission=AclPermissionType.ANY):
+        return sorted(admin.describe_acls(AclBindingFilter(restype, name, pattern, None, None, AclOperation.ANY,
+                                                           permission)).result(TIMEOUT_S), key=str)
+
+    assert described(ResourceType.TOPIC, None, ResourcePatternType.ANY) == sorted([orders, ord_prefix], key=str)
+    assert described(ResourceType.TOPIC, "orders", ResourcePatternType.MATCH) == sorted([orders, ord_prefix], key=str)
+    assert described(ResourceType.TOPIC, "ord", ResourcePatternType.LITERAL) == []
+    assert described(ResourceType.ANY, None, ResourcePatternType.ANY, AclPermissionType.DENY) == [group]
+
+    deleted = admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.MATCH, ANONYMOUS,
+                                                  None, AclOperation.ANY, AclPermissionType.ALLOW)])
+    assert sorted(next(iter(deleted.values())).result(TIMEOUT_S), key=str) == sorted([orders, ord_prefix], key=str)
+    assert described(ResourceType.TOPIC, None, ResourcePatternType.ANY) == []
+    assert described(ResourceType.GROUP, None, ResourcePatternType.ANY) == [group]
+
+
+def test_create_acls_refuses_what_kafka_refuses(admin):
+    bad = allow(ResourceType.BROKER, "other-cluster", AclOperation.ALTER)
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([bad])[bad].result(TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "The only valid name for the CLUSTER resource is kafka-cluster" in refused.value.args[0].str()
+
+
+def test_describe_acls_needs_describe_on_the_cluster(cluster, admin):
+    create(admin, deny(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE))
+    everything = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(KafkaPythonResourceType.ANY, None,
+                                                                  ACLResourcePatternType.ANY))
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            kafka_admin.describe_acls(everything)
+        denial = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, ANONYMOUS, "*",
+                                  AclOperation.DESCRIBE, AclPermissionType.DENY)
+        assert len(admin.delete_acls([denial])[denial].result(TIMEOUT_S)) == 1
+        found, error = kafka_admin.describe_acls(everything)
+        assert error.errno == 0 and len(found) == 2  # the two that administer ACLs
+    finally:
+        kafka_admin.close()
+
+
+@pytest.mark.kraftwerk(nodes=1)
+def test_acl_apis_answer_security_disabled_without_an_authorizer(kraftwerk_cluster):
+    admin = AdminClient({"bootstrap.servers": kraftwerk_cluster.bootstrap_servers})
+    binding = allow(ResourceType.TOPIC, "orders", AclOperation.READ)
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([binding])[binding].result(TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+# --- topics ---
+
+def test_producing_needs_write_on_the_topic(cluster, admin):
+    topic = topic_named(cluster)
+    assert error_code(delivery_error(cluster, topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    assert delivery_error(cluster, topic) is None
+
+
+def test_a_prefixed_acl_covers_every_topic_it_begins(cluster, admin):
+    covered, other = topic_named(cluster, "sales"), topic_named(cluster, "salt")
+    create(admin, allow(ResourceType.TOPIC, "sales-", AclOperation.WRITE, ResourcePatternType.PREFIXED))
+    assert delivery_error(cluster, covered) is None
+    assert error_code(delivery_error(cluster, other)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_the_wildcard_covers_every_topic_and_deny_beats_allow(cluster, admin):
+    open_topic, closed_topic = topic_named(cluster), topic_named(cluster)
+    create(admin, allow(ResourceType.TOPIC, "*", AclOperation.ALL),
+           deny(ResourceType.TOPIC, closed_topic, AclOperation.WRITE))
+    assert delivery_error(cluster, open_topic) is None
+    assert error_code(delivery_error(cluster, closed_topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_an_acl_for_another_host_does_not_apply(cluster, admin):
+    topic = topic_named(cluster)
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE, host="10.99.99.99"))
+    assert error_code(delivery_error(cluster, topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE, host="127.0.0.1"))
+    assert delivery_error(cluster, topic) is None
+
+
+def test_metadata_lists_only_the_topics_the_principal_may_describe(cluster, admin):
+    described, written, hidden = topic_named(cluster, "seen"), topic_named(cluster, "seen"), topic_named(cluster)
+    create(admin, allow(ResourceType.TOPIC, described, AclOperation.DESCRIBE),
+           allow(ResourceType.TOPIC, written, AclOperation.WRITE))  # WRITE implies DESCRIBE
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        assert set(kafka_admin.list_topics()) == {described, written}
+        assert hidden not in admin.list_topics(timeout=TIMEOUT_S).topics
+    finally:
+        kafka_admin.close()
+
+
+def test_a_consumer_needs_read_on_the_topic(cluster, admin):
+    topic = topic_named(cluster)
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    assert delivery_error(cluster, topic) is None
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        with pytest.raises(TopicAuthorizationFailedError):
+            consumer.poll(timeout_ms=5000)
+        create(admin, allow(ResourceType.TOPIC, topic, AclOperation.READ))
+        consumer.seek(TopicPartition(topic, 0), 0)
+        assert [m.value for m in consumer] == [b"hello"]
+    finally:
+        consumer.close()
+
+
+# --- groups, transactional ids, the cluster ---
+
+def consume_in_group(cluster, topic: str, group: str) -> tuple[list[bytes], int | None]:
+    """(values read, the first error code) of a confluent-kafka consumer in group."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                         "auto.offset.reset": "earliest"})
+    values, error = [], None
+    try:
+        consumer.subscribe([topic])
+        for _ in range(20):
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            if message.error():
+                error = message.error().code()
+                break
+            values.append(message.value())
+            break
+    finally:
+        consumer.close()
+    return values, error
+
+
+def test_a_group_needs_read_on_the_group(cluster, admin):
+    topic, group = topic_named(cluster), f"group-{uuid.uuid4().hex[:8]}"
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.ALL))
+    assert delivery_error(cluster, topic) is None
+    assert consume_in_group(cluster, topic, group) == ([], KafkaError.GROUP_AUTHORIZATION_FAILED)
+    create(admin, allow(ResourceType.GROUP, group, AclOperation.READ))
+    assert consume_in_group(cluster, topic, group) == ([b"hello"], None)
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(cluster, admin):
+    topic, transactional_id = topic_named(cluster), f"tx-{uuid.uuid4().hex[:8]}"
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": transactional_id}
+    producer = Producer(config)
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    create(admin, allow(ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE))
+    producer = Producer(config)
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(TIMEOUT_S)
+
+
+def test_creating_topics_needs_create_on_the_cluster_or_the_topic(cluster, admin):
+    first, second = (f"created-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    refused = admin.create_topics([NewTopic(first, 1, 1)])[first]
+    with pytest.raises(KafkaException) as failure:
+        refused.result(TIMEOUT_S)
+    assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    create(admin, allow(ResourceType.TOPIC, first, AclOperation.CREATE))
+    assert admin.create_topics([NewTopic(first, 1, 1)])[first].result(TIMEOUT_S) is None
+    create(admin, allow(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE))
+    assert admin.create_topics([NewTopic(second, 1, 1)])[second].result(TIMEOUT_S) is None
+
+
+def test_kafka_python_admin_creates_describes_and_deletes_acls(cluster, admin):
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        acl = ACL(principal=ANONYMOUS, host="*", operation=ACLOperation.READ, permission_type=ACLPermissionType.ALLOW,
+                  resource_pattern=ResourcePattern(KafkaPythonResourceType.GROUP, "readers",
+                                                   ACLResourcePatternType.PREFIXED))
+        created = kafka_admin.create_acls([acl])
+        assert created["failed"] == [] and len(created["succeeded"]) == 1
+        acl_filter = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                               permission_type=ACLPermissionType.ANY,
+                               resource_pattern=ResourcePatternFilter(KafkaPythonResourceType.GROUP, "readers-1",
+                                                                      ACLResourcePatternType.MATCH))
+        found, error = kafka_admin.describe_acls(acl_filter)
+        assert error.errno == 0 and [(a.principal, a.resource_pattern.resource_name) for a in found] == [
+            (ANONYMOUS, "readers")]
+        [(_, matched, error)] = kafka_admin.delete_acls([acl_filter])
+        assert error.errno == 0 and [(a.resource_pattern.resource_name, a.operation) for a in matched] == [
+            ("readers", ACLOperation.READ)]
+    finally:
+        kafka_admin.close()
