@@ -47,7 +47,9 @@ async def handle(broker, header, request):
         await _create_topic(broker, share_placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
     if key_type == SHARE_KEY_TYPE and not authorizer.allowed(broker, header, CLUSTER_ACTION):
         return authorizer.refusal(broker, header, request, RESPONSE, CLUSTER_ACTION)
-    found = [_refused(broker, header, key, key_type) or _locate(broker, key, key_type, version) for key in keys]
+    listener = header.session.listener.name
+    found = [_refused(broker, header, key, key_type) or _locate(broker, key, key_type, version, listener)
+             for key in keys]
     if version >= 4:
         return RESPONSE[version](throttle_time_ms=0, coordinators=[
             RESPONSE.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
@@ -66,7 +68,7 @@ def _refused(broker, header, key: str, key_type: int) -> tuple[ErrorCode, int, s
     return None
 
 
-def _locate(broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, int, str, int]:
+def _locate(broker, key: str, key_type: int, version: int, listener: str) -> tuple[ErrorCode, int, str, int]:
     if key_type == GROUP_KEY_TYPE:
         info = broker.partition(placement.OFFSETS_TOPIC, broker.groups.partition_of(key))
     elif key_type == TRANSACTION_KEY_TYPE:
@@ -76,7 +78,7 @@ def _locate(broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, i
         info = broker.partition(share_placement.SHARE_STATE_TOPIC, partition)
     else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
-    endpoint = broker.endpoint_of(info.leader) if info is not None and info.leader >= 0 else None
+    endpoint = broker.endpoint_of(info.leader, listener) if info is not None and info.leader >= 0 else None
     if endpoint is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     host, port, _ = endpoint
