@@ -1,5 +1,6 @@
 """CreateAcls and DeleteAcls as Kafka's AclControlManager decides them: AccessControlEntryRecords
-for new ACLs, RemoveAccessControlEntryRecords for those a filter matches.
+for new ACLs, RemoveAccessControlEntryRecords for those a filter matches; and the ACLs a filter
+matches, for `kraftwerk acl list`.
 
 An ACL that already exists is answered as created and written again never. Each filter of a
 DeleteAcls is answered with the ACLs it matched; an ACL matched by two filters is removed once.
@@ -57,6 +58,18 @@ async def delete_acls(image: MetadataImage, filters: list) -> Outcome:
                                 "matching_acls": [dataclasses.asdict(_binding_of(acl)) for acl in matching]})
     outcome.records = [("RemoveAccessControlEntryRecord", {"id": acl_id}) for acl_id in sorted(removed)]
     return outcome
+
+
+def describe_acls(image: MetadataImage, acl_filter: dict) -> dict:
+    """The ACLs a filter matches, as DescribeAcls answers (for the command line, which may not be
+    allowed to ask a node)."""
+    parsed = _filter(acl_filter)
+    error = parsed.unknown_error()
+    if error is not None:
+        return {"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": error, "acls": []}
+    return {"error_code": 0, "error_message": None, "acls": sorted(
+        (dataclasses.asdict(_binding_of(acl)) for acl in image.acls.values() if parsed.matches(acl)),
+        key=lambda acl: tuple(acl.values()))}
 
 
 def _new_id(image: MetadataImage) -> uuid.UUID:

@@ -58,7 +58,7 @@ ARGUMENTS = {
     "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
     "unregister_broker": {"node_id": int},
     "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
-    "create_acls": {"creations": list}, "delete_acls": {"filters": list},
+    "create_acls": {"creations": list}, "delete_acls": {"filters": list}, "describe_acls": {"filter": dict},
 }
 
 
@@ -121,7 +121,11 @@ class Controller:
             "move_leader": self.move_leader,
             "create_acls": lambda a, _: self._decide_and_apply(lambda: acls.create_acls(self.image, a["creations"])),
             "delete_acls": lambda a, _: self._decide_and_apply(lambda: acls.delete_acls(self.image, a["filters"])),
+            "describe_acls": self._describe_acls,
         }
+
+    async def _describe_acls(self, args: dict, conn) -> dict:
+        return acls.describe_acls(self.image, args["filter"])
 
     def unfenced_brokers(self) -> list[int]:
         return sorted(b.node_id for b in self.image.brokers.values() if not b.fenced)

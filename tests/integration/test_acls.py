@@ -8,6 +8,10 @@ created, described and deleted with confluent-kafka's and kafka-python's admin c
 """
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -27,6 +31,8 @@ AUTHORIZED = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.Sta
               "super.users": "User:admin;User:broker"}
 ANONYMOUS = "User:ANONYMOUS"
 TIMEOUT_S = 15
+# The installed console script, as users run it; the module when kraftwerk is not pip-installed.
+KRAFTWERK = [shutil.which("kraftwerk")] if shutil.which("kraftwerk") else [sys.executable, "-m", "cluster.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -301,3 +307,31 @@ def test_kafka_python_admin_creates_describes_and_deletes_acls(cluster, admin):
             ("readers", ACLOperation.READ)]
     finally:
         kafka_admin.close()
+
+
+# --- the command line ---
+
+def kraftwerk(cluster, *args: str) -> str:
+    result = subprocess.run([*KRAFTWERK, "acl", *args, "--data-dir", str(cluster.data_dir)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_kraftwerk_acl_adds_lists_and_removes_in_kafka_acls_words(cluster, admin):
+    topic = topic_named(cluster)
+    kraftwerk(cluster, "add", "--allow-principal", ANONYMOUS, "--producer", "--topic", topic)
+    assert delivery_error(cluster, topic) is None
+    resource = f"ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)"
+    assert kraftwerk(cluster, "list", "--topic", topic) == (
+        f"Current ACLs for resource `{resource}`: \n"
+        f" \t(principal={ANONYMOUS}, host=*, operation=CREATE, permissionType=ALLOW) \n"
+        f" \t(principal={ANONYMOUS}, host=*, operation=DESCRIBE, permissionType=ALLOW) \n"
+        f" \t(principal={ANONYMOUS}, host=*, operation=WRITE, permissionType=ALLOW) \n\n")
+    assert kraftwerk(cluster, "remove", "--topic", topic, "--allow-principal", ANONYMOUS,
+                     "--operation", "Write").splitlines()[1] == (
+        f" \t(principal={ANONYMOUS}, host=*, operation=WRITE, permissionType=ALLOW) ")
+    assert error_code(delivery_error(cluster, topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    listed = json.loads(kraftwerk(cluster, "list", "--topic", topic, "--bootstrap-server", cluster.bootstrap_servers,
+                                  "--json"))
+    assert sorted(acl["operation"] for acl in listed) == ["CREATE", "DESCRIBE"]
