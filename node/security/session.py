@@ -49,6 +49,8 @@ class Session:
     raw_tokens: bool = False
     # KIP-368: when (ms since the epoch) this authentication expires; None: never.
     expires_ms: int | None = None
+    # Set when a SASL handshake or exchange failed: the connection is closed once its answer is written.
+    failed: bool = False
 
     @classmethod
     def opened(cls, listener: ListenerInfo, client_host: str) -> "Session":
