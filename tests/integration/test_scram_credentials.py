@@ -127,3 +127,33 @@ def test_error_messages_on_the_wire(cluster):
                              DescribeUserScramCredentialsResponse, 0)
     assert [(r.user, r.error_code, r.error_message) for r in response.results] == [
         ("x", 92, "Cannot describe SCRAM credentials for the same user twice in a single request: x")]
+
+
+def test_the_user_commands(cluster, admin):
+    import subprocess
+    import sys
+
+    def kraftwerk(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cluster.cli", "user", *args, "--bootstrap-server",
+                               cluster.bootstrap_servers], capture_output=True, text=True, timeout=60)
+
+    added = kraftwerk("add", "carol", "--password", "carol-secret", "--mechanism", "SCRAM-SHA-512",
+                      "--iterations", "8192")
+    assert (added.returncode, added.stdout) == (0, "Added user 'carol' (SCRAM-SHA-512, 8192 iterations).\n")
+    generated = kraftwerk("add", "dan")
+    assert generated.returncode == 0
+    assert generated.stdout.startswith("Added user 'dan' (SCRAM-SHA-256, 4096 iterations). Password: ")
+    assert len(generated.stdout.split("Password: ")[1].strip()) == 24
+    assert described(admin, ["carol", "dan"]) == {"carol": [(SHA512, 8192)], "dan": [(SHA256, 4096)]}
+    listed = kraftwerk("list")
+    assert listed.stdout.splitlines() == ["USER   MECHANISM      ITERATIONS",
+                                          "carol  SCRAM-SHA-512  8192",
+                                          "dan    SCRAM-SHA-256  4096"]
+    too_few = kraftwerk("add", "erin", "--iterations", "100")
+    assert (too_few.returncode, too_few.stderr) == (1, "Error: Invalid value for '--iterations': 100 is not in the range "
+                                                   "4096<=x<=16384. See 'kraftwerk user add --help'.\n")
+    assert kraftwerk("remove", "carol").stdout == "Removed user 'carol' (SCRAM-SHA-512).\n"
+    assert kraftwerk("remove", "dan").returncode == 0
+    missing = kraftwerk("remove", "carol")
+    assert (missing.returncode, missing.stderr) == (1, "Error: user 'carol' has no SCRAM credential.\n")
+    assert kraftwerk("list").stdout == "USER  MECHANISM      ITERATIONS\n"
