@@ -62,6 +62,8 @@ def server_context(config: BrokerConfig, listener_name: str) -> ssl.SSLContext:
     if client_auth not in CLIENT_AUTH_MODES:
         raise ConfigError(f"ssl.client.auth={client_auth}: must be one of none, requested, required")
     ctx.verify_mode = CLIENT_AUTH_MODES[client_auth]
+    # a rule Kafka refuses is refused at start, not at each client's connection
+    PrincipalMapper.from_rules(setting(config, listener_name, "ssl.principal.mapping.rules"))
     if not _load_keystore(ctx, config, listener_name):
         raise ConfigError(f"listener {listener_name} serves TLS but has no keystore: set ssl.keystore.location "
                           f"(or ssl.keystore.certificate.chain and ssl.keystore.key) with ssl.keystore.type=PEM")

@@ -323,6 +323,8 @@ def test_pkcs12_keystore_and_truststore(certs, tmp_path):
      "password cannot be specified with PEM"),
     ({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "x"}, "key store password is not specified"),
     ({}, "has no keystore"),
+    ({"ssl.keystore.type": "PEM", "ssl.keystore.location": "x", "ssl.principal.mapping.rules": "RULE:x"},
+     "invalid rule"),
     ({"ssl.keystore.type": "PEM", "ssl.keystore.location": "x", "ssl.client.auth": "sometimes"}, "ssl.client.auth"),
 ])
 def test_settings_kafka_refuses_are_refused(settings, message):
