@@ -43,7 +43,8 @@ def handshake(broker, session, mechanism: str, version: int) -> int:
     an exchange already under way)."""
     if not session.listener.uses_sasl:
         return ErrorCode.ILLEGAL_SASL_STATE
-    if session.exchange is not None:
+    if session.exchange is not None or (session.authenticated and version == 0):
+        # An exchange under way; or re-authentication without SaslAuthenticate, which KIP-368 needs.
         _fail(session)
         return ErrorCode.ILLEGAL_SASL_STATE
     if mechanism not in enabled_mechanisms(broker.config, session.listener.name) or mechanism not in MECHANISMS:

@@ -136,6 +136,12 @@ def test_reauthentication_keeps_the_principal_or_is_refused():
     assert not session.authenticated
 
 
+def test_reauthentication_needs_a_v1_handshake():
+    session, _ = login(broker(), "PLAIN", b"\0alice\0a \"quoted\" pass")
+    assert sasl.handshake(broker(), session, "PLAIN", 0) == 34
+    assert session.failed and not session.authenticated
+
+
 def test_reauthentication_with_another_mechanism_is_refused():
     session, _ = login(broker(), "PLAIN", b"\0alice\0a \"quoted\" pass")
     with pytest.raises(SaslAuthenticationError) as refused:
