@@ -19,7 +19,7 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
-from controller import reassignment
+from controller import reassignment, scram_credentials
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ ARGUMENTS = {
     "unregister_broker": {"node_id": int},
     "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
     "create_acls": {"creations": list}, "delete_acls": {"filters": list}, "describe_acls": {"filter": dict},
+    "alter_scram_credentials": {"deletions": list, "upsertions": list},
 }
 
 
@@ -122,6 +123,8 @@ class Controller:
             "create_acls": lambda a, _: self._decide_and_apply(lambda: acls.create_acls(self.image, a["creations"])),
             "delete_acls": lambda a, _: self._decide_and_apply(lambda: acls.delete_acls(self.image, a["filters"])),
             "describe_acls": self._describe_acls,
+            "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
+                scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
         }
 
     async def _describe_acls(self, args: dict, conn) -> dict:
