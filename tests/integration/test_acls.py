@@ -335,3 +335,74 @@ def test_kraftwerk_acl_adds_lists_and_removes_in_kafka_acls_words(cluster, admin
     listed = json.loads(kraftwerk(cluster, "list", "--topic", topic, "--bootstrap-server", cluster.bootstrap_servers,
                                   "--json"))
     assert sorted(acl["operation"] for acl in listed) == ["CREATE", "DESCRIBE"]
+
+
+# --- two SASL PLAIN users: alice allowed, bob denied ---
+
+SASL_LISTENER = "sasl_plaintext"
+SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+SASL_AUTHORIZED = {
+    **AUTHORIZED, "super.users": "User:admin",
+    "listeners": "INTERNAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "inter.broker.listener.name": "INTERNAL",
+    "sasl.enabled.mechanisms": "PLAIN",
+    f"listener.name.{SASL_LISTENER}.plain.sasl.jaas.config":
+        "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" "
+        "password=\"admin-secret\" " + " ".join(f'user_{u}="{p}"' for u, p in SASL_USERS.items()) + ";",
+}
+
+
+@pytest.fixture(scope="module")
+def sasl_cluster():
+    with Cluster(nodes=1, node_config=SASL_AUTHORIZED) as running:
+        yield running
+
+
+def as_user(cluster, user: str) -> dict:
+    bootstrap = ",".join(f"127.0.0.1:{node.ports['SASL_PLAINTEXT']}" for node in cluster.nodes.values())
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": SASL_USERS[user]}
+
+
+def produced_as(cluster, user: str, topic: str) -> int | None:
+    producer = Producer({**as_user(cluster, user), "message.timeout.ms": 5000})
+    outcome = []
+    producer.produce(topic, user.encode(), on_delivery=lambda error, message: outcome.append(error))
+    producer.flush(TIMEOUT_S)
+    return error_code(outcome[0])
+
+
+def test_alice_is_allowed_what_her_acls_grant_and_bob_nothing(sasl_cluster):
+    admin = AdminClient(as_user(sasl_cluster, "admin"))  # the super user
+    topic, group = f"sasl-acl-{uuid.uuid4().hex[:8]}", f"sasl-group-{uuid.uuid4().hex[:8]}"
+    assert admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S) is None
+    create(admin, *(allow(ResourceType.TOPIC, topic, operation, principal="User:alice")
+                    for operation in (AclOperation.WRITE, AclOperation.READ)),
+           allow(ResourceType.GROUP, group, AclOperation.READ, principal="User:alice"),
+           allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:bob"))  # (so only the group refuses him)
+
+    assert produced_as(sasl_cluster, "alice", topic) is None
+    assert produced_as(sasl_cluster, "bob", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert topic in AdminClient(as_user(sasl_cluster, "alice")).list_topics(timeout=TIMEOUT_S).topics
+    assert set(AdminClient(as_user(sasl_cluster, "bob")).list_topics(timeout=TIMEOUT_S).topics) == {topic}
+
+    def consumed_as(user: str) -> tuple[list[bytes], int | None]:
+        consumer = Consumer({**as_user(sasl_cluster, user), "group.id": group, "auto.offset.reset": "earliest"})
+        try:
+            consumer.subscribe([topic])
+            for _ in range(20):
+                message = consumer.poll(1)
+                if message is not None:
+                    return ([], message.error().code()) if message.error() else ([message.value()], None)
+            return [], None
+        finally:
+            consumer.close()
+
+    assert consumed_as("alice") == ([b"alice"], None)
+    assert consumed_as("bob") == ([], KafkaError.GROUP_AUTHORIZATION_FAILED)
+    bob_binding = allow(ResourceType.TOPIC, topic, AclOperation.WRITE, principal="User:bob")
+    bobs_admin = AdminClient(as_user(sasl_cluster, "bob"))
+    with pytest.raises(KafkaException) as refused:
+        bobs_admin.create_acls([bob_binding])[bob_binding].result(TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
