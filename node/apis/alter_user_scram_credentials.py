@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
 
+from cluster.formats.acls import ALTER
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = AlterUserScramCredentialsRequest
 RESPONSE = AlterUserScramCredentialsResponse
@@ -27,6 +29,10 @@ async def handle(broker, header, request):
     deletions = [{"name": d.name, "mechanism": d.mechanism} for d in request.deletions]
     upsertions = [{"name": u.name, "mechanism": u.mechanism, "iterations": u.iterations, "salt": bytes(u.salt),
                    "salted_password": bytes(u.salted_password)} for u in request.upsertions]
+    if not authorizer.allowed(broker, header, ALTER):  # (as Kafka: ALTER on the cluster)
+        return RESPONSE[header.api_version](throttle_time_ms=0, results=[
+            Result(user=user, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
+            for user in dict.fromkeys(item["name"] for item in deletions + upsertions)])
     try:
         reply = await broker.call_controller("alter_scram_credentials", deletions=deletions, upsertions=upsertions)
         results = [Result(user=r["user"], error_code=r["error_code"], error_message=r["error_message"])

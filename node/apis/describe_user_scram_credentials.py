@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
 
+from cluster.formats.acls import DESCRIBE
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeUserScramCredentialsRequest
 RESPONSE = DescribeUserScramCredentialsResponse
@@ -22,6 +24,9 @@ CredentialInfo = Result.CredentialInfo
 
 
 async def handle(broker, header, request):
+    if not authorizer.allowed(broker, header, DESCRIBE):  # (as Kafka: DESCRIBE on the cluster)
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None, results=[])
     credentials = broker.image.scram_credentials
     names = [u.name for u in request.users or []] or sorted(credentials)
     counts: dict[str, int] = {}
