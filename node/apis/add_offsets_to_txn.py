@@ -4,6 +4,9 @@ The transaction coordinator adds the partition that coordinates the group, so th
 transaction's end writes a marker there too and the offsets the producer then sends with
 TxnOffsetCommit commit or abort with it. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
 
+With an authorizer (node.security.authorizer), the request needs WRITE on the transactional id and
+READ on the group; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: as with AddPartitionsToTxn, a request that comes while the producer's last
 transaction is still being completed waits for that (up to a second) instead of being answered
 CONCURRENT_TRANSACTIONS at once.

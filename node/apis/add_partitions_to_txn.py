@@ -9,6 +9,10 @@ as in Kafka. v4+ come from partition leaders, several transactions at once (KIP-
 (TRANSACTION_ABORTABLE if not); without, it is added. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
 before v2.
 
+With an authorizer (node.security.authorizer): v0-3, WRITE on the transactional id, then WRITE on
+each topic (TOPIC_AUTHORIZATION_FAILED, the other partitions OPERATION_NOT_ATTEMPTED); v4+ (from
+nodes), CLUSTER_ACTION on the cluster.
+
 Differs from Kafka: a request that comes while the producer's last transaction is still being
 completed (its markers and CompleteCommit or CompleteAbort being written) waits for that, up to a
 second, where Kafka answers CONCURRENT_TRANSACTIONS at once. A producer that begins its next

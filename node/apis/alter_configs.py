@@ -7,6 +7,9 @@ resource type other than TOPIC, BROKER or GROUP gets INVALID_REQUEST. Topic and 
 applied by the controller as ConfigRecords (unknown topic: UNKNOWN_TOPIC_OR_PARTITION; unknown
 config name or bad value: INVALID_CONFIG; group configs checked as Kafka's GroupConfig checks them).
 
+With an authorizer (node.security.authorizer), the request needs ALTER_CONFIGS on the topic or
+group, or on the cluster for a broker; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: broker configs are static here. A BROKER resource must name this node (or be
 empty, for the cluster default), and naming any config in it gets the INVALID_REQUEST Kafka answers
 for configs that cannot be updated dynamically. No ACLs: nothing is refused for authorization.

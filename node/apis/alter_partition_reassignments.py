@@ -7,6 +7,9 @@ with adding and removing replicas; the answer comes once this node's image shows
 replicas then catch up by replication and the controller completes the move when they are all in
 the ISR (controller/reassignment.py).
 
+With an authorizer (node.security.authorizer), the request needs ALTER on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: more than 10,000 partitions in one request are refused whole with
 POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """

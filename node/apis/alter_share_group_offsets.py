@@ -7,6 +7,9 @@ NON_EMPTY_GROUP, a group this node does not coordinate NOT_COORDINATOR, one that
 group GROUP_ID_NOT_FOUND, each on every partition of the request (the response has no group-level
 error); an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -7,6 +7,9 @@ the answer comes once this node has applied them, so a login right after succeed
 upsertion carries the salted password, never the password. A controller that does not answer
 gives every user REQUEST_TIMED_OUT.
 
+With an authorizer (node.security.authorizer), the request needs ALTER on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: users are answered deletions first, then upsertions, then refusals, each in
 the order asked, where Kafka's order follows hash maps.
 """

@@ -9,6 +9,9 @@ each member's type (KIP-1099: 1 for a member of the consumer protocol, 0 for a c
 a group being upgraded). (kafka-python carries no schema for this
 API: node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; authorized
+operations filled in when asked for; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs, so authorized operations are never filled in (-2147483648) even when
 asked for.
 """

@@ -13,6 +13,9 @@ A member joining a classic group with members upgrades it to a consumer group wh
 group.consumer.migration.policy allows (node.groups.migration); otherwise it is answered
 GROUP_ID_NOT_FOUND with Kafka's message. An empty classic group is replaced whatever the policy.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the target assignment is computed as soon as the group epoch moves, not on a
 later heartbeat, and a SubscribedTopicRegex is resolved against the metadata at once rather than in
 the background (node.groups.consumer_membership).

@@ -4,6 +4,9 @@ Counts and assignments are checked before anything is placed; the answer comes o
 controller has written the new partitions (or validate_only has checked them). A controller that
 does not answer in time gives every topic REQUEST_TIMED_OUT.
 
+With an authorizer (node.security.authorizer), the request needs ALTER on each topic; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: a request that would add more than 10,000 partitions in all is refused whole
 with POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """

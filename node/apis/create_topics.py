@@ -4,6 +4,9 @@ The controller checks each topic as Kafka's does (name, partitions, replication 
 assignments, configs) and places the replicas; each created topic is answered with its id and
 its configs (v5+), unless validate_only.
 
+With an authorizer (node.security.authorizer), the request needs CREATE on the cluster, else CREATE
+on each topic; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: a whole request that would create more than 10,000 partitions or write more
 than 10,000 records is refused, POLICY_VIOLATION for every topic.
 """

@@ -9,6 +9,9 @@ partition of the topics its members subscribed to; if that fails the group stays
 the error (COORDINATOR_NOT_AVAILABLE while a share coordinator is away). A group created again
 with that id starts afresh, at share.auto.offset.reset.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on each group; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the topics whose share state is deleted are those the group's records in
 `__consumer_offsets` name as subscribed, where Kafka keeps a record of the share-partitions
 initialized; a subscription compacted away before a coordinator took over is missed.

@@ -8,6 +8,9 @@ Kafka's: OFFSET_OUT_OF_RANGE beyond the high watermark or below -1, NOT_LEADER_O
 leader, UNKNOWN_TOPIC_OR_PARTITION, POLICY_VIOLATION for a topic whose cleanup.policy lacks
 `delete`, INVALID_TOPIC_EXCEPTION for internal topics.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on each topic; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the new log start offset is checkpointed at once, not at the next
 log.flush.start.offset.checkpoint.interval.ms, so a node killed right after keeps it.
 """

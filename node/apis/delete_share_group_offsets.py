@@ -6,6 +6,9 @@ with members is NON_EMPTY_GROUP, a group this node does not coordinate NOT_COORD
 not a share group GROUP_ID_NOT_FOUND, at the top level; an unknown topic or partition is
 UNKNOWN_TOPIC_OR_PARTITION on its partitions.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on the group; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

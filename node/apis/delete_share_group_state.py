@@ -5,6 +5,9 @@ deleted (DeleteShareGroupOffsets) or the group is deleted: tombstones for the sh
 snapshot and update keys are written with acks=all, and a later read finds it uninitialized. A node
 that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -3,6 +3,10 @@
 The answer comes once the controller has written the removal; each topic is answered on its own
 (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID).
 
+With an authorizer (node.security.authorizer), the request needs DELETE on each topic (one named by
+id that may not be described is UNKNOWN_TOPIC_ID); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Differs from Kafka: more than 10,000 topics in one request are refused whole with
 POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """

@@ -1,5 +1,8 @@
 """DescribeCluster v0-2: the cluster id and its brokers (fenced ones too when asked, v2+).
 
+With an authorizer (node.security.authorizer): nothing; the cluster's authorized operations are
+filled in when asked for.
+
 Differs from Kafka: the node names itself as the controller id, where Kafka's brokers name a
 random live broker (clients cannot reach the KRaft controller either way). Only broker endpoints
 are served: asking for controller endpoints (KIP-919) gets UNSUPPORTED_VERSION. No ACLs, so

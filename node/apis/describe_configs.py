@@ -5,6 +5,9 @@ answer. A GROUP resource lists every group config, whether or not the group exis
 group sets with source GROUP_CONFIG (8), the others DEFAULT_CONFIG with the broker's value, as
 Kafka's ConfigHelper answers it; an empty group name gets INVALID_REQUEST.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE_CONFIGS on the topic or
+group, or on the cluster for a broker; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: include_synonyms lists each config as its own only synonym, not the chain of
 levels it could come from. Broker configs can be described on that broker only (or with an empty
 name), others get INVALID_REQUEST, as do resource types other than TOPIC, BROKER and GROUP (no

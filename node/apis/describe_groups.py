@@ -6,6 +6,9 @@ Dead with no error up to v5; from v6 (KIP-1043) with GROUP_ID_NOT_FOUND and Kafk
 ("Group g not found.", "Group g is not a classic group."), as Kafka 4.1 answers. Consumer groups
 are described by ConsumerGroupDescribe.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; authorized
+operations filled in when asked for; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs, so authorized operations are never filled in.
 """
 from __future__ import annotations

@@ -5,6 +5,9 @@ total and usable bytes.
 A partition's offset lag is how far its log end trails its high watermark, which it never does
 for a current log (Kafka answers the same). Partitions asked for but not hosted are left out.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: there is one log directory per node (no `log.dirs` list), so no future logs
 (AlterReplicaLogDirs) and no KAFKA_STORAGE_ERROR for an offline directory.
 """

@@ -9,6 +9,9 @@ NOT_LEADER_OR_FOLLOWER if it exists, else UNKNOWN_TOPIC_OR_PARTITION; an illegal
 INVALID_TOPIC_EXCEPTION with Kafka's message, an unknown topic UNKNOWN_TOPIC_OR_PARTITION with
 Kafka's default message.
 
+With an authorizer (node.security.authorizer), the request needs READ on each topic; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

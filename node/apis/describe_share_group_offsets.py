@@ -6,6 +6,9 @@ began consuming. Topics null means every topic the group's members subscribe to.
 does not coordinate is NOT_COORDINATOR, one that is not a share group GROUP_ID_NOT_FOUND, both at the
 group level; an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION on its partitions.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the leader epoch of each answer is -1 (Kafka's is the share-partition's), and
 topics null covers the topics subscribed to now, where Kafka covers those the group's state was
 ever initialized for.

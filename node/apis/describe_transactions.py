@@ -7,6 +7,10 @@ state for, INVALID_REQUEST for an empty id; otherwise the state by Kafka's name 
 PrepareCommit, ...), the transaction timeout, the start of the current (or last) transaction (-1
 before the first), the producer id and epoch, and the partitions of the transaction by topic.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each transactional id;
+only the partitions of topics it may DESCRIBE are shown; what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Differs from Kafka: while the markers of a prepared transaction are being written, every
 partition of the transaction is listed until all have their marker (Kafka drops each partition
 as its marker is written).

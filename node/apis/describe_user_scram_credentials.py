@@ -4,6 +4,9 @@ No users (null or empty) describes every user with a credential. A user named tw
 with DUPLICATE_RESOURCE, a user without credentials with RESOURCE_NOT_FOUND, in Kafka's words
 (ScramImage.describe). Salts and keys are never answered.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: users are answered in the order asked (all users: by name), where Kafka's
 order follows a hash map.
 """

@@ -4,6 +4,9 @@ v0 has no election type and always asks for the preferred replica. A null partit
 for every partition. Each partition is answered on its own (ELECTION_NOT_NEEDED,
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
 
+With an authorizer (node.security.authorizer), the request needs ALTER on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: more than 10,000 elections in one request are refused whole, every
 partition asked for getting the error, as Kafka refuses a controller operation of more than
 10,000 records.

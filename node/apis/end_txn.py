@@ -7,6 +7,9 @@ CONCURRENT_TRANSACTIONS). A retry of an end already made is answered without err
 (KIP-890's transaction version 2) ends every transaction with a new producer epoch, which the
 answer carries. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2, as Kafka answers older clients.
 
+With an authorizer (node.security.authorizer), the request needs WRITE on the transactional id; what
+is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: v5 bumps the epoch without KIP-890's implicit partition adds, which
 come with transaction version 2 (ApiVersions does not finalize it, so clients stay on version 1).
 An EndTxn that comes while the id's last change is still being written waits for it (up to a

@@ -7,6 +7,10 @@ One key (v0-3) or a batch of keys (v4+). Key types: GROUP (0), TRANSACTION (1) a
 key type). The topic is created through the controller when the first key of its type is looked
 up; until its partition has a leader the answer is COORDINATOR_NOT_AVAILABLE and clients retry.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the group or the
+transactional id; a share-state key, CLUSTER_ACTION on the cluster; what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -6,6 +6,9 @@ A classic-protocol member of a KIP-848 consumer group is told to rejoin when the
 past its own, or it has partitions to revoke or to receive (node.groups.consumer_classic_members).
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -6,6 +6,9 @@ that does not answer in time gives every resource REQUEST_TIMED_OUT. A GROUP res
 GroupConfig checks them, within the broker's group.*.min/max bounds (INVALID_CONFIG otherwise);
 they can be set for a group that does not exist yet.
 
+With an authorizer (node.security.authorizer), the request needs ALTER_CONFIGS on the topic or
+group, or on the cluster for a broker; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: of a BROKER resource (a node id, or empty for every node) only the
 replication throttle rates can change, the broker configs a node reads while it runs; any other
 gets INVALID_REQUEST. More than 10,000 changes in one request are refused whole with

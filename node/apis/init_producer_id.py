@@ -8,6 +8,10 @@ instance is aborted first (CONCURRENT_TRANSACTIONS until it is; the client retri
 PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as Kafka answers older clients. A producer id
 without an epoch, or an epoch without a producer id, is INVALID_REQUEST.
 
+With an authorizer (node.security.authorizer), the request needs WRITE on the transactional id; an
+idempotent producer, IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+(CLUSTER_AUTHORIZATION_FAILED); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: two-phase commit (v6's enable_2pc, KIP-939) is not served: such a request is
 refused with UNSUPPORTED_VERSION.
 """

@@ -6,6 +6,9 @@ partition or its offsets are altered. The share-partition's state becomes the st
 batches, written as a ShareSnapshot with acks=all. A state epoch older than the stored one is
 FENCED_STATE_EPOCH; a node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -9,6 +9,9 @@ its JoinGroup is a heartbeat that may move the group epoch. A JoinGroup to an em
 replaces it by a classic group, its offsets kept. A share group's id is answered
 GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: skip_assignment is never set.
 """
 from __future__ import annotations

@@ -4,6 +4,9 @@ Every group type is listed: classic groups with their own protocol type, consume
 (KIP-848) with protocol type "consumer" and share groups (KIP-932) with "share", as Kafka lists
 them. Both filters are case-insensitive; v5 gives each group's type (classic, consumer, share).
 
+With an authorizer (node.security.authorizer): DESCRIBE on the cluster lists every group, else only
+those it may DESCRIBE.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -4,6 +4,9 @@ Asked of the controller, which holds the latest metadata. A null topic list list
 reassignment; named partitions that do not exist or are not moving are left out, as Kafka leaves
 them out.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

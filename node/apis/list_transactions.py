@@ -8,6 +8,9 @@ pattern (KIP-1152), a regular expression the whole id must match; one that does 
 INVALID_REGULAR_EXPRESSION. COORDINATOR_LOAD_IN_PROGRESS while a `__transaction_state`
 partition led here is still being loaded. Listed by transactional id.
 
+With an authorizer (node.security.authorizer): only the transactional ids it may DESCRIBE are
+listed.
+
 Differs from Kafka: the pattern is a Python regular expression, not RE2/J (the common syntax is
 the same; Python's takes lookarounds and backreferences that RE2/J refuses).
 """

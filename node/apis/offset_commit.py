@@ -9,6 +9,10 @@ STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, an older version UNSUPP
 commit with epoch -1 from outside the group is accepted only while the group has no members.
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group, and READ on each
+topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Differs from Kafka: Kafka kept version 0 commits in ZooKeeper, apart from the others; here they
 are the group's offsets like every other version's.
 """

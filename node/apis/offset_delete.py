@@ -5,6 +5,10 @@ subscribed topic names) gets GROUP_SUBSCRIBED_TO_TOPIC; a group that does not ex
 group (whose offsets are not committed offsets), gets GROUP_ID_NOT_FOUND; the rest are removed
 with tombstones.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on the group, and READ on
+each topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

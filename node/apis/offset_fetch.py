@@ -11,6 +11,10 @@ the fetch names the member: a KIP-848 consumer group answers an unknown member U
 and another epoch than the member's STALE_MEMBER_EPOCH, for the group. A share group's id is
 answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the group; a topic
+asked for that may not be described is TOPIC_AUTHORIZATION_FAILED, and left out of a request for
+every topic; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

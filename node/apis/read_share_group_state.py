@@ -6,6 +6,9 @@ request names the partition leader's leader epoch: an older one than stored is F
 a newer one is stored (a ShareUpdate, acks=all) before the answer, so the leader before it is fenced.
 A node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

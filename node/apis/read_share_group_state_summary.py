@@ -5,6 +5,9 @@ DescribeShareGroupOffsets. Nothing is written; a start offset of -1 means the sh
 never initialized. A leader epoch other than -1 older than the stored one is FENCED_LEADER_EPOCH; a
 node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

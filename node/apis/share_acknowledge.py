@@ -9,6 +9,9 @@ is answered; a failed write is answered with Kafka's error for it and changes no
 session's epoch is checked (epoch 0 is INVALID_SHARE_SESSION_EPOCH); epoch -1 acknowledges, then
 releases what the member still holds and closes the session.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -17,6 +17,9 @@ Membership is not checked here: the group coordinator assigns partitions, the le
 member id, as Kafka's does. A partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER with its
 leader and NodeEndpoints.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: MinBytes counts as 1 (the answer goes as soon as anything is acquired);
 share.isolation.level read_committed is not applied (records are read up to the high watermark);
 no quotas, so ThrottleTimeMs is 0.

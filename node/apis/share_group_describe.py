@@ -6,6 +6,9 @@ for a group coordinated elsewhere. A member's assignment names each topic by id 
 deleted since it was assigned is left out. (kafka-python carries no schema for this API:
 node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; authorized
+operations filled in when asked for; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs, so authorized operations are never filled in.
 """
 from __future__ import annotations

@@ -11,6 +11,9 @@ member joins; UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED
 `share.session.timeout.ms` is removed. (kafka-python carries no schema for this API:
 node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs; partitions are assigned at once, without Kafka's wait for the share
 coordinator to initialize each share-partition's state (a partition leader starts a
 share-partition it finds no state for at `share.auto.offset.reset`).

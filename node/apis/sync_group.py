@@ -5,6 +5,9 @@ name (v5+). A classic-protocol member of a KIP-848 consumer group is answered at
 partitions the coordinator assigned it (node.groups.consumer_classic_members). A share group's id
 is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -12,6 +12,10 @@ is OFFSET_METADATA_TOO_LARGE for its partition; a producer epoch older than the 
 pending commits is INVALID_PRODUCER_EPOCH. A group that does not exist is created.
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs WRITE on the transactional id, READ
+on the group, READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets
+Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the producer's transaction is not verified with its transaction coordinator
 before the write (KIP-890), and an older producer epoch is told apart from the producer's
 pending commits only, not from every batch the producer wrote to the partition.

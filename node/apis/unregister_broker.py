@@ -6,6 +6,9 @@ node id that is not registered is answered with BROKER_ID_NOT_REGISTERED. Meant 
 has been drained and stopped: a running node would register again. (kafka-python carries no
 schema for this API: node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs ALTER on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

@@ -7,6 +7,9 @@ than the stored one is FENCED_LEADER_EPOCH, a state epoch older than the stored 
 FENCED_STATE_EPOCH; a topic or partition the metadata does not have is UNKNOWN_TOPIC_OR_PARTITION;
 a node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations

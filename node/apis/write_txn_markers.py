@@ -6,6 +6,9 @@ appends them: each partition is answered once every in-sync replica has its mark
 NOT_ENOUGH_REPLICAS while fewer than min.insync.replicas are in sync (the coordinator retries),
 INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED for a stale producer or coordinator epoch.
 
+With an authorizer (node.security.authorizer), the request needs ALTER or CLUSTER_ACTION on the
+cluster (nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: version 0, which Kafka 4 dropped, is not served (kafka.protocol has no schema
 for it); v2's transaction version is accepted and not needed.
 """
