@@ -15,7 +15,8 @@ encoded one at a time.
 With an authorizer (node.security.authorizer), asking for every topic lists those the principal may
 DESCRIBE; a topic named that it may not describe is TOPIC_AUTHORIZATION_FAILED, as is one that
 would be auto-created without CREATE on the cluster or on the topic; cluster and topic authorized
-operations are filled in when asked for (answers with them are built for the request, not kept).
+operations are filled in when asked for (answers with them are built for the request, not kept;
+with no authorizer, every operation is allowed, as Kafka answers).
 
 Differs from Kafka: a topic asked for by id that the principal may not describe is answered with
 its name.
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 async def handle(broker, header, request):
     version = header.api_version
     names, unknown_ids = _requested_topics(broker, request, version)
-    if broker.authorizer is not None:
+    if broker.authorizer is not None or (version >= 8 and (request.include_topic_authorized_operations or (
+            version <= 10 and request.include_cluster_authorized_operations))):
         return await _authorized_answer(broker, header, request, names, tuple(unknown_ids))
     if names is not None and _may_auto_create(broker, request, version):
         await _auto_create(broker, [n for n in names if broker.topic(n) is None and topic_name_error(n) is None])

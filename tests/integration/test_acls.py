@@ -15,7 +15,7 @@ import sys
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
     ResourceType,
@@ -406,3 +406,14 @@ def test_alice_is_allowed_what_her_acls_grant_and_bob_nothing(sasl_cluster):
     with pytest.raises(KafkaException) as refused:
         bobs_admin.create_acls([bob_binding])[bob_binding].result(TIMEOUT_S)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_authorized_operations_are_those_the_acls_allow(cluster, admin):
+    topic = topic_named(cluster)
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    described = admin.describe_cluster(include_authorized_operations=True).result(TIMEOUT_S)
+    assert sorted(described.authorized_operations, key=lambda op: op.value) == [AclOperation.ALTER,
+                                                                                AclOperation.DESCRIBE]
+    [(_, future)] = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True).items()
+    assert sorted(future.result(TIMEOUT_S).authorized_operations, key=lambda op: op.value) == [
+        AclOperation.WRITE, AclOperation.DESCRIBE]
