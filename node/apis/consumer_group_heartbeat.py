@@ -13,7 +13,8 @@ A member joining a classic group with members upgrades it to a consumer group wh
 group.consumer.migration.policy allows (node.groups.migration); otherwise it is answered
 GROUP_ID_NOT_FOUND with Kafka's message. An empty classic group is replaced whatever the policy.
 
-With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+With an authorizer (node.security.authorizer), the request needs READ on the group, and DESCRIBE on
+each topic it subscribes to (else TOPIC_AUTHORIZATION_FAILED, as Kafka 4 answers); what is refused
 gets Kafka's *_AUTHORIZATION_FAILED.
 
 Differs from Kafka: the target assignment is computed as soon as the group epoch moves, not on a
@@ -26,7 +27,7 @@ import uuid
 
 from kafka.protocol.api_message import ApiMessage
 
-from cluster.formats.acls import GROUP, READ
+from cluster.formats.acls import DESCRIBE, GROUP, READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.groups.consumer_membership import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Heartbeat
@@ -57,6 +58,9 @@ async def handle(broker, header, request):
     refusal = _invalid(request, version, regex, broker.groups.consumer.assignors())
     if refusal is not None:
         return _answer(version, *refusal)
+    if request.subscribed_topic_names and authorizer.denied(broker, header, DESCRIBE, TOPIC,
+                                                            request.subscribed_topic_names):
+        return _answer(version, ErrorCode.TOPIC_AUTHORIZATION_FAILED)  # (Kafka 4: nor does it say which)
     error = broker.groups.owns(request.group_id)
     if error:
         return _answer(version, error)

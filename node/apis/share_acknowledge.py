@@ -9,8 +9,9 @@ is answered; a failed write is answered with Kafka's error for it and changes no
 session's epoch is checked (epoch 0 is INVALID_SHARE_SESSION_EPOCH); epoch -1 acknowledges, then
 releases what the member still holds and closes the session.
 
-With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
-gets Kafka's *_AUTHORIZATION_FAILED.
+With an authorizer (node.security.authorizer), the request needs READ on the group, and READ on each
+topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
 
 Same as Kafka.
 """
@@ -23,7 +24,7 @@ from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.security import authorizer
 from node.share import requests as share_requests
-from node.share.requests import acknowledgement_batches
+from node.share.requests import Target, acknowledgement_batches
 from node.share.sessions import FINAL_EPOCH
 
 
@@ -55,7 +56,11 @@ async def handle(broker, header, request):
         return _error(version, error)
     acknowledgements = {(topic.topic_id, p.partition_index): acknowledgement_batches(p)
                         for topic in request.topics for p in topic.partitions}
-    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
+    denied = authorizer.denied_topic_ids(broker, header, READ, [key[0] for key in acknowledgements])
+    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id,
+                                             {key: b for key, b in acknowledgements.items() if key[0] not in denied})
+    for key in acknowledgements.keys() - acked.keys():  # (TOPIC_AUTHORIZATION_FAILED)
+        acked[key] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, Target(*key, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     if epoch == FINAL_EPOCH:
         await share_requests.close_session(broker, session)
     topics: dict = {}

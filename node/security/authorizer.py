@@ -233,3 +233,12 @@ def config_refusal(broker, header, operation: int, config_resource_type: int, na
     if allowed(broker, header, operation, resource_type, CLUSTER_NAME if resource_type == CLUSTER else name):
         return None
     return FAILED[resource_type]
+
+
+def denied_topic_ids(broker, header, operation: int, topic_ids) -> set:
+    """Of these topic ids, those of topics the principal may not act on (none without an authorizer)."""
+    if broker.authorizer is None:
+        return set()
+    names = {topic_id: info.name for topic_id in set(topic_ids) if (info := broker.topic_by_id(topic_id))}
+    denied_names = denied(broker, header, operation, TOPIC, names.values())
+    return {topic_id for topic_id, name in names.items() if name in denied_names}

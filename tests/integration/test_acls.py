@@ -417,3 +417,17 @@ def test_authorized_operations_are_those_the_acls_allow(cluster, admin):
     [(_, future)] = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True).items()
     assert sorted(future.result(TIMEOUT_S).authorized_operations, key=lambda op: op.value) == [
         AclOperation.WRITE, AclOperation.DESCRIBE]
+
+
+def test_a_kip_848_consumer_needs_describe_on_its_subscribed_topics(cluster, admin):
+    topic, group = topic_named(cluster), f"group-{uuid.uuid4().hex[:8]}"
+    create(admin, allow(ResourceType.GROUP, group, AclOperation.READ))
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        error = next((m.error().code() for m in (consumer.poll(1) for _ in range(10)) if m is not None and m.error()),
+                     None)
+    finally:
+        consumer.close()
+    assert error == KafkaError.TOPIC_AUTHORIZATION_FAILED
