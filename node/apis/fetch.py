@@ -172,6 +172,10 @@ def _plan(broker, topic, part, version) -> PartitionFetch:
     return fetch
 
 
+# Errors a partition gets before it is read, which no read changes.
+_DECIDED_BEFORE_READING = (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
 def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: int = -1,
               region_from: int | None = None) -> int:
     """Read every partition again from its fetch offset; returns the bytes gathered.
@@ -182,8 +186,8 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
     """
     total = 0
     for fetch in fetches:
-        if fetch.error == ErrorCode.UNKNOWN_TOPIC_ID or fetch.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-            continue  # (known before reading)
+        if fetch.error and fetch.error in _DECIDED_BEFORE_READING:
+            continue
         check = check_leader(broker, fetch.topic, fetch.request.partition, fetch.request.current_leader_epoch)
         fetch.error = check.error
         fetch.records = b""
