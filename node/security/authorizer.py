@@ -13,9 +13,11 @@ ALTER_CONFIGS implies DESCRIBE_CONFIGS. A matching DENY beats any ALLOW. With no
 answer is no, unless the resource has no ACL at all and `allow.everyone.if.no.acl.found` is true.
 
 The ACLs are indexed by (resource type, name) for LITERAL ones and by (resource type, prefix) for
-PREFIXED ones, with the distinct prefix lengths of each resource type, so a check costs a few dict
-lookups however many ACLs there are (Kafka's StandardAuthorizerData walks a sorted set to the
-same end). The index is rebuilt when the image has applied an ACL record since it was built.
+PREFIXED ones, with the distinct prefix lengths of each resource type, so finding the ACLs of a
+resource costs a few dict lookups however many ACLs there are (Kafka's StandardAuthorizerData walks a
+sorted set to the same end), and what was found is kept per resource: a check of a resource asked
+about before costs one. The index is rebuilt when the image has applied an ACL record since it was
+built.
 
 API modules call `allowed`, `denied` (the names of several resources refused), `refusal` (the
 whole request answered with the resource type's *_AUTHORIZATION_FAILED, as Kafka's
@@ -42,6 +44,7 @@ AUTHORIZER_CLASSES = frozenset({
     "kafka.security.authorizer.AclAuthorizer",
 })
 NO_ACLS: tuple = ()
+APPLYING_KEPT = 100_000  # resources whose applying ACLs an index keeps, at most
 # The error a request refused on a resource of each type gets.
 FAILED = {TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED, GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
           CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -63,9 +66,20 @@ class AclIndex:
                 self.prefixed.setdefault(key, []).append(acl)
                 lengths.setdefault(acl.resource_type, set()).add(len(acl.resource_name))
         self.prefix_lengths = {kind: tuple(sorted(found)) for kind, found in lengths.items()}
+        self._applying: dict[tuple[int, str], tuple] = {}
 
-    def applying_to(self, resource_type: int, name: str) -> list:
-        """Every ACL whose pattern covers this resource (Kafka's checkSection, twice)."""
+    def applying_to(self, resource_type: int, name: str) -> tuple:
+        """Every ACL whose pattern covers this resource (Kafka's checkSection, twice); kept per
+        resource, as the same resources are asked about again and again."""
+        key = (resource_type, name)
+        found = self._applying.get(key)
+        if found is None:
+            if len(self._applying) >= APPLYING_KEPT:
+                self._applying.clear()
+            found = self._applying[key] = self._find(resource_type, name)
+        return found
+
+    def _find(self, resource_type: int, name: str) -> tuple:
         found = list(self.literal.get((resource_type, name), NO_ACLS))
         if name != WILDCARD:
             found += self.literal.get((resource_type, WILDCARD), NO_ACLS)
@@ -73,7 +87,7 @@ class AclIndex:
             if length > len(name):
                 break
             found += self.prefixed.get((resource_type, name[:length]), NO_ACLS)
-        return found
+        return tuple(found)
 
     def of_type(self, resource_type: int):
         for (kind, _), acls in (*self.literal.items(), *self.prefixed.items()):
