@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -24,8 +25,10 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, ResourcePattern, ResourcePatternFilter
 from kafka.admin import ACLResourcePatternType, ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from cluster.launch import Cluster
+from tests.integration.wire import exchange
 
 AUTHORIZED = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:admin;User:broker"}
@@ -431,3 +434,23 @@ def test_a_kip_848_consumer_needs_describe_on_its_subscribed_topics(cluster, adm
     finally:
         consumer.close()
     assert error == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_follower_fetch_needs_cluster_action_where_a_consumer_needs_read(cluster, admin):
+    topic = topic_named(cluster)
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.ALL))
+    T = FetchRequest.FetchTopic
+
+    def fetched_error(replica_id: int) -> int:
+        part = T.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1,
+                                log_start_offset=-1, last_fetched_epoch=-1)
+        request = FetchRequest[12](replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                                   isolation_level=0, session_id=0, session_epoch=-1,
+                                   topics=[T(topic=topic, partitions=[part])], forgotten_topics_data=[], rack_id="")
+        host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+            response = exchange(sock, request, FetchResponse, 12)
+        return response.responses[0].partitions[0].error_code
+
+    assert fetched_error(-1) == 0  # a consumer, with READ (ALL)
+    assert fetched_error(2) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # a follower, without CLUSTER_ACTION
