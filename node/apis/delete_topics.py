@@ -3,8 +3,8 @@
 The answer comes once the controller has written the removal; each topic is answered on its own
 (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID).
 
-With an authorizer (node.security.authorizer), the request needs DELETE on each topic (one named by
-id that may not be described is UNKNOWN_TOPIC_ID); what is refused gets Kafka's
+With an authorizer (node.security.authorizer), the request needs DELETE on each topic, and DESCRIBE
+on one named by id (whose name the refusal does not tell); what is refused gets Kafka's
 *_AUTHORIZATION_FAILED.
 
 Differs from Kafka: more than 10,000 topics in one request are refused whole with
@@ -48,8 +48,8 @@ async def handle(broker, header, request):
 
 
 def _refused(broker, header, wanted: list[dict]) -> dict[int, object]:
-    """As Kafka: each topic needs DELETE (one named by id, DESCRIBE first): the answers of those
-    refused, by id() of their entry in wanted."""
+    """As Kafka: each topic needs DELETE, and one named by id DESCRIBE too; the answers of those
+    refused (a topic named by id keeps its name to itself), by id() of their entry in wanted."""
     if broker.authorizer is None:
         return {}
     refused = {}
@@ -57,13 +57,11 @@ def _refused(broker, header, wanted: list[dict]) -> dict[int, object]:
         info = broker.topic_by_id(topic_id_from_kafka_string(w["topic_id"])) if "name" not in w else None
         name = w.get("name") or (info.name if info else None)
         if name is None:
-            continue
-        if authorizer.allowed(broker, header, DELETE, TOPIC, name):
-            continue
-        described = "name" in w or authorizer.allowed(broker, header, DESCRIBE, TOPIC, name)
-        refused[id(w)] = Result(name=w.get("name"), topic_id=_uuid(w.get("topic_id")),
-                                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if described
-                                else ErrorCode.UNKNOWN_TOPIC_ID, error_message=None)
+            continue  # (an unknown id: the controller answers UNKNOWN_TOPIC_ID)
+        if not authorizer.allowed(broker, header, DELETE, TOPIC, name) or (
+                "name" not in w and not authorizer.allowed(broker, header, DESCRIBE, TOPIC, name)):
+            refused[id(w)] = Result(name=w.get("name"), topic_id=_uuid(w.get("topic_id")),
+                                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None)
     return refused
 
 
