@@ -18,8 +18,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (
-    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
-    ResourceType,
+    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, ConfigResource, NewTopic,
+    ResourcePatternType, ResourceType,
 )
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, ResourcePattern, ResourcePatternFilter
@@ -454,3 +454,20 @@ def test_a_follower_fetch_needs_cluster_action_where_a_consumer_needs_read(clust
 
     assert fetched_error(-1) == 0  # a consumer, with READ (ALL)
     assert fetched_error(2) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # a follower, without CLUSTER_ACTION
+
+
+def test_configs_need_describe_configs_on_the_topic_or_the_cluster(cluster, admin):
+    topic = topic_named(cluster)
+
+    def describe_error(resource: ConfigResource) -> int | None:
+        try:
+            admin.describe_configs([resource])[resource].result(TIMEOUT_S)
+        except KafkaException as exc:
+            return exc.args[0].code()
+        return None
+
+    topic_resource, broker_resource = ConfigResource("topic", topic), ConfigResource("broker", "1")
+    assert describe_error(topic_resource) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert describe_error(broker_resource) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    create(admin, allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS))  # implies DESCRIBE_CONFIGS
+    assert describe_error(topic_resource) is None
