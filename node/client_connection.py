@@ -56,6 +56,8 @@ class ClientConnection(asyncio.Protocol):
         self.drain_waiters: list[asyncio.Future] = []
         self.ending = False  # read no more; close once the answers owed are written
         self.lost = False
+        self.throttles = 0  # quota throttles running: the connection is muted until they end
+        self.admit: Callable | None = None  # node.security.quotas' check of a new connection's rate
 
     # The transport's side.
 
@@ -64,6 +66,8 @@ class ClientConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.session = Session.opened(self.listener, peer[0] if peer else "")
         self.connections.add(self)
+        if self.admit is not None:
+            self.admit(self, self.session.client_host)
 
     def data_received(self, data: bytes) -> None:
         if self.ending:
@@ -135,7 +139,28 @@ class ClientConnection(asyncio.Protocol):
             self.partial += view[pos:]
 
     def _must_wait(self) -> bool:
-        return len(self.pending) >= MAX_IN_FLIGHT or self.writing_paused
+        return len(self.pending) >= MAX_IN_FLIGHT or self.writing_paused or self.throttles > 0
+
+    def throttle(self, delay_ms: int) -> None:
+        """Read no request from this client for delay_ms, as Kafka mutes a throttled client's channel."""
+        self.throttles += 1
+        self._pause_reading()
+        asyncio.get_running_loop().call_later(delay_ms / 1000, self._throttle_ended)
+
+    def _throttle_ended(self) -> None:
+        self.throttles -= 1
+        self._maybe_resume_reading()
+
+    def close_after(self, delay_ms: int) -> None:
+        """Refuse the connection: read nothing from it, and close it after delay_ms."""
+        self.ending = True
+        self._pause_reading()
+        asyncio.get_running_loop().call_later(delay_ms / 1000, self.transport.close)
+
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and not self.lost:
+            self.reading_paused = True
+            self.transport.pause_reading()
 
     def _maybe_resume_reading(self) -> None:
         if not self.reading_paused or self._must_wait() or self.ending:

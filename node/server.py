@@ -22,6 +22,7 @@ from node.faults import error_response, party_of
 from node import request_checks
 from node.client_connection import ClientConnection, MalformedRequest
 from node.spliced_response import EncodedResponse, SplicedResponse
+from node.security.quotas import ClientQuotas
 from node.security.session import Session
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.server: asyncio.AbstractServer | None = None
         self.connections: set[ClientConnection] = set()
+        self.quotas = ClientQuotas(broker)
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
@@ -101,7 +103,9 @@ class KafkaServer:
         await cancel_and_wait(tasks)
 
     def _new_connection(self) -> ClientConnection:
-        return ClientConnection(self._start_request, self.max_request_bytes, self.connections)
+        connection = ClientConnection(self._start_request, self.max_request_bytes, self.connections)
+        connection.admit = self.quotas.admit
+        return connection
 
     def _start_request(self, frame: memoryview, session: Session) -> asyncio.Task:
         api_key, api_version, correlation_id = peek_api(frame)
@@ -127,10 +131,15 @@ class KafkaServer:
         if not faults.reachable(party):
             await faults.wait_reachable(party)
         injected = faults.take_injected_error(handler.api_key)
+        limits = self.quotas.limits_of(header)  # None unless a client quota applies to this client
         if injected is not None:
             response = error_response(handler.response, request, header.api_version, injected)
-        else:
+        elif limits is None:
             response = await handler.handle(self.broker, header, request)
+        else:
+            response = await limits.timed(handler.handle(self.broker, header, request))
+        if limits is not None:
+            response = self._throttled(header, *limits.charge(handler.api_key, header.api_version, request, response))
         if faults.holds_response(party):
             await faults.before_response(party)
         if response is None:
@@ -140,6 +149,15 @@ class KafkaServer:
         else:
             body = [response.encode(version=header.api_version)]
         return self._frame_response(header.correlation_id, body, handler.response_header_is_flexible(header.api_version))
+
+    def _throttled(self, header: RequestHeader, throttle_ms: int, response):
+        """KIP-219: the answer (carrying throttle_time_ms) goes out at once; the client's connection is
+        muted for the throttle time. (Searched for only when a client is throttled.)"""
+        if throttle_ms > 0:
+            for connection in self.connections:
+                if connection.session is header.session:
+                    connection.throttle(throttle_ms)
+        return response
 
     async def _unsupported_api_versions(self, correlation_id: int) -> list:
         body = api_versions.unsupported_version_response().encode(version=0)
