@@ -89,6 +89,8 @@ API_MODULES = (
     "delete_share_group_offsets",
     "share_fetch",
     "share_acknowledge",
+    "describe_client_quotas",
+    "alter_client_quotas",
 )
 
 

@@ -227,6 +227,15 @@ def requests_for(version_of, topic_id):
     def unregister_broker(v):
         return UnregisterBrokerRequest[v](broker_id=99)
 
+    def describe_client_quotas(v):
+        return admin_api.DescribeClientQuotasRequest[v](components=[], strict=False)
+
+    def alter_client_quotas(v):  # validate_only: checked, nothing written
+        E = admin_api.AlterClientQuotasRequest[v].EntryData
+        return admin_api.AlterClientQuotasRequest[v](validate_only=True, entries=[E(
+            entity=[E.EntityData(entity_type="client-id", entity_name="versions")],
+            ops=[E.OpData(key="producer_byte_rate", value=1024.0, remove=False)])])
+
     def describe_log_dirs(v):
         T = admin_api.DescribeLogDirsRequest[v].DescribableLogDirTopic
         return admin_api.DescribeLogDirsRequest[v](topics=[T(topic=TOPIC, partitions=[0])])
@@ -357,6 +366,8 @@ def requests_for(version_of, topic_id):
         45: (alter_partition_reassignments, admin_api.AlterPartitionReassignmentsResponse),
         46: (list_partition_reassignments, admin_api.ListPartitionReassignmentsResponse),
         64: (unregister_broker, UnregisterBrokerResponse),
+        48: (describe_client_quotas, admin_api.DescribeClientQuotasResponse),
+        49: (alter_client_quotas, admin_api.AlterClientQuotasResponse),
         21: (delete_records, admin_api.DeleteRecordsResponse),
         35: (describe_log_dirs, admin_api.DescribeLogDirsResponse),
         61: (describe_producers, admin_api.DescribeProducersResponse),
