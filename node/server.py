@@ -137,9 +137,9 @@ class KafkaServer:
         elif limits is None:
             response = await handler.handle(self.broker, header, request)
         else:
-            response = await limits.timed(handler.handle(self.broker, header, request))
-        if limits is not None:
-            response = self._throttled(header, *limits.charge(handler.api_key, header.api_version, request, response))
+            throttle_ms, response = await self.quotas.handle(limits, handler, self.broker, header, request)
+            if throttle_ms:
+                self._mute(header.session, throttle_ms)
         if faults.holds_response(party):
             await faults.before_response(party)
         if response is None:
@@ -150,14 +150,12 @@ class KafkaServer:
             body = [response.encode(version=header.api_version)]
         return self._frame_response(header.correlation_id, body, handler.response_header_is_flexible(header.api_version))
 
-    def _throttled(self, header: RequestHeader, throttle_ms: int, response):
+    def _mute(self, session: Session, throttle_ms: int) -> None:
         """KIP-219: the answer (carrying throttle_time_ms) goes out at once; the client's connection is
         muted for the throttle time. (Searched for only when a client is throttled.)"""
-        if throttle_ms > 0:
-            for connection in self.connections:
-                if connection.session is header.session:
-                    connection.throttle(throttle_ms)
-        return response
+        for connection in self.connections:
+            if connection.session is session:
+                connection.throttle(throttle_ms)
 
     async def _unsupported_api_versions(self, correlation_id: int) -> list:
         body = api_versions.unsupported_version_response().encode(version=0)

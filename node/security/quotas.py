@@ -28,6 +28,7 @@ With no quota configured a request costs one check (`limits_of`), and nothing pe
 """
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ UNLIMITED_CONNECTION_RATE = 2**31 - 1  # Kafka's default for max.connection.crea
 PRODUCE, FETCH = 0, 1
 _NANOS_TO_PERCENT = 100.0 / 1e9  # Kafka's NanosToPercentagePerSecond
 _INT32 = struct.Struct(">i")
+# Throttled connections whose turns are kept past their last request before those no longer
+# throttled are looked for and dropped.
+MAX_IDLE_TURNS = 1000
 
 
 class Rate:
@@ -266,6 +270,18 @@ def _encoded_with_throttle(response, api_key: int, version: int, throttle_ms: in
     return EncodedResponse(pieces)
 
 
+class _Turns:
+    """The requests of one connection under a quota, handled one at a time (Kafka reads a connection's
+    next request only once the last is answered), none while the connection is throttled."""
+
+    __slots__ = ("lock", "waiting", "muted_until")
+
+    def __init__(self):
+        self.lock = asyncio.Lock()
+        self.waiting = 0
+        self.muted_until = 0.0
+
+
 class ClientQuotas:
     """A node's client quotas: the limits of each client, and the connection creation rates."""
 
@@ -279,6 +295,40 @@ class ClientQuotas:
         self.rates: dict[tuple, Rate] = {}  # (quota key, usage key) -> its rate
         self.limits: dict[tuple[str, str], ClientLimits | None] = {}  # (user, client id) -> ...
         self.resolved_at = -1  # image.changes the limits were resolved at
+        self.turns: dict = {}  # session -> _Turns, while it has requests under a quota
+
+    async def handle(self, limits: ClientLimits, handler, broker, header, request) -> tuple[int, object]:
+        """Handle a request of a client under a quota: (throttle ms, the response carrying it).
+
+        A client that pipelines gets its requests handled in turn, each after the throttle time of
+        the one before: a burst read before the connection was muted is charged as Kafka would
+        charge it, request by request, not all at once."""
+        turns = self.turns.get(header.session)
+        if turns is None:
+            turns = self.turns[header.session] = _Turns()
+            if len(self.turns) > MAX_IDLE_TURNS:
+                self._forget_idle_turns()
+        turns.waiting += 1
+        try:
+            async with turns.lock:
+                delay = turns.muted_until - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                response = await limits.timed(handler.handle(broker, header, request))
+                throttle, response = limits.charge(handler.api_key, header.api_version, request, response)
+                if throttle:
+                    turns.muted_until = time.monotonic() + throttle / 1000
+                return throttle, response
+        finally:
+            turns.waiting -= 1
+            if not turns.waiting and turns.muted_until <= time.monotonic():
+                del self.turns[header.session]
+
+    def _forget_idle_turns(self) -> None:
+        """Those of connections no longer throttled (or closed while they were)."""
+        now = time.monotonic()
+        for session in [s for s, turns in self.turns.items() if not turns.waiting and turns.muted_until <= now]:
+            del self.turns[session]
 
     def limits_of(self, header) -> ClientLimits | None:
         """The limits of the client sending this request; None when no quota applies to it."""
