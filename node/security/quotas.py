@@ -92,7 +92,7 @@ class Rate:
 
     def idle_since(self, now_ms: int) -> bool:
         """Whether every sample has expired: the rate is as good as new."""
-        return all(now_ms - sample[1] >= self.num * self.window_ms for sample in self.samples)
+        return all(not sample[3] or now_ms - sample[1] >= self.num * self.window_ms for sample in self.samples)
 
     def _current(self, now_ms: int) -> list:
         if not self.samples:
