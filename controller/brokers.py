@@ -6,9 +6,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
+from cluster.formats.control import BadControlRequest
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import MetadataImage
 from cluster.formats.topic_ids import topic_id_from_kafka_string
+from controller.arguments import expect_list
 
 
 @dataclass
@@ -28,12 +30,27 @@ class Session:
         return int((time.monotonic() - self.last_heartbeat) * 1000)
 
 
+def endpoints_of(args: dict) -> list[dict]:
+    """A registering node's listeners: [name, host, port, security protocol id] each; a node that
+    names none has one PLAINTEXT listener at host:port."""
+    listeners = args.get("endpoints") or [["PLAINTEXT", args["host"], args["port"], 0]]
+    expect_list(listeners, "endpoints")
+    endpoints = []
+    for listener in listeners:
+        if not isinstance(listener, (list, tuple)) or len(listener) != 4 or not isinstance(listener[0], str) or not isinstance(listener[1], str) \
+                or not isinstance(listener[2], int) or listener[3] not in (0, 1, 2, 3):
+            raise BadControlRequest(f"endpoints: {listener!r} is not [name, host, port, security protocol]")
+        endpoints.append({"name": listener[0], "host": listener[1], "port": listener[2],
+                          "security_protocol": listener[3]})
+    return endpoints
+
+
 def register_broker_record(args: dict, broker_epoch: int) -> tuple[str, dict]:
     return ("RegisterBrokerRecord", {
         "broker_id": args["node_id"],
         "incarnation_id": topic_id_from_kafka_string(args["incarnation_id"]),
         "broker_epoch": broker_epoch,
-        "end_points": [{"name": "PLAINTEXT", "host": args["host"], "port": args["port"], "security_protocol": 0}],
+        "end_points": endpoints_of(args),
         "features": [{"name": "metadata.version", "min_supported_version": 1, "max_supported_version": 19}],
         "rack": args.get("rack"),
         "fenced": True,

@@ -446,6 +446,7 @@ class Controller:
             brokers.append({
                 "node_id": node_id, "host": endpoint.host if endpoint else None,
                 "port": endpoint.port if endpoint else None, "fenced": broker.fenced,
+                "listeners": {e.name: f"{e.host}:{e.port}" for e in broker.endpoints},
                 "incarnation_id": topic_id_to_kafka_string(broker.incarnation_id),
                 "broker_epoch": broker.broker_epoch,
                 "applied_offset": session.applied_offset if session else -1,

@@ -25,11 +25,12 @@ import os
 import signal
 import sys
 
-from cluster.formats.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties
+from cluster.formats.config import ADMIN_PORT_CONFIG, BrokerConfig, ConfigError, load_properties, parse_listener
+from cluster.formats.listeners import advertised_listeners, broker_listeners, inter_broker_listener_name
 from cluster.runtime import event_loop
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
-from node.broker import Broker, Listener
+from node.broker import Broker
 from node.server import KafkaServer
 
 log = logging.getLogger("node")
@@ -51,18 +52,29 @@ def parse_args(argv: list[str]) -> BrokerConfig:
         values["node.id"] = str(args.node_id)
     if args.data_dir:
         values["log.dirs"] = args.data_dir
-    if args.host is not None or args.port is not None:
-        # The flags replace the listener for clients; a CONTROLLER listener of the file stays.
-        controller_names = BrokerConfig(values).get("controller.listener.names").split(",")
-        kept = [spec for spec in values.get("listeners", "").split(",")
-                if spec.strip() and spec.strip().partition("://")[0] in controller_names]
-        values["listeners"] = ",".join([f"PLAINTEXT://{args.host or '127.0.0.1'}:{args.port or 0}", *kept])
     if args.controller:
         values["controller.address"] = args.controller
     for item in args.set:
         key, _, value = item.partition("=")
         values[key.strip()] = value.strip()
+    if args.host is not None or args.port is not None:
+        values["listeners"] = _first_listener_moved(values, args.host, args.port)
     return BrokerConfig(values)
+
+
+def _first_listener_moved(values: dict, host: str | None, port: int | None) -> str:
+    """`listeners` with the first listener for clients moved to --host/--port (its name and the
+    other listeners kept): how a launcher gives each node a free port."""
+    config = BrokerConfig(values)
+    controller_names = {n.strip().upper() for n in config.get("controller.listener.names").split(",")}
+    specs = [spec.strip() for spec in config.get("listeners").split(",") if spec.strip()]
+    for index, spec in enumerate(specs):
+        name, old_host, old_port = parse_listener(spec)
+        if name.upper() not in controller_names:
+            specs[index] = f"{name}://{host if host is not None else old_host or '127.0.0.1'}:" \
+                           f"{port if port is not None else old_port}"
+            return ",".join(specs)
+    return ",".join([f"PLAINTEXT://{host or '127.0.0.1'}:{port or 0}", *specs])
 
 
 # Broker configs a controller reads, passed on to a controller this node starts.
@@ -158,15 +170,17 @@ async def run(config: BrokerConfig) -> int:
 async def serve(config: BrokerConfig, stop: asyncio.Event, serving: asyncio.Event) -> None:
     broker = Broker(config)
     server = KafkaServer(broker, config.get_int("socket.request.max.bytes"))
-    _, host, port = config.listener()
-    bound_port = await server.start(host, port)
-    name, advertised_host, advertised_port = config.advertised_listener(bound_port)
-    await broker.start(Listener(name, advertised_host, advertised_port))
+    listeners = broker_listeners(config)
+    bound_ports = await server.start(listeners)
+    await broker.start(advertised_listeners(config, bound_ports))
     admin = AdminServer(broker)
+    host = listeners[0].host
     admin_port = await admin.start(host, int(config.get(ADMIN_PORT_CONFIG) or 0))
-    print(json.dumps({"ready": True, "port": bound_port, "admin_port": admin_port, "pid": os.getpid(),
+    print(json.dumps({"ready": True, "port": bound_ports[listeners[0].name], "ports": bound_ports,
+                      "admin_port": admin_port, "pid": os.getpid(),
                       "incarnation_id": str(broker.incarnation_id)}), flush=True)
-    log.info("node %d serving on %s:%d", broker.node_id, host, bound_port)
+    log.info("node %d serving %s", broker.node_id,
+             ", ".join(f"{l.name} on {l.host or '*'}:{bound_ports[l.name]}" for l in listeners))
     serving.set()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -198,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config.check_roles()
         config.check_replica_fetch()
+        if config.process_roles != {"controller"}:
+            inter_broker_listener_name(config)  # (every listener's protocol checked on the way)
     except ConfigError as exc:
         raise SystemExit(f"cannot start: {exc}") from None
     if config.process_roles == {"controller"}:

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass
 
 from cluster.formats.config import BrokerConfig
+from cluster.formats.listeners import ListenerSpec, inter_broker_listener_name
 from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
 from node.faults import Faults
 from node.fetch_sessions import FetchSessionCache
@@ -33,13 +34,6 @@ def apply_timeout_s(timeout_ms: int) -> float:
     """How long an admin request waits for this node to apply its change: the request's own
     timeout_ms, or APPLY_TIMEOUT_S when it gives none."""
     return timeout_ms / 1000 if timeout_ms > 0 else APPLY_TIMEOUT_S
-
-
-@dataclass
-class Listener:
-    name: str
-    host: str
-    port: int
 
 
 class Broker:
@@ -70,14 +64,17 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
                                                 config.get_int("min.incremental.fetch.session.eviction.ms"),
                                                 keep_reading=self.replicas.follower_outside_isr)
-        self.listener: Listener | None = None
-        self.metadata_answers = None  # node.apis.metadata's encoded answers, made on the first request
+        # What clients are told for each listener this node serves, by name (the first is the
+        # default), and the listener the nodes use among themselves.
+        self.listeners: dict[str, ListenerSpec] = {}
+        self.inter_broker_listener = inter_broker_listener_name(config)
+        self.metadata_answers = {}  # node.apis.metadata's encoded answers, by listener
         self.started_ms = int(time.time() * 1000)
 
     # --- lifecycle ---
 
-    async def start(self, advertised: Listener) -> None:
-        self.listener = advertised
+    async def start(self, advertised: list[ListenerSpec]) -> None:
+        self.listeners = {listener.name: listener for listener in advertised}
         self.metadata.load_local_log()
         await self.replicas.reconcile()
         self.metadata.applied_offset = self.image.offset
@@ -113,15 +110,26 @@ class Broker:
         broker = self.image.brokers.get(node_id)
         return broker is not None and not broker.fenced
 
-    def endpoint_of(self, node_id: int) -> tuple[str, int, str | None] | None:
-        """(host, port, rack) clients should use for node_id; our own listener for ourselves."""
-        if node_id == self.node_id and self.listener:
-            return self.listener.host, self.listener.port, self.config.get("broker.rack") or None
+    def endpoint_of(self, node_id: int, listener: str | None = None) -> tuple[str, int, str | None] | None:
+        """(host, port, rack) of node_id's `listener` (by default this node's first): what a client
+        that came in on that listener must use. None when the node is not alive or has no such
+        listener (as Kafka leaves out a broker without the client's listener)."""
+        if node_id == self.node_id and self.listeners:
+            own = self.listeners.get(listener) if listener else next(iter(self.listeners.values()))
+            return (own.host, own.port, self.config.get("broker.rack") or None) if own else None
         broker = self.image.brokers.get(node_id)
         if broker is None or broker.fenced or not broker.endpoints:
             return None
-        endpoint = broker.endpoints[0]
+        if listener is None:
+            listener = next(iter(self.listeners), None)
+        endpoint = next((e for e in broker.endpoints if e.name == listener), None)
+        if endpoint is None:
+            return None
         return endpoint.host, endpoint.port, broker.rack
+
+    def peer_endpoint(self, node_id: int) -> tuple[str, int, str | None] | None:
+        """Where this node reaches node_id: its inter-broker listener."""
+        return self.endpoint_of(node_id, self.inter_broker_listener)
 
     def live_broker_ids(self) -> list[int]:
         ids = {b.node_id for b in self.image.brokers.values() if not b.fenced}

@@ -34,17 +34,24 @@ _SIZE = struct.Struct(">i")
 MAX_IN_FLIGHT = 1024
 
 
+def _plain_session(listener: ListenerInfo, transport: asyncio.Transport) -> Session:
+    peer = transport.get_extra_info("peername")
+    return Session.opened(listener, peer[0] if peer else "")
+
+
 class MalformedRequest(Exception):
     """The request cannot be parsed; Kafka closes the connection."""
 
 
 class ClientConnection(asyncio.Protocol):
     def __init__(self, start_request: Callable[[memoryview, Session], asyncio.Task], max_request_bytes: int,
-                 connections: set, listener: ListenerInfo = PLAINTEXT_LISTENER):
+                 connections: set, listener: ListenerInfo = PLAINTEXT_LISTENER,
+                 open_session: Callable[[ListenerInfo, asyncio.Transport], Session] | None = None):
         self.start_request = start_request
         self.max_request_bytes = max_request_bytes
         self.connections = connections
         self.listener = listener
+        self.open_session = open_session or _plain_session
         self.transport: asyncio.Transport | None = None
         self.session = Session.opened(listener, "")
         self.partial = bytearray()  # bytes not cut yet: the start of a frame, or whole ones held back
@@ -63,8 +70,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.session = Session.opened(self.listener, peer[0] if peer else "")
+        self.session = self.open_session(self.listener, transport)
         self.connections.add(self)
         if self.admit is not None:
             self.admit(self, self.session.client_host)
@@ -205,6 +211,10 @@ class ClientConnection(asyncio.Protocol):
             self.transport.writelines(buffers)
             if timeline.ENABLED:
                 timeline.mark("answer written")
+        if self.session.failed and not self.ending:
+            log.info("closing connection from %s: authentication failed", self.session.client_host)
+            self._end()
+            return
         if self.ending and not pending:
             self.transport.close()
         else:

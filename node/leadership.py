@@ -42,11 +42,11 @@ def check_leader(broker, topic: str, partition: int, current_leader_epoch: int =
     return LeaderCheck(ErrorCode.NONE, info, hosted)
 
 
-def leader_endpoints(broker, leader_ids) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of each known leader, for KIP-951 NodeEndpoints."""
+def leader_endpoints(broker, leader_ids, listener: str) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of each known leader on `listener`, for KIP-951 NodeEndpoints."""
     found = []
     for node_id in sorted(set(leader_ids)):
-        endpoint = broker.endpoint_of(node_id) if node_id >= 0 else None
+        endpoint = broker.endpoint_of(node_id, listener) if node_id >= 0 else None
         if endpoint:
             found.append((node_id, *endpoint))
     return found

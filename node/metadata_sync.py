@@ -13,6 +13,7 @@ import os
 import uuid
 
 from cluster.formats.control import ControlClient, ControlError
+from cluster.formats.listeners import SECURITY_PROTOCOL_IDS
 from cluster.formats.metadata_log import (
     METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
 )
@@ -152,13 +153,14 @@ class MetadataSync:
                 log.warning("controller link failed: %s", task.exception())
 
     async def _register(self) -> None:
-        listener = self.broker.listener
+        listeners = list(self.broker.listeners.values())
         reply = await self.client.call(
             "register",
             node_id=self.broker.node_id,
             incarnation_id=topic_id_to_kafka_string(self.broker.incarnation_id),
-            host=listener.host,
-            port=listener.port,
+            host=listeners[0].host,
+            port=listeners[0].port,
+            endpoints=[[l.name, l.host, l.port, SECURITY_PROTOCOL_IDS[l.security_protocol]] for l in listeners],
             rack=self.broker.config.get("broker.rack") or None,
             # A controller on the same process table watches our pid and fences us the moment we exit.
             pid=os.getpid(),

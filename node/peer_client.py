@@ -93,7 +93,7 @@ class PeerClient:
             connection = self._connections.get(node_id)
             if connection is not None and connection.open:
                 return connection
-            endpoint = self.broker.endpoint_of(node_id)
+            endpoint = self.broker.peer_endpoint(node_id)
             if endpoint is None:
                 raise ConnectionRefusedError(f"node {node_id} has no address now")
             reader, writer = await asyncio.open_connection(endpoint[0], endpoint[1])

@@ -92,7 +92,7 @@ class ReplicaFetchers:
     async def _follow(self, leader: int) -> None:
         session = FollowerSession()
         while leader in self.followed:
-            endpoint = self.broker.endpoint_of(leader)
+            endpoint = self.broker.peer_endpoint(leader)
             if endpoint is None:
                 await self._wait_for_change(leader)
                 continue

@@ -22,14 +22,17 @@ from node.faults import error_response, party_of
 from node import request_checks
 from node.client_connection import ClientConnection, MalformedRequest
 from node.spliced_response import EncodedResponse, SplicedResponse
+from cluster.formats.listeners import ListenerSpec
 from node.security.quotas import ClientQuotas
-from node.security.session import Session
+from node.security.session import ListenerInfo, Session
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
+# ApiVersions, SaslHandshake, SaslAuthenticate: what a SASL connection may send before it is authenticated.
+SASL_PHASE_APIS = frozenset({18, 17, 36})
 
 
 @dataclass(slots=True)
@@ -81,33 +84,58 @@ def peek_api(frame: memoryview) -> tuple[int, int, int]:
 
 
 class KafkaServer:
+    """Every listener of a node: one socket each, TLS where its security protocol says so."""
+
     def __init__(self, broker, max_request_bytes: int):
         self.broker = broker
         self.max_request_bytes = max_request_bytes
-        self.server: asyncio.AbstractServer | None = None
+        self.servers: list[asyncio.AbstractServer] = []
         self.connections: set[ClientConnection] = set()
         self.quotas = ClientQuotas(broker)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, listeners: list[ListenerSpec]) -> dict[str, int]:
+        """Serve each listener; the port each got, by listener name."""
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(self._new_connection, host, port)
-        return self.server.sockets[0].getsockname()[1]
+        ports = {}
+        for spec in listeners:
+            listener = ListenerInfo(spec.name, spec.security_protocol)
+            context = _tls_context(self.broker.config, spec.name) if listener.uses_tls else None
+            server = await loop.create_server(lambda listener=listener: self._new_connection(listener),
+                                              spec.host, spec.port, ssl=context)
+            self.servers.append(server)
+            ports[spec.name] = server.sockets[0].getsockname()[1]
+        return ports
 
     async def close(self) -> None:
-        if self.server:
-            self.server.close()
+        for server in self.servers:
+            server.close()
         tasks = []
         for connection in list(self.connections):
             tasks += connection.cancel()
             connection.transport.close()
         await cancel_and_wait(tasks)
 
-    def _new_connection(self) -> ClientConnection:
-        connection = ClientConnection(self._start_request, self.max_request_bytes, self.connections)
+    def _new_connection(self, listener: ListenerInfo) -> ClientConnection:
+        connection = ClientConnection(self._start_request, self.max_request_bytes, self.connections, listener,
+                                      self._open_session)
         connection.admit = self.quotas.admit
         return connection
 
+    def _open_session(self, listener: ListenerInfo, transport: asyncio.Transport) -> Session:
+        peer = transport.get_extra_info("peername")
+        session = Session.opened(listener, peer[0] if peer else "")
+        if listener.security_protocol == "SSL":  # (on SASL_SSL, SASL says who the client is)
+            from node.security import tls
+
+            session.principal = tls.principal_of(transport.get_extra_info("ssl_object"),
+                                                 self.broker.config.get("ssl.principal.mapping.rules"))
+        return session
+
     def _start_request(self, frame: memoryview, session: Session) -> asyncio.Task:
+        if not session.authenticated or session.expires_ms is not None:
+            gated = self._gate(frame, session)
+            if gated is not None:
+                return gated
         api_key, api_version, correlation_id = peek_api(frame)
         handler = HANDLERS.get(api_key)
         if handler is None:
@@ -157,6 +185,32 @@ class KafkaServer:
             if connection.session is session:
                 connection.throttle(throttle_ms)
 
+    def _gate(self, frame: memoryview, session: Session) -> asyncio.Task | None:
+        """What a SASL connection may send before it is authenticated, or once its authentication
+        has expired (KIP-368): ApiVersions and the SASL APIs; anything else closes the connection,
+        as Kafka does. After a SaslHandshake v0 the client sends raw SASL tokens, answered raw.
+        None: the request goes on as usual."""
+        if session.raw_tokens:
+            return asyncio.create_task(self._raw_sasl_token(bytes(frame), session))
+        api_key = peek_api(frame)[0]
+        if api_key in SASL_PHASE_APIS:
+            return None
+        if not session.authenticated:
+            raise MalformedRequest(f"api key {api_key} before SASL authentication")
+        if session.expires_ms <= self.broker.now_ms():
+            raise MalformedRequest(f"api key {api_key} after the SASL session of {session.principal} expired")
+        return None
+
+    async def _raw_sasl_token(self, token: bytes, session: Session) -> list:
+        from node.security import sasl
+
+        try:
+            challenge = await sasl.authenticate(self.broker, session, token)
+        except sasl.SaslAuthenticationError:
+            session.failed = True
+            return []
+        return [_SIZE.pack(len(challenge)), challenge]
+
     async def _unsupported_api_versions(self, correlation_id: int) -> list:
         body = api_versions.unsupported_version_response().encode(version=0)
         return self._frame_response(correlation_id, [body], flexible=False)
@@ -167,3 +221,9 @@ class KafkaServer:
         header = _CORRELATION.pack(correlation_id) + (b"\x00" if flexible else b"")
         size = len(header) + sum(len(piece) for piece in body)
         return [_SIZE.pack(size) + header, *body]
+
+
+def _tls_context(config, listener_name: str):
+    from node.security import tls  # (only nodes with a TLS listener load the ssl machinery)
+
+    return tls.server_context(config, listener_name)

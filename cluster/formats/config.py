@@ -15,6 +15,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "controller.quorum.bootstrap.servers": "",
     "controller.quorum.voters": "",
     "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "",
+    "inter.broker.listener.name": "",
+    "security.inter.broker.protocol": "PLAINTEXT",
     "broker.rack": "",
     "auto.create.topics.enable": "true",
     "num.partitions": "1",
@@ -233,14 +236,6 @@ class BrokerConfig:
     def _controller_listener_names(self) -> set[str]:
         return {n.strip() for n in self.get("controller.listener.names").split(",") if n.strip()}
 
-    def listener(self) -> tuple[str, str, int]:
-        """(name, host, port) of the first broker listener; port 0 asks the OS for a free one."""
-        brokers = [l for l in self._listeners("listeners") if l[0] not in self._controller_listener_names()]
-        if not brokers:
-            raise ConfigError(f"listeners={self.get('listeners')} has no listener for clients "
-                              f"(controller.listener.names={self.get('controller.listener.names')})")
-        return brokers[0]
-
     def controller_listener(self) -> tuple[str, str, int]:
         """(name, host, port) of the listener named first in controller.listener.names."""
         names = self._controller_listener_names()
@@ -249,16 +244,6 @@ class BrokerConfig:
             raise ConfigError(f"a controller needs a listener named in controller.listener.names "
                               f"({self.get('controller.listener.names')}) in listeners={self.get('listeners')}")
         return found[0]
-
-    def advertised_listener(self, bound_port: int) -> tuple[str, str, int]:
-        name, host, port = self.listener()
-        advertised = [l for l in self._listeners("advertised.listeners")
-                      if l[0] not in self._controller_listener_names()]
-        if advertised:
-            name, host, port = next((l for l in advertised if l[0] == name), advertised[0])
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return name, host, port or bound_port
 
     def controller_address(self) -> tuple[str, int] | None:
         """Our `controller.address` host:port, else Kafka's quorum bootstrap server or single voter.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_TIMEOUT_S = 30
@@ -52,6 +52,8 @@ class NodeProcess:
     log_path: Path
     admin_port: int = 0  # the node's control port: fault injection and replica state
     incarnation_id: str = ""
+    # Every listener's port, by listener name (`port` is the first's).
+    ports: dict[str, int] = field(default_factory=dict)
 
     def alive(self) -> bool:
         return pid_alive(self.pid)

@@ -142,7 +142,8 @@ class LocalProcessBackend(Backend):
         process, log_path = started
         ready = read_ready_line(process, log_path, self.cluster.startup_timeout)
         return NodeProcess(node_id, process.pid, ready["port"], self.cluster.data_dir / f"node-{node_id}",
-                           log_path, admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"])
+                           log_path, admin_port=ready["admin_port"], incarnation_id=ready["incarnation_id"],
+                           ports=ready.get("ports", {}))
 
     def _fork(self, program: str, argv: list[str], log_path: Path, lead_group: bool = False) -> ForkedProcess:
         """`python -m <program>` with argv, forked by this cluster's fork server."""
@@ -270,7 +271,7 @@ class LocalProcessBackend(Backend):
     def node_from_state(self, node_id: int, recorded: dict) -> NodeProcess:
         return NodeProcess(node_id, recorded["pid"], recorded["port"], Path(recorded["data_dir"]),
                            Path(recorded["log_path"]), recorded.get("admin_port", 0),
-                           recorded.get("incarnation_id", ""))
+                           recorded.get("incarnation_id", ""), recorded.get("ports", {}))
 
 
 def _wait_exit(pid: int, timeout: float | None) -> bool:

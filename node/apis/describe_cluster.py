@@ -33,10 +33,13 @@ async def handle(broker, header, request):
         if fenced and not include_fenced:
             continue
         if node_id == broker.node_id:
-            host, port, rack = broker.endpoint_of(node_id)
+            endpoint = broker.endpoint_of(node_id, header.session.listener.name)
         else:
-            endpoint = registered.endpoints[0]
-            host, port, rack = endpoint.host, endpoint.port, registered.rack
+            endpoint = next(((e.host, e.port, registered.rack) for e in registered.endpoints
+                             if e.name == header.session.listener.name), None)
+        if endpoint is None:  # (as Kafka leaves out a broker without the client's listener)
+            continue
+        host, port, rack = endpoint
         brokers.append(RESPONSE.DescribeClusterBroker(broker_id=node_id, host=host, port=port, rack=rack,
                                                       is_fenced=fenced))
     return RESPONSE[header.api_version](

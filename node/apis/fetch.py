@@ -127,7 +127,7 @@ async def handle(broker, header, request):
     session_id, answered = broker.fetch_sessions.answer(context, fetches)
     if timeline.ENABLED:
         timeline.mark("fetch answered")
-    return _response(broker, answered, version, session_id)
+    return _response(broker, answered, version, session_id, header.session.listener.name)
 
 
 def _woken(broker, context, version: int) -> list[PartitionFetch]:
@@ -311,8 +311,8 @@ async def _wait_for_data(broker, fetches: list[PartitionFetch], timeout: float, 
         broker.replicas.drop_waiter(waiter, keys)
 
 
-def _response(broker, fetches: list[PartitionFetch], version: int,
-              session_id: int) -> SplicedResponse | EncodedResponse:
+def _response(broker, fetches: list[PartitionFetch], version: int, session_id: int,
+              listener: str) -> SplicedResponse | EncodedResponse:
     if writable(fetches, version):
         return fetch_answer_pieces(fetches, version, session_id)
     by_topic: dict = {}
@@ -335,7 +335,7 @@ def _response(broker, fetches: list[PartitionFetch], version: int,
             name_or_id: key, "partitions": struct_array(PartitionData, version, partitions)}))
     leaders = [f.leader[0] for f in fetches if f.leader]
     extra = {}
-    endpoints = leader_endpoints(broker, leaders) if leaders else []
+    endpoints = leader_endpoints(broker, leaders, listener) if leaders else []
     if endpoints:
         extra["node_endpoints"] = [RESPONSE.NodeEndpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints]
     response = RESPONSE[version](throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id,

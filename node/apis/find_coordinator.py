@@ -43,7 +43,7 @@ async def handle(broker, header, request):
     elif key_type == SHARE_KEY_TYPE and version >= FIRST_SHARE_VERSION \
             and broker.topic(share_placement.SHARE_STATE_TOPIC) is None:
         await _create_topic(broker, share_placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
-    found = [_locate(broker, key, key_type, version) for key in keys]
+    found = [_locate(broker, key, key_type, version, header.session.listener.name) for key in keys]
     if version >= 4:
         return RESPONSE[version](throttle_time_ms=0, coordinators=[
             RESPONSE.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
@@ -53,7 +53,7 @@ async def handle(broker, header, request):
                              port=port)
 
 
-def _locate(broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, int, str, int]:
+def _locate(broker, key: str, key_type: int, version: int, listener: str) -> tuple[ErrorCode, int, str, int]:
     if key_type == GROUP_KEY_TYPE:
         info = broker.partition(placement.OFFSETS_TOPIC, broker.groups.partition_of(key))
     elif key_type == TRANSACTION_KEY_TYPE:
@@ -63,7 +63,7 @@ def _locate(broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, i
         info = broker.partition(share_placement.SHARE_STATE_TOPIC, partition)
     else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
-    endpoint = broker.endpoint_of(info.leader) if info is not None and info.leader >= 0 else None
+    endpoint = broker.endpoint_of(info.leader, listener) if info is not None and info.leader >= 0 else None
     if endpoint is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     host, port, _ = endpoint

@@ -42,14 +42,16 @@ async def handle(broker, header, request):
     if names is not None and _may_auto_create(broker, request, version):
         await _auto_create(broker, [n for n in names if broker.topic(n) is None and topic_name_error(n) is None])
     names = None if names is None else tuple(names)
-    return EncodedResponse([answers_of(broker).body(version, names, tuple(unknown_ids))])
+    answers = answers_of(broker, header.session.listener.name)
+    return EncodedResponse([answers.body(version, names, tuple(unknown_ids))])
 
 
-def answers_of(broker) -> "MetadataAnswers":
-    """The node's kept answers (made with its first Metadata request, and kept by its broker)."""
-    answers = broker.metadata_answers
+def answers_of(broker, listener: str) -> "MetadataAnswers":
+    """The node's kept answers for clients of `listener` (made with its first Metadata request on
+    that listener, and kept by its broker): each listener's name the brokers' addresses on it."""
+    answers = broker.metadata_answers.get(listener)
     if answers is None:
-        answers = broker.metadata_answers = MetadataAnswers(broker)
+        answers = broker.metadata_answers[listener] = MetadataAnswers(broker, listener)
     return answers
 
 
@@ -60,8 +62,9 @@ class MetadataAnswers:
     # topics or for the same few, and an answer for every topic of a large cluster is big.
     MAX_BODIES = 16
 
-    def __init__(self, broker):
+    def __init__(self, broker, listener: str):
         self.broker = broker
+        self.listener = listener
         self._stamp = None  # (image changes, cluster id) the bodies were encoded at
         self._bodies: dict[tuple, bytes] = {}
         self._live: tuple[int, ...] | None = None  # live brokers the topic entries were encoded with
@@ -98,7 +101,7 @@ class MetadataAnswers:
         entries = [self._topic_entry(version, name, flexible)
                    for name in (sorted(broker.image.topics) if names is None else names)]
         entries += [_encode_topic(_unknown_topic_id(topic_id), version, flexible) for topic_id in unknown_ids]
-        head, tail = _around_topics(_response(broker, version, topics=[]), version, flexible)
+        head, tail = _around_topics(_response(broker, self.listener, version, topics=[]), version, flexible)
         count = UnsignedVarInt32.encode(len(entries) + 1) if flexible else Int32.encode(len(entries))
         return b"".join([head, count, *entries, tail])
 
@@ -127,10 +130,11 @@ def _topic_state(info) -> tuple | None:
                                 for p in info.partitions.values())
 
 
-def _response(broker, version: int, topics: list):
+def _response(broker, listener: str, version: int, topics: list):
+    endpoints = ((node_id, broker.endpoint_of(node_id, listener)) for node_id in broker.live_broker_ids())
     return RESPONSE[version](
         throttle_time_ms=0,
-        brokers=[_broker_entry(broker, node_id) for node_id in broker.live_broker_ids()],
+        brokers=[_broker_entry(node_id, *endpoint) for node_id, endpoint in endpoints if endpoint],
         cluster_id=broker.cluster_id,
         # In KRaft the real controller is hidden from clients: admin clients send
         # controller-only requests to this id, so it must be a live broker.
@@ -195,8 +199,7 @@ def _topic_to_create(broker, name: str) -> dict:
     return {"name": name, "num_partitions": -1, "replication_factor": -1, "assignments": None, "configs": {}}
 
 
-def _broker_entry(broker, node_id: int):
-    host, port, rack = broker.endpoint_of(node_id)
+def _broker_entry(node_id: int, host: str, port: int, rack: str | None):
     return RESPONSE.MetadataResponseBroker(node_id=node_id, host=host, port=port, rack=rack)
 
 

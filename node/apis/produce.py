@@ -89,7 +89,7 @@ async def handle(broker, header, request):
     await _wait_for_in_sync_replicas(awaiting, request.timeout_ms)
     if timeline.ENABLED:
         timeline.mark("produce committed")
-    return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named) if leaders_named else [])
+    return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named, header.session.listener.name) if leaders_named else [])
 
 
 async def _unverified(broker, request, version: int) -> dict | None:

@@ -60,7 +60,8 @@ async def handle(broker, header, request):
     return RESPONSE[version](
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
         responses=[TopicResponse(topic_id=topic_id, partitions=partitions) for topic_id, partitions in topics.items()],
-        node_endpoints=share_requests.node_endpoints(broker, RESPONSE, [target for _, target in acked.values()]))
+        node_endpoints=share_requests.node_endpoints(broker, RESPONSE, [target for _, target in acked.values()],
+                                                      header.session.listener.name))
 
 
 def _error(version: int, error: ErrorCode):

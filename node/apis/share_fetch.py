@@ -90,7 +90,7 @@ async def handle(broker, header, request):
         answers = [PartitionAnswer(target) for target in
                    await share_requests.find_all(broker, request.group_id, context.partitions)]
         await _acquire_or_wait(broker, request, answers)
-    return _response(broker, request, version, answers, acked)
+    return _response(broker, request, version, answers, acked, header.session.listener.name)
 
 
 async def _acquire_or_wait(broker, request, answers: list[PartitionAnswer]) -> None:
@@ -186,7 +186,8 @@ def _error(version: int, error: ErrorCode):
                              acquisition_lock_timeout_ms=0, responses=[], node_endpoints=[])
 
 
-def _response(broker, request, version: int, answers: list[PartitionAnswer], acked: dict) -> SplicedResponse:
+def _response(broker, request, version: int, answers: list[PartitionAnswer], acked: dict,
+              listener: str) -> SplicedResponse:
     by_key = {(a.target.topic_id, a.target.index): a for a in answers}
     for key, (error, target) in acked.items():
         answer = by_key.get(key)
@@ -205,7 +206,8 @@ def _response(broker, request, version: int, answers: list[PartitionAnswer], ack
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
         acquisition_lock_timeout_ms=group_setting_int(broker, request.group_id, "share.record.lock.duration.ms"),
         responses=[TopicResponse(topic_id=topic_id, partitions=partitions) for topic_id, partitions in topics.items()],
-        node_endpoints=share_requests.node_endpoints(broker, RESPONSE, [a.target for a in by_key.values()]))
+        node_endpoints=share_requests.node_endpoints(broker, RESPONSE, [a.target for a in by_key.values()],
+                                                      listener))
     return SplicedResponse(response, record_sets, compact=True)
 
 

@@ -14,15 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ANONYMOUS = "User:ANONYMOUS"
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-# Kafka's SecurityProtocol ids, as a RegisterBrokerRecord's endpoints carry them.
-SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
 @dataclass(frozen=True, slots=True)
 class ListenerInfo:
     name: str  # e.g. PLAINTEXT, EXTERNAL, INTERNAL
-    security_protocol: str  # one of SECURITY_PROTOCOLS
+    security_protocol: str  # one of cluster.formats.listeners.SECURITY_PROTOCOLS
 
     @property
     def uses_sasl(self) -> bool:
@@ -49,6 +46,8 @@ class Session:
     raw_tokens: bool = False
     # KIP-368: when (ms since the epoch) this authentication expires; None: never.
     expires_ms: int | None = None
+    # Authentication failed: the connection closes once the answer saying so is written.
+    failed: bool = False
 
     @classmethod
     def opened(cls, listener: ListenerInfo, client_host: str) -> "Session":

@@ -83,7 +83,7 @@ def acknowledgement_batches(partition) -> list[tuple[int, int, list[int]]]:
             for batch in partition.acknowledgement_batches]
 
 
-def node_endpoints(broker, response_class, targets) -> list:
+def node_endpoints(broker, response_class, targets, listener: str) -> list:
     leaders = [target.leader[0] for target in targets if target.leader]
     return [response_class.NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack)
-            for node_id, host, port, rack in (leader_endpoints(broker, leaders) if leaders else [])]
+            for node_id, host, port, rack in (leader_endpoints(broker, leaders, listener) if leaders else [])]

@@ -1,6 +1,7 @@
 import pytest
 
 from cluster.formats.config import BrokerConfig, ConfigError, parse_listener, parse_properties
+from cluster.formats.listeners import ListenerSpec, advertised_listeners, broker_listeners
 
 
 def test_server_properties_parsing():
@@ -11,7 +12,7 @@ def test_server_properties_parsing():
 def test_broker_config_defaults_and_listeners():
     config = BrokerConfig({"listeners": "PLAINTEXT://0.0.0.0:0", "controller.quorum.bootstrap.servers": "localhost:9093"})
     assert config.node_id == 1
-    assert config.advertised_listener(4567) == ("PLAINTEXT", "127.0.0.1", 4567)
+    assert advertised_listeners(config, {"PLAINTEXT": 4567}) == [ListenerSpec("PLAINTEXT", "127.0.0.1", 4567, "PLAINTEXT")]
     assert config.controller_address() == ("localhost", 9093)
     assert config.topic_defaults()["retention.ms"] == "604800000"
     assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
@@ -25,9 +26,9 @@ def test_kafka_quickstart_combined_roles_and_listeners():
         "controller.listener.names": "CONTROLLER", "log.dirs": "/tmp/kraft-combined-logs"})
     config.check_roles()
     assert config.process_roles == {"broker", "controller"}
-    assert config.listener() == ("PLAINTEXT", "", 9092)
+    assert broker_listeners(config) == [ListenerSpec("PLAINTEXT", "", 9092, "PLAINTEXT")]
     assert config.controller_listener() == ("CONTROLLER", "", 9093)
-    assert config.advertised_listener(9092) == ("PLAINTEXT", "localhost", 9092)
+    assert advertised_listeners(config, {"PLAINTEXT": 9092}) == [ListenerSpec("PLAINTEXT", "localhost", 9092, "PLAINTEXT")]
     assert config.controller_address() == ("localhost", 9093)
     assert str(config.metadata_log_dir) == "/tmp/kraft-combined-logs"
 
@@ -64,3 +65,36 @@ def test_replica_fetchers_take_their_timings_from_the_config(tmp_path):
     broker = Broker(BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path), "replica.fetch.wait.max.ms": "100",
                                   "replica.socket.timeout.ms": "2500"}))
     assert (broker.fetchers.max_wait_ms, broker.fetchers.socket_timeout_s) == (100, 2.5)
+
+
+def test_several_listeners_with_their_security_protocols_and_the_inter_broker_one():
+    from cluster.formats.listeners import inter_broker_listener_name
+
+    config = BrokerConfig({
+        "listeners": "INTERNAL://0.0.0.0:9091,external://:9092,SASL_SSL://:9093,CONTROLLER://:9094",
+        "advertised.listeners": "EXTERNAL://kafka.example:19092",
+        "listener.security.protocol.map": "INTERNAL:SSL,EXTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL"})
+    assert broker_listeners(config) == [ListenerSpec("INTERNAL", "0.0.0.0", 9091, "SSL"),
+                                        ListenerSpec("EXTERNAL", "", 9092, "SASL_PLAINTEXT"),
+                                        ListenerSpec("SASL_SSL", "", 9093, "SASL_SSL")]
+    assert advertised_listeners(config, {"INTERNAL": 9091, "EXTERNAL": 9092, "SASL_SSL": 9093}) == [
+        ListenerSpec("INTERNAL", "127.0.0.1", 9091, "SSL"), ListenerSpec("EXTERNAL", "kafka.example", 19092, "SASL_PLAINTEXT"),
+        ListenerSpec("SASL_SSL", "127.0.0.1", 9093, "SASL_SSL")]
+    assert inter_broker_listener_name(config) == "INTERNAL"
+    # security.inter.broker.protocol names a listener; one the node lacks falls back to the first
+    assert inter_broker_listener_name(BrokerConfig({"listeners": "SSL://:1,PLAINTEXT://:2"})) == "PLAINTEXT"
+    assert inter_broker_listener_name(BrokerConfig({"listeners": "SSL://:1"})) == "SSL"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"listeners": "EXTERNAL://:9092"}, "listener EXTERNAL has no security protocol"),
+    ({"listeners": "A://:1", "listener.security.protocol.map": "A:TLS"}, "is not NAME:PROTOCOL"),
+    ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "names PLAINTEXT twice"),
+    ({"listeners": "PLAINTEXT://:1", "inter.broker.listener.name": "INTERNAL"}, "is not among listeners"),
+])
+def test_listener_settings_that_cannot_work_are_refused(values, message):
+    from cluster.formats.listeners import inter_broker_listener_name
+
+    with pytest.raises(ConfigError, match=message):
+        inter_broker_listener_name(BrokerConfig(values))

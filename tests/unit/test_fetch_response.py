@@ -48,8 +48,8 @@ class KnownLeaders:
     """What fetch._response asks of the broker: where a leader it names can be reached."""
 
     @staticmethod
-    def endpoint_of(node_id: int):
-        return ("10.0.0.3", 9092, "rack-c") if node_id == 3 else None
+    def endpoint_of(node_id: int, listener: str):
+        return ("10.0.0.3", 9092, "rack-c") if node_id == 3 and listener == "PLAINTEXT" else None
 
 
 def encoded_with_data_classes(fetches: list[fetch.PartitionFetch], version: int) -> bytes:
@@ -86,7 +86,8 @@ def encoded_with_data_classes(fetches: list[fetch.PartitionFetch], version: int)
 @pytest.mark.parametrize("tagged", [False, True], ids=["as tuples", "with tagged fields"])
 @pytest.mark.parametrize("version", range(fetch.VERSIONS[0], fetch.VERSIONS[1] + 1))
 def test_spliced_fetch_response_is_what_the_encoder_writes_with_records_inside(version, tagged, interleaved):
-    spliced = fetch._response(KnownLeaders, partition_fetches(memoryview, tagged, interleaved), version, SESSION_ID)
+    spliced = fetch._response(KnownLeaders, partition_fetches(memoryview, tagged, interleaved), version, SESSION_ID,
+                              "PLAINTEXT")
     # Flexible versions without tagged fields are written by hand; the rest spliced into kafka.protocol's.
     assert isinstance(spliced, EncodedResponse if version >= 12 and not tagged else SplicedResponse)
     wire = b"".join(bytes(piece) for piece in spliced.encode_pieces(version))

@@ -6,7 +6,6 @@ of sent; followers are Fetch requests handed to the handler.
 """
 import asyncio
 import uuid
-from types import SimpleNamespace
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -15,6 +14,7 @@ from cluster.formats.image import BrokerInfo, PartitionInfo, TopicInfo
 from cluster.formats.records import encode_batch
 from node.apis import fetch
 from node.broker import Broker
+from tests.unit.headers import request_header
 
 LAG_MS = 100
 VERSION = 12
@@ -53,7 +53,7 @@ async def follower_fetch(broker: Broker, follower: int, session_id: int, epoch: 
         session_id=session_id, session_epoch=epoch,
         topics=[FetchRequest.FetchTopic(topic="orders", partitions=partitions)] if partitions else [],
         forgotten_topics_data=[], rack_id="")
-    answer = await fetch.handle(broker, SimpleNamespace(api_version=VERSION), request)
+    answer = await fetch.handle(broker, request_header(VERSION), request)
     wire = b"".join(bytes(piece) for piece in answer.encode_pieces(VERSION))
     response = fetch.RESPONSE.decode(wire, version=VERSION)
     assert response.error_code == 0

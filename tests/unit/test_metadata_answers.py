@@ -8,7 +8,8 @@ from kafka.protocol.metadata import MetadataResponse
 from cluster.formats.config import BrokerConfig
 from cluster.formats.metadata_records import encode_metadata_batch
 from node.apis import metadata
-from node.broker import Broker, Listener
+from cluster.formats.listeners import ListenerSpec
+from node.broker import Broker
 
 TOPIC_IDS = {name: uuid.uuid4() for name in ("a", "b", "__consumer_offsets")}
 
@@ -33,7 +34,7 @@ class Node:
 
     def __init__(self, tmp_path):
         self.broker = Broker(BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path)}))
-        self.broker.listener = Listener("PLAINTEXT", "127.0.0.1", 9091)
+        self.broker.listeners = {"PLAINTEXT": ListenerSpec("PLAINTEXT", "127.0.0.1", 9091, "PLAINTEXT")}
         self.broker.image.cluster_id = "test-cluster"
         self.offset = 0
 
@@ -42,14 +43,14 @@ class Node:
         self.offset += len(records)
 
     def answer(self, version: int, names=None, unknown_ids=()) -> bytes:
-        return metadata.answers_of(self.broker).body(version, names, tuple(unknown_ids))
+        return metadata.answers_of(self.broker, "PLAINTEXT").body(version, names, tuple(unknown_ids))
 
     def encoded_afresh(self, version: int, names=None, unknown_ids=()) -> bytes:
         broker = self.broker
         names = sorted(broker.image.topics) if names is None else names
         topics = [metadata._describe_topic(broker, name, version) for name in names]
         topics += [metadata._unknown_topic_id(topic_id) for topic_id in unknown_ids]
-        return metadata._response(broker, version, topics).encode(version=version)
+        return metadata._response(broker, "PLAINTEXT", version, topics).encode(version=version)
 
 
 @pytest.fixture
@@ -95,11 +96,11 @@ def test_an_answer_follows_a_leader_change_a_new_partition_a_deletion_and_a_fenc
 
 def test_topics_created_later_are_answered_and_unchanged_entries_kept(node):
     first = node.answer(12)
-    kept = dict(metadata.answers_of(node.broker)._entries)
+    kept = dict(metadata.answers_of(node.broker, "PLAINTEXT")._entries)
     TOPIC_IDS["c"] = uuid.uuid4()
     node.apply(_topic("c", 1))
     answer = node.answer(12)
     assert answer != first and answer == node.encoded_afresh(12)
     assert [t.name for t in MetadataResponse.decode(answer, version=12).topics] == ["__consumer_offsets", "a", "b", "c"]
     for key, entry in kept.items():
-        assert metadata.answers_of(node.broker)._entries[key][1] is entry[1]
+        assert metadata.answers_of(node.broker, "PLAINTEXT")._entries[key][1] is entry[1]

@@ -5,7 +5,6 @@ A real Broker's replica manager, with its controller round trip recorded instead
 """
 import asyncio
 import uuid
-from types import SimpleNamespace
 
 from kafka.protocol.consumer import ListOffsetsRequest
 
@@ -14,6 +13,7 @@ from cluster.formats.image import BrokerInfo, MetadataDelta, PartitionInfo, Topi
 from cluster.formats.records import encode_batch
 from node.apis import list_offsets
 from node.broker import Broker
+from tests.unit.headers import request_header
 
 OFFSET_NOT_AVAILABLE, LEADER_NOT_AVAILABLE = 78, 5
 
@@ -82,7 +82,7 @@ def test_list_offsets_asks_clients_to_retry_until_the_high_watermark_reaches_the
         request = ListOffsetsRequest[version](replica_id=replica_id, isolation_level=0, timeout_ms=0, topics=[
             T(name="orders", partitions=[T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
                                                                  timestamp=timestamp)])])
-        response = asyncio.run(list_offsets.handle(broker, SimpleNamespace(api_version=version), request))
+        response = asyncio.run(list_offsets.handle(broker, request_header(version), request))
         answer = response.topics[0].partitions[0]
         return answer.error_code, answer.offset
 

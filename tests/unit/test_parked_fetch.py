@@ -5,13 +5,13 @@ A real Broker's replica manager and fetch handler (tests/unit/test_isr_expiry.py
 orders-0 and orders-1); the follower's requests are handed to the handler.
 """
 import asyncio
-from types import SimpleNamespace
 
 from kafka.protocol.consumer import FetchRequest
 
 from cluster.formats.records import encode_batch, iter_records
 from node.apis import fetch
 from tests.unit.test_isr_expiry import VERSION, follower_fetch, leading
+from tests.unit.headers import request_header
 
 
 def incremental_fetch(session_id: int, epoch: int, offsets: dict[int, int], max_wait_ms: int):
@@ -44,7 +44,7 @@ def test_an_append_just_after_the_wait_ran_out_is_not_lost_to_the_session(tmp_pa
         append(broker, 0, b"first")
         session = await follower_fetch(broker, 2, 0, 0, {0: 0, 1: 0})
         # The follower has "first" and asks from offset 1: nothing yet, so its Fetch parks.
-        parked = asyncio.create_task(fetch.handle(broker, SimpleNamespace(api_version=VERSION),
+        parked = asyncio.create_task(fetch.handle(broker, request_header(VERSION),
                                                   incremental_fetch(session, 1, {0: 1}, max_wait_ms=30_000)))
         for _ in range(3):
             await asyncio.sleep(0)
@@ -56,7 +56,7 @@ def test_an_append_just_after_the_wait_ran_out_is_not_lost_to_the_session(tmp_pa
         append(broker, 0, b"second")
         answered = values_answered(await parked)
         if answered.get(0) != [b"second"]:
-            following = await fetch.handle(broker, SimpleNamespace(api_version=VERSION),
+            following = await fetch.handle(broker, request_header(VERSION),
                                            incremental_fetch(session, 2, {}, max_wait_ms=0))
             answered = values_answered(following)
         assert answered.get(0) == [b"second"]

@@ -20,6 +20,7 @@ from node.share_coordinator.records import (
     encode_snapshot, encode_update,
 )
 from node.share_coordinator.state import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareState, StateBatch
+from tests.unit.headers import request_header
 
 TOPIC_ID = uuid.UUID("8a3f0e6e-1c4b-4d4e-9a57-0d6f2b1c9e11")
 KEY = StateKey("readers", TOPIC_ID, 3)
@@ -153,7 +154,7 @@ def admin_broker(persister):
 
 
 def test_the_share_offset_admin_apis_ask_for_every_partition_at_once():
-    header = types.SimpleNamespace(api_version=0)
+    header = request_header(0)
     wanted = types.SimpleNamespace(topic_name="t", partitions=[0, 1, 2])
 
     async def describe():

@@ -18,6 +18,7 @@ from node.groups.persistence import GroupError
 from node.groups.placement import OFFSETS_TOPIC
 from node.groups.records import CommittedOffset, offset_key, offset_value
 from tests.unit.test_group_coordinator import NODE_ID, LeaderBroker, coordinator_of, join_and_sync
+from tests.unit.headers import request_header
 
 T0, T1 = ("t", 0), ("t", 1)
 PRODUCER, OTHER_PRODUCER = (1000, 3), (2000, 0)
@@ -292,7 +293,7 @@ def fetch_request(version: int, group: str, require_stable: bool, topics=(("t", 
 
 
 async def fetched(broker, version: int, group: str, require_stable: bool):
-    response = await offset_fetch.handle(broker, SimpleNamespace(api_version=version),
+    response = await offset_fetch.handle(broker, request_header(version),
                                          fetch_request(version, group, require_stable))
     topics = response.topics if version < 8 else response.groups[0].topics
     return [(p.partition_index, p.committed_offset, p.error_code) for t in topics for p in t.partitions]
@@ -326,7 +327,7 @@ def txn_commit(version: int, producer=PRODUCER, generation=-1, member="", instan
 
 
 async def txn_commit_errors(broker, version: int, **fields) -> list[int]:
-    response = await txn_offset_commit.handle(broker, SimpleNamespace(api_version=version),
+    response = await txn_offset_commit.handle(broker, request_header(version),
                                               txn_commit(version, **fields))
     return [p.error_code for t in response.topics for p in t.partitions]
 
