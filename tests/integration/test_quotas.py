@@ -221,19 +221,28 @@ def receive(sock: socket.socket, n: int) -> bytes:
     return data
 
 
+def metadata(sock: socket.socket, client_id: str, correlation_id: int) -> int:
+    """A Metadata request's throttle_time_ms."""
+    return request(sock, MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
+                                            include_cluster_authorized_operations=False,
+                                            include_topic_authorized_operations=False),
+                   MetadataResponse, 8, client_id, correlation_id).throttle_time_ms
+
+
+def first_throttle(sock: socket.socket, client_id: str, requests: int = 2000) -> int:
+    """The first throttle time in the answers to a stream of Metadata requests (0: none)."""
+    for correlation_id in range(1, requests):
+        throttle = metadata(sock, client_id, correlation_id)
+        if throttle:
+            return throttle
+    return 0
+
+
 def test_request_time_is_throttled_and_the_connection_muted(cluster, admin):
     set_quota(admin, [("client-id", "busy")], request_percentage=0.5)  # 5 ms of a thread per second
     host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        throttle = 0
-        for correlation_id in range(1, 2000):
-            answer = request(sock, MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
-                                                      include_cluster_authorized_operations=False,
-                                                      include_topic_authorized_operations=False),
-                             MetadataResponse, 8, "busy", correlation_id)
-            throttle = answer.throttle_time_ms
-            if throttle:
-                break
+        throttle = first_throttle(sock, "busy")
         # capped at one window, as Kafka caps request-time throttles
         assert 0 < throttle <= 1000
         # the node reads nothing more from the connection until the throttle time has passed
@@ -242,11 +251,18 @@ def test_request_time_is_throttled_and_the_connection_muted(cluster, admin):
         assert time.monotonic() - sent >= throttle / 1000 - 0.05
     # another client id is not throttled
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        answers = [request(sock, MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
-                                                    include_cluster_authorized_operations=False,
-                                                    include_topic_authorized_operations=False),
-                           MetadataResponse, 8, "idle", n).throttle_time_ms for n in range(1, 50)]
-        assert set(answers) == {0}
+        assert first_throttle(sock, "idle", requests=300) == 0
+
+
+def test_a_users_quota_comes_before_a_client_ids(cluster, admin):
+    """PLAINTEXT clients are User:ANONYMOUS; user + default client id is tried before the client id."""
+    set_quota(admin, [("client-id", "roomy")], request_percentage=1000)
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        assert first_throttle(sock, "roomy", requests=300) == 0
+    set_quota(admin, [("user", "ANONYMOUS"), ("client-id", None)], request_percentage=0.5)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        assert 0 < first_throttle(sock, "roomy") <= 1000
 
 
 def answered(address: tuple[str, int]) -> bool:
