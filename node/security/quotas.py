@@ -47,7 +47,9 @@ CLIENT_QUOTA_KEYS = {PRODUCER_BYTE_RATE: "long", CONSUMER_BYTE_RATE: "long", REQ
 IP_QUOTA_KEYS = {CONNECTION_CREATION_RATE: "int"}
 UNLIMITED_CONNECTION_RATE = 2**31 - 1  # Kafka's default for max.connection.creation.rate
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, ADD_PARTITIONS_TO_TXN = 0, 1, 24
+# WriteTxnMarkers and the share-state RPCs (Initialize/Read/Write/Delete/ReadSummary).
+_BETWEEN_NODES = frozenset((27, 83, 84, 85, 86, 87))
 _NANOS_TO_PERCENT = 100.0 / 1e9  # Kafka's NanosToPercentagePerSecond
 _INT32 = struct.Struct(">i")
 # Throttled connections whose turns are kept past their last request before those no longer
@@ -177,7 +179,7 @@ class ClientLimits:
         if api_key == PRODUCE and self.produce is not None:
             self.produce.rate.record(_produce_bytes(request), now)
             throttle = throttle_time_ms(self.produce.rate, self.produce.bound, now)
-        elif api_key == FETCH and self.fetch is not None and response is not None and not _from_follower(request):
+        elif api_key == FETCH and self.fetch is not None and response is not None:
             self.fetch.rate.record(_response_bytes(response, version), now)
             throttle = throttle_time_ms(self.fetch.rate, self.fetch.bound, now)
         if self.request is not None and not (api_key == PRODUCE and request.acks == 0):
@@ -220,6 +222,13 @@ class _Timed:
 
 def _produce_bytes(request) -> int:
     return sum(len(data.records or b"") for topic in request.topic_data for data in topic.partition_data)
+
+
+def _between_nodes(api_key: int, version: int, request) -> bool:
+    """Requests only nodes send each other (Kafka's CLUSTER_ACTION ones), which no quota holds back:
+    a follower's Fetch, transaction markers, AddPartitionsToTxn v4+, the share-state RPCs."""
+    return (api_key in _BETWEEN_NODES or (api_key == ADD_PARTITIONS_TO_TXN and version >= 4)
+            or (api_key == FETCH and _from_follower(request)))
 
 
 def _from_follower(request) -> bool:
@@ -303,6 +312,8 @@ class ClientQuotas:
         A client that pipelines gets its requests handled in turn, each after the throttle time of
         the one before: a burst read before the connection was muted is charged as Kafka would
         charge it, request by request, not all at once."""
+        if _between_nodes(handler.api_key, header.api_version, request):
+            return 0, await handler.handle(broker, header, request)
         turns = self.turns.get(header.session)
         if turns is None:
             turns = self.turns[header.session] = _Turns()

@@ -320,3 +320,45 @@ def test_a_throttled_connection_is_read_again_only_after_the_throttle_time_and_a
     assert muted_for >= 0.29
     assert (closed_with, requests) == (b"", 2)  # never read: nothing started
     assert closed_after >= 0.19
+
+
+# Requests under a quota, handled by ClientQuotas.handle.
+
+class Handler:
+    """An API handler that answers at once, noting when each request began."""
+
+    def __init__(self, api_key: int, answer):
+        self.api_key = api_key
+        self.answer = answer
+        self.began: list[float] = []
+
+    async def handle(self, broker, header, request):
+        self.began.append(asyncio.get_running_loop().time())
+        return self.answer
+
+
+def test_a_followers_fetch_is_not_charged_and_a_pipelined_burst_is_handled_in_turn():
+    from types import SimpleNamespace
+
+    node = Node(**{"quota.window.num": "2"})
+    set_quota(node, (("client-id", None),), "consumer_byte_rate", 1000.0)
+    quotas = ClientQuotas(node)
+    client = header("app")
+    limits = quotas.limits_of(client)
+    answer = EncodedResponse([bytes(4) + b"x" * 1996])  # a Fetch answer of 2000 bytes: twice the rate
+    fetch = Handler(1, answer)
+
+    async def main():
+        follower = await quotas.handle(limits, fetch, node, client, SimpleNamespace(replica_id=2))
+        burst = await asyncio.gather(*(quotas.handle(limits, fetch, node, client, SimpleNamespace(replica_id=-1))
+                                       for _ in range(2)))
+        return follower, burst
+
+    (follower_throttle, _), burst = asyncio.run(main())
+    assert follower_throttle == 0
+    # 2000 bytes over 1 s (all but one window assumed), then 4000 over the 1 s since the first began
+    assert burst[0][0] == 1000 and 2950 <= burst[1][0] <= 3000
+    assert int.from_bytes(burst[0][1].pieces[0][:4], "big") == 1000
+    # the second of the burst waited out the first one's throttle time
+    assert fetch.began[2] - fetch.began[1] >= 0.99
+    assert list(quotas.turns) == [client.session]  # kept while the last throttle time runs
