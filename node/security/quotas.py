@@ -55,6 +55,9 @@ _INT32 = struct.Struct(">i")
 # Throttled connections whose turns are kept past their last request before those no longer
 # throttled are looked for and dropped.
 MAX_IDLE_TURNS = 1000
+# Clients whose limits are kept resolved; past it they are resolved afresh (and idle rates dropped),
+# so that clients making up new ids cannot grow the node's memory.
+MAX_KNOWN_CLIENTS = 10_000
 
 
 class Rate:
@@ -346,7 +349,7 @@ class ClientQuotas:
         image = self.broker.image
         if not image.client_quotas:
             return None
-        if image.changes != self.resolved_at:
+        if image.changes != self.resolved_at or len(self.limits) > MAX_KNOWN_CLIENTS:
             self.limits.clear()
             self.resolved_at = image.changes
             self._forget_idle_rates()
