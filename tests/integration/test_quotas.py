@@ -318,3 +318,29 @@ def test_the_quota_commands(cluster, admin):
     refused = kraftwerk(cluster, "set", "--user", "alice", "producer_byte_rate=1.5")
     assert (refused.returncode, refused.stderr) == (
         1, "Error: quota of user=alice refused: producer_byte_rate cannot be a fractional value.\n")
+
+
+@pytest.mark.kraftwerk(nodes=1, config=QUOTA_CONFIG, security_protocol="SASL_PLAINTEXT",
+                       sasl_mechanism="SCRAM-SHA-256", users=["alice", "bob"])
+def test_a_sasl_users_quota_holds_that_user_only(kraftwerk_cluster):
+    from confluent_kafka.admin import AdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=kraftwerk_cluster.bootstrap_servers,
+                             **kraftwerk_cluster.kafka_python_config())
+    try:
+        set_quota(admin, [("user", "alice")], request_percentage=0.05)  # 0.5 ms of a thread per second
+        assert describe_client_quotas(admin) == [([("user", "alice")], {"request_percentage": 0.05})]
+    finally:
+        admin.close()
+    throttled = {}
+    for user in ("alice", "bob"):
+        throttles = Throttles()
+        client = AdminClient({"bootstrap.servers": kraftwerk_cluster.bootstrap_servers,
+                              **kraftwerk_cluster.client_config(user), "throttle_cb": throttles})
+        for _ in range(3000):  # Metadata requests, each a little of a handler's time
+            client.list_topics(timeout=10)
+            client.poll(0)
+            if throttles.times:
+                break
+        throttled[user] = bool(throttles.times) and max(throttles.times) > 0
+    assert throttled == {"alice": True, "bob": False}
