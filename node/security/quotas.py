@@ -17,7 +17,8 @@ consumer_byte_rate the fetch response's bytes, request_percentage the time the r
 runs (a percentage of one thread: 100 is one thread's whole time). A request that takes the rate
 over its bound gets throttle_time_ms = (rate - bound) / bound * window, Kafka's QuotaUtils.throttleTime
 (request and connection throttles capped at one window); the answer goes out at once and the
-connection is muted for that time (KIP-219).
+connection is muted for that time (KIP-219). The requests of a connection under a quota are
+handled one at a time, as Kafka reads them; requests only nodes send each other are exempt.
 
 Connections: `max.connection.creation.rate` bounds new connections to the node (each over it is
 held unread for the throttle time, as Kafka's acceptor waits), and a connection_creation_rate
@@ -34,20 +35,16 @@ import time
 from dataclasses import dataclass
 
 from cluster.formats.segment import FileRegion
+from node.spliced_response import EncodedResponse, SplicedResponse
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
-CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 CONNECTION_CREATION_RATE = "connection_creation_rate"
-# Kafka's QuotaConfig keys and their types (integral ones refuse fractions).
-CLIENT_QUOTA_KEYS = {PRODUCER_BYTE_RATE: "long", CONSUMER_BYTE_RATE: "long", REQUEST_PERCENTAGE: "double",
-                     CONTROLLER_MUTATION_RATE: "double"}
-IP_QUOTA_KEYS = {CONNECTION_CREATION_RATE: "int"}
 UNLIMITED_CONNECTION_RATE = 2**31 - 1  # Kafka's default for max.connection.creation.rate
 
-PRODUCE, FETCH, ADD_PARTITIONS_TO_TXN = 0, 1, 24
+PRODUCE, FETCH, METADATA, ADD_PARTITIONS_TO_TXN = 0, 1, 3, 24
 # WriteTxnMarkers and the share-state RPCs (Initialize/Read/Write/Delete/ReadSummary).
 _BETWEEN_NODES = frozenset((27, 83, 84, 85, 86, 87))
 _NANOS_TO_PERCENT = 100.0 / 1e9  # Kafka's NanosToPercentagePerSecond
@@ -253,8 +250,6 @@ def _response_bytes(response, version: int) -> int:
 
 def with_throttle_time(response, api_key: int, version: int, throttle_ms: int):
     """The response with its throttle_time_ms set; one whose schema has none is left alone."""
-    from node.spliced_response import EncodedResponse, SplicedResponse
-
     if isinstance(response, EncodedResponse):
         return _encoded_with_throttle(response, api_key, version, throttle_ms)
     message = response.response if isinstance(response, SplicedResponse) else response
@@ -267,15 +262,13 @@ def _encoded_with_throttle(response, api_key: int, version: int, throttle_ms: in
     """An answer encoded ahead (node.produce_answers, node.fetch_answers, a kept Metadata answer):
     a copy with the four bytes of throttle_time_ms replaced. Produce carries them after its
     responses, before the answer's tagged fields; Fetch and Metadata first. Others are left alone."""
-    from node.spliced_response import EncodedResponse
-
     pieces = list(response.pieces)
     if api_key == PRODUCE:
         last = bytearray(pieces[-1])
         end = len(last) - (1 if version >= 9 else 0)
         last[end - 4:end] = _INT32.pack(throttle_ms)
         pieces[-1] = bytes(last)
-    elif api_key in (FETCH, 3):
+    elif api_key in (FETCH, METADATA):
         pieces[0] = _INT32.pack(throttle_ms) + bytes(pieces[0][4:])
     else:
         return response
