@@ -11,6 +11,7 @@ answers that finish meanwhile wait for it.
 A client that does not read its answers, or has too many requests in flight, has no more of its
 requests started, and is not read, until it catches up, as Kafka mutes such a channel: whole frames
 already delivered wait uncut until then, so at most MAX_IN_FLIGHT answers are owed at once. A
+client over a quota is muted the same way for its throttle time (`throttle`, node.security.quotas). A
 frame we cannot accept closes the connection once the answers owed before it are written; so does
 the client's end of the stream. A handler that raises closes it at once.
 """
