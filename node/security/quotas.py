@@ -34,6 +34,7 @@ import struct
 import time
 from dataclasses import dataclass
 
+from cluster.formats.listeners import broker_listeners, inter_broker_listener_name
 from cluster.formats.segment import FileRegion
 from node.spliced_response import EncodedResponse, SplicedResponse
 
@@ -297,6 +298,9 @@ class ClientQuotas:
         self.window_ms = int(float(config.get("quota.window.size.seconds") or 1) * 1000)
         self.max_connection_rate = float(config.get("max.connection.creation.rate") or UNLIMITED_CONNECTION_RATE)
         self.connection_rate = Rate(self.samples, self.window_ms)
+        # Kafka keeps the inter-broker listener out of the node's connection rate when there are others.
+        listeners = [spec.name for spec in broker_listeners(config)]
+        self.protected_listener = inter_broker_listener_name(config) if len(listeners) > 1 else None
         self.rates: dict[tuple, Rate] = {}  # (quota key, usage key) -> its rate
         self.limits: dict[tuple[str, str], ClientLimits | None] = {}  # (user, client id) -> ...
         self.resolved_at = -1  # image.changes the limits were resolved at
@@ -386,7 +390,7 @@ class ClientQuotas:
         max.connection.creation.rate; closed after the throttle time if its IP's is over its quota."""
         now = int(time.time() * 1000)
         delay = 0
-        if self.max_connection_rate < UNLIMITED_CONNECTION_RATE:
+        if self.max_connection_rate < UNLIMITED_CONNECTION_RATE and connection.listener.name != self.protected_listener:
             self.connection_rate.record(1, now)
             delay = throttle_time_ms(self.connection_rate, self.max_connection_rate, now, self.window_ms)
         quotas = self.broker.image.client_quotas

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from kafka.protocol.admin import DescribeClientQuotasRequest
@@ -338,8 +339,6 @@ class Handler:
 
 
 def test_a_followers_fetch_is_not_charged_and_a_pipelined_burst_is_handled_in_turn():
-    from types import SimpleNamespace
-
     node = Node(**{"quota.window.num": "2"})
     set_quota(node, (("client-id", None),), "consumer_byte_rate", 1000.0)
     quotas = ClientQuotas(node)
@@ -362,3 +361,37 @@ def test_a_followers_fetch_is_not_charged_and_a_pipelined_burst_is_handled_in_tu
     # the second of the burst waited out the first one's throttle time
     assert fetch.began[2] - fetch.began[1] >= 0.99
     assert list(quotas.turns) == [client.session]  # kept while the last throttle time runs
+
+
+class Arrival:
+    """What ClientQuotas.admit asks of a new connection: its listener, and to wait or be closed."""
+
+    def __init__(self, listener: str):
+        self.listener = SimpleNamespace(name=listener)
+        self.held_ms = self.closed_after_ms = 0
+
+    def throttle(self, delay_ms: int) -> None:
+        self.held_ms = delay_ms
+
+    def close_after(self, delay_ms: int) -> None:
+        self.closed_after_ms = delay_ms
+
+
+def test_new_connections_over_the_nodes_rate_wait_and_those_over_their_ips_quota_are_refused():
+    node = Node(**{"quota.window.num": "2", "max.connection.creation.rate": "2",
+                   "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+                   "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                   "inter.broker.listener.name": "INTERNAL"})
+    quotas = ClientQuotas(node)
+    arrivals = [Arrival("EXTERNAL") for _ in range(3)] + [Arrival("INTERNAL")]
+    for arrival in arrivals:
+        quotas.admit(arrival, "10.0.0.1")
+    # the third in a second is one over 2 a second: held (3 - 2) / 2 of the 1 s window
+    assert [a.held_ms for a in arrivals] == [0, 0, 500, 0]  # the inter-broker listener is left out
+    set_quota(node, (("ip", None),), "connection_creation_rate", 1.0)
+    set_quota(node, (("ip", "10.0.0.9"),), "connection_creation_rate", 100.0)
+    first, second, named = Arrival("INTERNAL"), Arrival("INTERNAL"), Arrival("INTERNAL")
+    quotas.admit(first, "10.0.0.2")
+    quotas.admit(second, "10.0.0.2")
+    quotas.admit(named, "10.0.0.9")
+    assert [(a.closed_after_ms, a.held_ms) for a in (first, second, named)] == [(0, 0), (1000, 0), (0, 0)]
