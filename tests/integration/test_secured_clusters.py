@@ -23,10 +23,10 @@ SECURED = [
 ]
 
 
-def _topic(cluster, config: dict) -> str:
+def _topic(cluster, config: dict, partitions: int = 3, replication_factor: int = 3) -> str:
     name = f"secured-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(config)
-    admin.create_topics([NewTopic(name, 3, 3)])[name].result(15)
+    admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(15)
     return name
 
 
@@ -104,3 +104,15 @@ def test_the_marker_hands_out_each_users_client_config_and_cluster_json_the_supe
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **alice})
     metadata = admin.list_topics(timeout=10)
     assert set(metadata.brokers) == {1}
+
+
+@pytest.mark.kraftwerk(nodes=1, security_protocol="SSL")
+def test_a_fetch_answer_sent_from_the_segment_file_is_encrypted_too(kraftwerk_cluster):
+    # Answers of 256 KB and more are sent from the segment file with sendfile on PLAINTEXT listeners,
+    # which would bypass TLS.
+    cluster = kraftwerk_cluster
+    config = {"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config()}
+    topic = _topic(cluster, config, partitions=1, replication_factor=1)
+    values = [bytes([i % 251]) * 4096 for i in range(1000)]
+    _produce(config, topic, values)
+    assert _read_all(config, topic, len(values)) == values
