@@ -1,4 +1,4 @@
-"""SASL on a SASL_PLAINTEXT listener with real clients: confluent-kafka (PLAIN, SCRAM-SHA-256,
+"""SASL on SASL_PLAINTEXT and SASL_SSL listeners with real clients: confluent-kafka (PLAIN, SCRAM-SHA-256,
 SCRAM-SHA-512, OAUTHBEARER with librdkafka's unsecured JWTs), kafka-python and aiokafka (PLAIN,
 SCRAM), KafkaJS (PLAIN, SCRAM), kcat and Sarama 1.22 (PLAIN after a v0 handshake, raw tokens)
 produce and read back exact messages. Bad input: a wrong password, an unknown mechanism, a SCRAM
@@ -38,9 +38,10 @@ USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("bob", "bob-secre
          "SCRAM-SHA-512": ("carol", "carol-secret")}
 SASL_CONFIG = {
     # The launcher reaches the node on the first listener; clients on the SASL one.
-    "listeners": "INTERNAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "listeners": "INTERNAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
     "inter.broker.listener.name": "INTERNAL",
+    "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS_PLAIN,
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
     f"listener.name.{LISTENER}.plain.sasl.jaas.config": JAAS_PLAIN,
     f"listener.name.{LISTENER}.oauthbearer.sasl.jaas.config": JAAS_OAUTHBEARER,
@@ -52,7 +53,12 @@ SASL_CONFIG = {
 def cluster(tmp_path_factory):
     from cluster.launch import Cluster
 
-    with Cluster(nodes=1, data_dir=tmp_path_factory.mktemp("sasl"), node_config=SASL_CONFIG) as running:
+    from cluster.launch.certificates import make_certificates
+
+    data_dir = tmp_path_factory.mktemp("sasl")
+    certificates = make_certificates(data_dir, ["127.0.0.1"])
+    config = {**SASL_CONFIG, **certificates.broker_settings()}
+    with Cluster(nodes=1, data_dir=data_dir, node_config=config) as running:
         admin = AdminClient(client_config(running, "PLAIN", "admin", "admin-secret"))
         futures = admin.alter_user_scram_credentials([
             UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bob-secret"),
@@ -64,16 +70,24 @@ def cluster(tmp_path_factory):
     assert logged == {name: [] for name in logged}, "errors logged while refusing bad logins"
 
 
-def client_config(cluster, mechanism: str, user: str = "", password: str = "") -> dict:
-    config = {"bootstrap.servers": bootstrap(cluster), "security.protocol": "SASL_PLAINTEXT",
+def client_config(cluster, mechanism: str, user: str = "", password: str = "",
+                  protocol: str = "SASL_PLAINTEXT") -> dict:
+    config = {"bootstrap.servers": bootstrap(cluster, protocol), "security.protocol": protocol,
               "sasl.mechanism": mechanism}
+    if protocol == "SASL_SSL":
+        config["ssl.ca.location"] = str(ca_file(cluster))
     if mechanism == "OAUTHBEARER":
         return {**config, "enable.sasl.oauthbearer.unsecure.jwt": True, "sasl.oauthbearer.config": f"principal={user}"}
     return {**config, "sasl.username": user, "sasl.password": password}
 
 
-def bootstrap(cluster) -> str:
-    return ",".join(f"127.0.0.1:{node.ports['SASL_PLAINTEXT']}" for node in cluster.nodes.values())
+def bootstrap(cluster, protocol: str = "SASL_PLAINTEXT") -> str:
+    """The node's address on the listener of that name (each listener is named after its protocol)."""
+    return ",".join(f"127.0.0.1:{node.ports[protocol]}" for node in cluster.nodes.values())
+
+
+def ca_file(cluster):
+    return cluster.data_dir / "ca.pem"
 
 
 def address(cluster) -> tuple[str, int]:
@@ -106,21 +120,24 @@ def confluent_roundtrip(config: dict, topic: str, values: list[str]) -> list[str
     return read
 
 
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
-def test_confluent_kafka(cluster, mechanism):
+def test_confluent_kafka(cluster, mechanism, protocol):
     user, password = USERS.get(mechanism, ("dave", ""))
     topic = new_topic(cluster)
-    values = [f"{mechanism} {i}" for i in range(5)]
-    assert confluent_roundtrip(client_config(cluster, mechanism, user, password), topic, values) == values
+    values = [f"{mechanism} {protocol} {i}" for i in range(5)]
+    assert confluent_roundtrip(client_config(cluster, mechanism, user, password, protocol), topic, values) == values
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_kafka_python(cluster, mechanism):
+@pytest.mark.parametrize("mechanism, protocol", [("PLAIN", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+                                                 ("SCRAM-SHA-512", "SASL_PLAINTEXT"), ("SCRAM-SHA-512", "SASL_SSL")])
+def test_kafka_python(cluster, mechanism, protocol):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     user, password = USERS[mechanism]
-    security = {"bootstrap_servers": bootstrap(cluster), "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
+    security = {"bootstrap_servers": bootstrap(cluster, protocol), "security_protocol": protocol,
+                "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password,
+                **({"ssl_cafile": str(ca_file(cluster))} if protocol == "SASL_SSL" else {})}
     topic = new_topic(cluster)
     producer = KafkaProducer(**security)
     offsets = [producer.send(topic, f"kafka-python {i}".encode(), partition=0).get(10).offset for i in range(3)]
@@ -133,13 +150,17 @@ def test_kafka_python(cluster, mechanism):
     consumer.close()
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
-def test_aiokafka(cluster, mechanism):
+@pytest.mark.parametrize("mechanism, protocol", [("PLAIN", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+                                                 ("SCRAM-SHA-256", "SASL_SSL")])
+def test_aiokafka(cluster, mechanism, protocol):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
 
     user, password = USERS[mechanism]
-    security = {"bootstrap_servers": bootstrap(cluster), "security_protocol": "SASL_PLAINTEXT",
+    security = {"bootstrap_servers": bootstrap(cluster, protocol), "security_protocol": protocol,
                 "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
+    if protocol == "SASL_SSL":
+        security["ssl_context"] = create_ssl_context(cafile=str(ca_file(cluster)))
     topic = new_topic(cluster)
 
     async def roundtrip():
@@ -160,14 +181,16 @@ def test_aiokafka(cluster, mechanism):
     assert asyncio.run(asyncio.wait_for(roundtrip(), 30)) == ([0, 1, 2], [b"aiokafka 0", b"aiokafka 1", b"aiokafka 2"])
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_kafkajs(cluster, mechanism):
+@pytest.mark.parametrize("mechanism, protocol", [("PLAIN", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+                                                 ("SCRAM-SHA-512", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_SSL")])
+def test_kafkajs(cluster, mechanism, protocol):
     if kafkajs_missing():
         pytest.skip(kafkajs_missing())
     user, password = USERS[mechanism]
     topic = new_topic(cluster)
-    result = subprocess.run(["node", "sasl.js", bootstrap(cluster), topic, mechanism, user, password, "3"],
-                            cwd=JS_DIR, capture_output=True, text=True, timeout=90)
+    tls = [str(ca_file(cluster))] if protocol == "SASL_SSL" else []
+    result = subprocess.run(["node", "sasl.js", bootstrap(cluster, protocol), topic, mechanism, user, password, "3",
+                             *tls], cwd=JS_DIR, capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout) == [{"offset": i, "value": f"kafkajs {mechanism} {i}"} for i in range(3)]
 
@@ -183,10 +206,12 @@ def test_kafkajs_wrong_password(cluster):
         "message": "SASL PLAIN authentication failed: Authentication failed: Invalid username or password"}
 
 
-def test_kcat(cluster):
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_kcat(cluster, protocol):
     topic = new_topic(cluster)
-    login = ["-b", bootstrap(cluster), "-X", "security.protocol=SASL_PLAINTEXT",
-             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=bob", "-X", "sasl.password=bob-secret"]
+    login = ["-b", bootstrap(cluster, protocol), "-X", f"security.protocol={protocol}",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=bob", "-X", "sasl.password=bob-secret",
+             *(["-X", f"ssl.ca.location={ca_file(cluster)}"] if protocol == "SASL_SSL" else [])]
     produced = subprocess.run(["kcat", *login, "-P", "-t", topic, "-p", "0"], input="one\ntwo\nthree\n",
                               capture_output=True, text=True, timeout=60)
     assert produced.returncode == 0, produced.stderr
@@ -248,7 +273,8 @@ def test_wrong_password_is_answered_then_the_connection_closed(cluster):
 def test_unknown_mechanism(cluster):
     with socket.create_connection(address(cluster), timeout=10) as sock:
         answer = handshake(sock, "GSSAPI")
-        assert (answer.error_code, answer.mechanisms) == (33, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
+        assert (answer.error_code, answer.mechanisms) == (
+            33, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
         assert closed(sock)
 
 

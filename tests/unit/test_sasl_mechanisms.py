@@ -161,7 +161,8 @@ def test_inter_broker_credentials():
     assert sasl.inter_broker_credentials(broker().config, "SASL_PLAINTEXT") == ("PLAIN", "admin", "admin-secret")
     scram = broker(**{"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
                       "listener.name.internal.scram-sha-512.sasl.jaas.config":
-                          'org.apache.kafka.common.security.scram.ScramLoginModule required username="n" password="p";'})
+                          'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                          'username="n" password="p";'})
     assert sasl.inter_broker_credentials(scram.config, "INTERNAL") == ("SCRAM-SHA-512", "n", "p")
     assert sasl.inter_broker_credentials(BrokerConfig({}), "INTERNAL") is None
 
