@@ -398,3 +398,33 @@ def test_librdkafka_reauthenticates(cluster):
             read.append(message.value().decode())
     consumer.close()
     assert read == [f"reauth {i}" for i in range(6)]
+
+
+# --- a node's own login (node/security/sasl_client.py), as replication and peer connections use it ---
+
+@pytest.mark.parametrize("mechanism, user, password, refusal", [
+    ("PLAIN", "admin", "admin-secret", None),
+    ("SCRAM-SHA-512", "carol", "carol-secret", None),
+    ("SCRAM-SHA-256", "bob", "wrong", (58, "Authentication failed during authentication due to invalid credentials "
+                                           "with SASL mechanism SCRAM-SHA-256")),
+])
+def test_the_nodes_client_logs_in(cluster, mechanism, user, password, refusal):
+    from node.security import sasl_client
+
+    async def login_then_metadata():
+        reader, writer = await asyncio.open_connection(*address(cluster))
+        try:
+            try:
+                await sasl_client.authenticate(reader, writer, mechanism, user, password)
+            except sasl_client.SaslClientError as exc:
+                return exc.error_code, str(exc)
+            request = MetadataRequest[1](topics=None)
+            request.with_header(correlation_id=99, client_id="peer")
+            writer.write(bytes(request.encode(version=1, header=True, framed=True)))
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            body = await reader.readexactly(size)
+            return MetadataResponse.decode(body[4:], version=1).brokers[0].port
+        finally:
+            writer.close()
+    outcome = asyncio.run(asyncio.wait_for(login_then_metadata(), 20))
+    assert outcome == (refusal or address(cluster)[1])
