@@ -82,9 +82,18 @@ async def authenticate(broker, session, token: bytes) -> bytes:
         raise
     except SaslCredentialsRejected as exc:
         log.info("SASL/%s authentication of %s failed: %s", exchange.mechanism, session.client_host, exc)
-        _fail(session)
-        raise SaslAuthenticationError(f"Authentication failed during {during} due to invalid credentials with "
-                                      f"SASL mechanism {exchange.mechanism}") from None
+        raise _invalid_credentials(session, exchange, during) from None
+    except Exception:  # a token or a config no check foresaw: refused as bad credentials, never a handler failure
+        log.warning("SASL/%s authentication of %s failed unexpectedly", exchange.mechanism, session.client_host,
+                    exc_info=True)
+        raise _invalid_credentials(session, exchange, during) from None
+
+
+def _invalid_credentials(session, exchange: Exchange, during: str) -> SaslAuthenticationError:
+    """Kafka's answer to a SaslException: it does not say why, so as not to say whether the user exists."""
+    _fail(session)
+    return SaslAuthenticationError(f"Authentication failed during {during} due to invalid credentials with SASL "
+                                   f"mechanism {exchange.mechanism}")
 
 
 def _complete(broker, session, exchange: Exchange) -> None:
