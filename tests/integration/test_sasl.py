@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import socket
 import subprocess
 import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion,
 )
@@ -428,3 +429,38 @@ def test_the_nodes_client_logs_in(cluster, mechanism, user, password, refusal):
             writer.close()
     outcome = asyncio.run(asyncio.wait_for(login_then_metadata(), 20))
     assert outcome == (refusal or address(cluster)[1])
+
+
+# --- a cluster launched with SASL (the marker's options, as `kraftwerk up` takes them) ---
+
+@pytest.mark.kraftwerk(nodes=2, security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512")
+def test_a_scram_cluster_and_its_users(kraftwerk_cluster):
+    """The nodes log in to each other with SCRAM to replicate; `kraftwerk user` adds a user with the
+    super user's client_config from cluster.json, and the new user logs in."""
+    import sys
+
+    cluster = kraftwerk_cluster
+    admin_config = {"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config()}
+    admin = AdminClient(admin_config)
+    admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(15)
+    values = [f"replicated {i}" for i in range(5)]
+    assert confluent_roundtrip({**admin_config, "acks": "all"}, "replicated", values) == values
+    assert cluster.wait_in_sync("replicated")
+
+    def kraftwerk(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cluster.cli", "user", *args,
+                               "--data-dir", str(cluster.data_dir)], capture_output=True, text=True, timeout=60)
+    added = kraftwerk("add", "erin", "--password", "erin-secret", "--mechanism", "SCRAM-SHA-512")
+    assert (added.returncode, added.stdout) == (0, "Added user 'erin' (SCRAM-SHA-512, 4096 iterations).\n")
+    assert "erin   SCRAM-SHA-512  4096" in kraftwerk("list").stdout.splitlines()
+    erin = {**admin_config, "sasl.username": "erin", "sasl.password": "erin-secret"}
+    assert set(AdminClient(erin).list_topics(timeout=10).brokers) == {1, 2}
+    errors = []
+    wrong = AdminClient({**erin, "sasl.password": "wrong", "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        wrong.list_topics(timeout=3)
+    wrong.poll(1)
+    refusal = re.compile(r"sasl_plaintext://127\.0\.0\.1:\d+/\w+: SASL authentication error: Authentication failed "
+                         r"during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
+                         r"\(after \d+ms in state AUTH_REQ\)")
+    assert [e for e in errors if e.code() == KafkaError._AUTHENTICATION and refusal.fullmatch(e.str())], errors
