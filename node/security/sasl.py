@@ -53,8 +53,8 @@ def handshake(broker, session, mechanism: str, version: int) -> int:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM
     if session.authenticated and session.mechanism != mechanism:
         # KIP-368: the handshake is answered, the exchange that follows refused, as Kafka does.
-        session.exchange = _Refused(f"SASL mechanism '{mechanism}' requested by client is not supported for "
-                                    f"re-authentication of mechanism '{session.mechanism}'")
+        session.exchange = _Refused(mechanism, f"SASL mechanism '{mechanism}' requested by client is not "
+                                               f"supported for re-authentication of mechanism '{session.mechanism}'")
     else:
         session.mechanism = mechanism
         session.exchange = _new_exchange(broker, session.listener.name, mechanism)
@@ -146,8 +146,9 @@ def _new_exchange(broker, listener_name: str, mechanism: str) -> Exchange:
 
 
 class _Refused(Exchange):
-    def __init__(self, message: str):
+    def __init__(self, mechanism: str, message: str):
         super().__init__()
+        self.mechanism = mechanism
         self.message = message
 
     def step(self, token: bytes) -> bytes:
