@@ -27,8 +27,9 @@ log's aborted-transaction index, so that the client drops them; every answer car
 With an authorizer (node.security.authorizer), a follower needs CLUSTER_ACTION on the cluster and
 a consumer READ on each topic; a partition refused is TOPIC_AUTHORIZATION_FAILED, as in Kafka.
 
-Differs from Kafka: consumers always read from the leader (no preferred read replica, KIP-392);
-no quotas, so throttle_time_ms is 0.
+Differs from Kafka: consumers always read from the leader (no preferred read replica, KIP-392).
+A consumer over its consumer_byte_rate (node.security.quotas) gets the data it asked for with
+throttle_time_ms set and its connection muted; Kafka answers it with no data.
 """
 from __future__ import annotations
 

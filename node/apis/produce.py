@@ -25,9 +25,11 @@ With an authorizer (node.security.authorizer), a transactional id needs WRITE (e
 partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and each topic WRITE (else its partitions are
 TOPIC_AUTHORIZATION_FAILED), as Kafka checks them.
 
-Differs from Kafka: no quotas, so throttle_time_ms is 0. Kafka refuses a whole request holding a
-transactional batch without a transactional id; here each partition whose batch is transactional is
-refused (real producers put no other batch in such a request).
+Client quotas (node.security.quotas) set throttle_time_ms.
+
+Differs from Kafka: Kafka refuses a whole request holding a transactional batch without a
+transactional id; here each partition whose batch is transactional is refused (real producers put
+no other batch in such a request).
 """
 from __future__ import annotations
 
