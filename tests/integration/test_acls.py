@@ -471,3 +471,35 @@ def test_configs_need_describe_configs_on_the_topic_or_the_cluster(cluster, admi
     assert describe_error(broker_resource) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     create(admin, allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS))  # implies DESCRIBE_CONFIGS
     assert describe_error(topic_resource) is None
+
+
+# --- a cluster the fixture secures: SCRAM users, the super user's nodes replicating under ACLs ---
+
+@pytest.mark.kraftwerk(nodes=3, security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                       users=["alice", "bob"])
+def test_scram_users_under_acls_on_a_replicated_cluster(kraftwerk_cluster):
+    cluster = kraftwerk_cluster
+    topic = f"replicated-{uuid.uuid4().hex[:8]}"
+    kraftwerk(cluster, "add", "--allow-principal", "User:alice", "--producer", "--topic", topic,
+              "--bootstrap-server", cluster.bootstrap_servers)  # as the super user, from cluster.json
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config()})
+    assert admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(TIMEOUT_S) is None
+
+    def produced_by(user: str) -> int | None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config(user),
+                             "acks": "all", "message.timeout.ms": 10000})
+        outcome = []
+        producer.produce(topic, user.encode(), on_delivery=lambda error, message: outcome.append(error))
+        producer.flush(TIMEOUT_S)
+        return error_code(outcome[0])
+
+    # acks=all: the followers (the super user, over SASL) replicated it
+    assert produced_by("alice") is None
+    assert produced_by("bob") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000, **cluster.kafka_python_config())
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert [m.value for m in consumer] == [b"alice"]
+    finally:
+        consumer.close()
