@@ -5,7 +5,9 @@ assignments, configs) and places the replicas; each created topic is answered wi
 its configs (v5+), unless validate_only.
 
 With an authorizer (node.security.authorizer), the request needs CREATE on the cluster, else CREATE
-on each topic; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+on each topic (and a created topic's configs are shown only with DESCRIBE_CONFIGS on it, else its
+topic_config_error_code is TOPIC_AUTHORIZATION_FAILED); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
 
 Differs from Kafka: a whole request that would create more than 10,000 partitions or write more
 than 10,000 records is refused, POLICY_VIOLATION for every topic.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
-from cluster.formats.acls import CREATE, TOPIC
+from cluster.formats.acls import CREATE, DESCRIBE_CONFIGS, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string
 from node.broker import apply_timeout_s
@@ -53,6 +55,8 @@ async def handle(broker, header, request):
             reply["results"] = [{"name": t["name"], "error_code": reply["error_code"],
                                  "error_message": reply["error_message"]} for t in topics]
         results = [_result(broker, r, request.validate_only) for r in reply["results"]]
+        if broker.authorizer is not None:
+            _hide_configs(broker, header, results)
     if denied:
         results += [_refused(t) for t in refused]
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=results)
@@ -63,6 +67,15 @@ def _denied(broker, header, names: list[str]) -> set[str]:
     if broker.authorizer is None or authorizer.allowed(broker, header, CREATE):
         return set()
     return authorizer.denied(broker, header, CREATE, TOPIC, names)
+
+
+def _hide_configs(broker, header, results: list) -> None:
+    """As Kafka: a created topic's configs are shown only to a principal that may DESCRIBE_CONFIGS it."""
+    hidden = authorizer.denied(broker, header, DESCRIBE_CONFIGS, TOPIC, [r.name for r in results if not r.error_code])
+    for result in results:
+        if result.name in hidden and not result.error_code:
+            result.configs = None
+            result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 def _refused(topic: dict):

@@ -16,10 +16,10 @@ With an authorizer (node.security.authorizer), asking for every topic lists thos
 DESCRIBE; a topic named that it may not describe is TOPIC_AUTHORIZATION_FAILED, as is one that
 would be auto-created without CREATE on the cluster or on the topic; cluster and topic authorized
 operations are filled in when asked for (answers with them are built for the request, not kept;
-with no authorizer, every operation is allowed, as Kafka answers).
+with no authorizer, every operation is allowed, as Kafka answers). A topic asked for by id that the
+principal may not describe is answered by its id alone, without its name.
 
-Differs from Kafka: a topic asked for by id that the principal may not describe is answered with
-its name.
+Same as Kafka.
 """
 from __future__ import annotations
 
@@ -63,19 +63,21 @@ async def _authorized_answer(broker, header, request, names: list[str] | None, u
     named that it may not is TOPIC_AUTHORIZATION_FAILED, as is one to be auto-created without CREATE
     on the cluster or the topic. Authorized operations are filled in when asked for."""
     version = header.api_version
-    refused: list[str] = []
+    refused: list[tuple[str | None, object]] = []  # (name, or None and the id when asked for by id)
     if names is None:
         denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, broker.image.topics)
         names = sorted(name for name in broker.image.topics if name not in denied)
     else:
         denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, names)
-        refused = [name for name in names if name in denied]
+        asked_by_id = _asked_by_id(broker, request) if denied else {}
+        refused = [(None, asked_by_id[name]) if name in asked_by_id else (name, None) for name in names
+                   if name in denied]
         names = [name for name in names if name not in denied]
         missing = [n for n in names if broker.topic(n) is None and topic_name_error(n) is None]
         if missing and _may_auto_create(broker, request, version):
             if not authorizer.allowed(broker, header, CREATE):
                 not_creatable = authorizer.denied(broker, header, CREATE, TOPIC, missing)
-                refused += [name for name in missing if name in not_creatable]
+                refused += [(name, None) for name in missing if name in not_creatable]
                 names = [name for name in names if name not in not_creatable]
                 missing = [name for name in missing if name not in not_creatable]
             await _auto_create(broker, missing)
@@ -89,7 +91,7 @@ async def _authorized_answer(broker, header, request, names: list[str] | None, u
         for topic in topics:
             topic.authorized_operations = authorizer.authorized_operations(broker, header, TOPIC, topic.name)
     response = _response(broker, listener, version, topics + [_unknown_topic_id(t) for t in unknown_ids]
-                         + [_refused_topic(name) for name in refused])
+                         + [_refused_topic(*entry) for entry in refused])
     if cluster_operations:
         response.authorized_operations = authorizer.authorized_operations(broker, header, CLUSTER)
     return EncodedResponse([response.encode(version=version)])
@@ -151,7 +153,7 @@ class MetadataAnswers:
         entries = [self._topic_entry(version, name, flexible)
                    for name in (sorted(broker.image.topics) if names is None else names)]
         entries += [_encode_topic(_unknown_topic_id(topic_id), version, flexible) for topic_id in unknown_ids]
-        entries += [_encode_topic(_refused_topic(name), version, flexible) for name in refused]
+        entries += [_encode_topic(_refused_topic(*entry), version, flexible) for entry in refused]
         head, tail = _around_topics(_response(broker, self.listener, version, topics=[]), version, flexible)
         count = UnsignedVarInt32.encode(len(entries) + 1) if flexible else Int32.encode(len(entries))
         return b"".join([head, count, *entries, tail])
@@ -284,10 +286,22 @@ def _describe_partition(broker, info):
     )
 
 
-def _refused_topic(name: str):
+def _asked_by_id(broker, request) -> dict:
+    """{name: topic id} of the known topics the request names by id only."""
+    asked = {}
+    for topic in request.topics or ():
+        topic_id = getattr(topic, "topic_id", None)
+        if getattr(topic, "name", None) is None and topic_id is not None and (info := broker.topic_by_id(topic_id)):
+            asked[info.name] = topic_id
+    return asked
+
+
+def _refused_topic(name: str | None, topic_id=None):
+    """A topic the principal may not describe: by name, or (asked for by id) by id alone, as Kafka
+    answers (a topic's id is not secret, its name is)."""
     return RESPONSE.MetadataResponseTopic(
-        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=None, is_internal=False, partitions=[],
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=topic_id, is_internal=False,
+        partitions=[], authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
 def _unknown_topic_id(topic_id):

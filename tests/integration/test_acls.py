@@ -26,7 +26,9 @@ from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, Resourc
 from kafka.admin import ACLResourcePatternType, ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 from cluster.launch import Cluster
 from tests.integration.wire import exchange
 
@@ -70,6 +72,9 @@ def admin(cluster):
         future.result(TIMEOUT_S)
 
 
+TOPIC_IDS: dict[str, uuid.UUID] = {}  # of the topics topic_named made
+
+
 def topic_named(cluster, prefix: str = "acl", partitions: int = 1) -> str:
     """A new topic, made through the controller's channel (nobody here may create topics)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -77,6 +82,7 @@ def topic_named(cluster, prefix: str = "acl", partitions: int = 1) -> str:
                                                       "replication_factor": 1, "assignments": None, "configs": {}}],
                             validate_only=False)
     assert reply["results"][0]["error_code"] == 0, reply
+    TOPIC_IDS[name] = topic_id_from_kafka_string(reply["results"][0]["topic_id"])
     return name
 
 
@@ -211,6 +217,18 @@ def test_metadata_lists_only_the_topics_the_principal_may_describe(cluster, admi
         assert hidden not in admin.list_topics(timeout=TIMEOUT_S).topics
     finally:
         kafka_admin.close()
+    # Asked for by name, a hidden topic is refused by name; by id, by id alone (its name stays hidden).
+    hidden_too = topic_named(cluster)
+    asked = [MetadataRequest[12].MetadataRequestTopic(name=hidden, topic_id=None),
+             MetadataRequest[12].MetadataRequestTopic(name=None, topic_id=TOPIC_IDS[hidden_too])]
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        answer = exchange(sock, MetadataRequest[12](topics=asked, allow_auto_topic_creation=False,
+                                                    include_topic_authorized_operations=False),
+                          MetadataResponse, 12)
+    assert [(t.error_code, t.name, t.topic_id) for t in answer.topics] == [
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, hidden, None),  # (kafka-python reads the zero id as None)
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, None, TOPIC_IDS[hidden_too])]
 
 
 def test_a_consumer_needs_read_on_the_topic(cluster, admin):
