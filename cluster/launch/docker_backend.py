@@ -433,6 +433,8 @@ class DockerBackend(Backend):
                 raise
             return self.cluster.node_control(node.node_id, "delay", delay_ms=delay_ms) | {
                 "isolated_from": node.isolated_from}
+        if delay_ms <= 0:  # removing a delay always works, netem or not: end the node's own too
+            self.cluster.node_control(node.node_id, "delay", delay_ms=0)
         node.delay_ms = delay_ms
         self.cluster.write_state()
         return self.faults(node)
