@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.formats.config import BROKER_DEFAULTS, TOPIC_CONFIG_DEFAULTS_FROM_BROKER
+from cluster.formats.config import BROKER_DEFAULTS, TOPIC_CONFIG_DEFAULTS_FROM_BROKER, is_sensitive
 
 # Kafka's ConfigSource ids
 DYNAMIC_TOPIC_CONFIG = 1
@@ -42,7 +42,8 @@ def _default_source(broker, topic_config: str) -> int:
 
 def broker_config_entries(broker) -> list[ConfigEntry]:
     return [
-        ConfigEntry(name, value, STATIC_BROKER_CONFIG if value != BROKER_DEFAULTS.get(name) else DEFAULT_CONFIG,
-                    read_only=True)
+        ConfigEntry(name, None if is_sensitive(name) else value,
+                    STATIC_BROKER_CONFIG if value != BROKER_DEFAULTS.get(name) else DEFAULT_CONFIG,
+                    read_only=True, sensitive=is_sensitive(name))
         for name, value in sorted(broker.config.values.items())
     ]

@@ -25,6 +25,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "1",
     "message.max.bytes": "1048588",
     "socket.request.max.bytes": "104857600",
+    "quota.window.num": "11", "quota.window.size.seconds": "1", "max.connection.creation.rate": "2147483647",
     "log.segment.bytes": "1073741824",
     "log.roll.ms": "604800000",
     "log.retention.ms": "604800000",
@@ -44,6 +45,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.max.compaction.lag.ms": "9223372036854775807",
     "compression.type": "producer",
     "unclean.leader.election.enable": "false",
+    # Kafka: GSSAPI, which kraftwerk does not serve. OAUTHBEARER's unsecured tokens only when listed.
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "connections.max.reauth.ms": "0",
     # Kafka: 30000; a follower that stops catching up leaves the ISR sooner, so acks=all stalls less.
     "replica.lag.time.max.ms": "10000",
     # Kafka's: how long a follower's Fetch waits at its leader for new data, and how long the
@@ -116,7 +120,36 @@ BROKER_DEFAULTS: dict[str, str] = {
     # Fetch sessions (KIP-227) a node keeps, and how long one must be unused before a new one may take its place.
     "max.incremental.fetch.session.cache.slots": "1000",
     "min.incremental.fetch.session.eviction.ms": "120000",
+    # TLS (node/security/tls.py), Kafka's names and defaults; each may be set for one listener
+    # as listener.name.<listener, lowercased>.ssl.*. kraftwerk reads PEM and PKCS12 stores, not JKS.
+    "ssl.protocol": "TLSv1.3",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.cipher.suites": "",
+    "ssl.client.auth": "none",
+    "ssl.keystore.type": "JKS",
+    "ssl.keystore.location": "",
+    "ssl.keystore.password": "",
+    "ssl.keystore.key": "",
+    "ssl.keystore.certificate.chain": "",
+    "ssl.key.password": "",
+    "ssl.truststore.type": "JKS",
+    "ssl.truststore.location": "",
+    "ssl.truststore.password": "",
+    "ssl.truststore.certificates": "",
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.principal.mapping.rules": "DEFAULT",
 }
+
+# Kafka's PASSWORD-type broker settings: DescribeConfigs reports them as sensitive, without a value.
+SENSITIVE_CONFIGS = {"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.key",
+                     "ssl.keystore.certificate.chain", "ssl.truststore.certificates"}
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether a broker setting, or its listener.name.<listener>. form, is one of SENSITIVE_CONFIGS."""
+    if name.startswith("listener.name."):
+        name = name.split(".", 3)[-1]
+    return name in SENSITIVE_CONFIGS
 
 # Not Kafka's: the port of a node's admin listener (fault injection, replica states); 0 picks a free one.
 ADMIN_PORT_CONFIG = "kraftwerk.admin.port"

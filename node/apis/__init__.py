@@ -89,6 +89,12 @@ API_MODULES = (
     "delete_share_group_offsets",
     "share_fetch",
     "share_acknowledge",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
+    "describe_client_quotas",
+    "alter_client_quotas",
 )
 
 
