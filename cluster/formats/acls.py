@@ -116,12 +116,17 @@ class AclFilter:
                 and self.permission_type in (PERMISSION_ANY, acl.permission_type))
 
     def unknown_error(self) -> str | None:
-        """Kafka's AclControlManager.validateFilter: a filter with an UNKNOWN code is refused."""
-        if self.resource_type == RESOURCE_UNKNOWN or self.pattern_type == PATTERN_UNKNOWN:
+        """Kafka's AclControlManager.validateFilter: a filter with an UNKNOWN code (or one Kafka does
+        not know, which it reads as UNKNOWN) is refused."""
+        if not (_known(self.resource_type, RESOURCE_TYPES) and _known(self.pattern_type, PATTERN_TYPES)):
             return "Unknown patternFilter."
-        if self.operation == OPERATION_UNKNOWN or self.permission_type == PERMISSION_UNKNOWN:
+        if not (_known(self.operation, OPERATIONS) and _known(self.permission_type, PERMISSION_TYPES)):
             return "Unknown entryFilter."
         return None
+
+
+def _known(code: int, codes: dict[str, int]) -> bool:
+    return code != codes["UNKNOWN"] and code in codes.values()
 
 
 class InvalidAcl(Exception):

@@ -250,6 +250,8 @@ def test_filter_by_entry_fields():
 def test_filters_with_unknown_codes_are_refused():
     assert any_filter(resource_type=0).unknown_error() == "Unknown patternFilter."
     assert any_filter(operation=0).unknown_error() == "Unknown entryFilter."
+    assert any_filter(pattern_type=9).unknown_error() == "Unknown patternFilter."
+    assert any_filter(permission_type=-1).unknown_error() == "Unknown entryFilter."
     assert any_filter().unknown_error() is None
 
 
