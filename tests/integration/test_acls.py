@@ -278,6 +278,17 @@ def test_a_group_needs_read_on_the_group(cluster, admin):
     assert consume_in_group(cluster, topic, group) == ([], KafkaError.GROUP_AUTHORIZATION_FAILED)
     create(admin, allow(ResourceType.GROUP, group, AclOperation.READ))
     assert consume_in_group(cluster, topic, group) == ([b"hello"], None)
+    described = admin.describe_consumer_groups([group])[group].result(TIMEOUT_S)  # READ implies DESCRIBE
+    assert (described.group_id, described.state.name) == (group, "EMPTY")
+
+    reader = AclBindingFilter(ResourceType.GROUP, group, ResourcePatternType.LITERAL, ANONYMOUS, "*",
+                              AclOperation.READ, AclPermissionType.ALLOW)
+    assert len(admin.delete_acls([reader])[reader].result(TIMEOUT_S)) == 1
+    with pytest.raises(KafkaException) as refused:
+        admin.describe_consumer_groups([group])[group].result(TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    # DESCRIBE on the cluster (the ACL administrators have it) lists every group all the same
+    assert group in [g.group_id for g in admin.list_consumer_groups().result(TIMEOUT_S).valid]
 
 
 def test_a_transactional_producer_needs_write_on_its_transactional_id(cluster, admin):
