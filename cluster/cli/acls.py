@@ -13,9 +13,9 @@ import click
 
 from cluster.cli.app import admin_client, attached, bootstrap_option, data_dir_option, json_option, print_json
 from cluster.formats.acls import (
-    ALLOW, ANY, CLUSTER, CLUSTER_NAME, CREATE, DENY, DESCRIBE, GROUP, IDEMPOTENT_WRITE, LITERAL, OPERATIONS,
-    PATTERN_TYPES, PERMISSION_TYPES, PREFIXED, READ, RESOURCE_TYPES, SUPPORTED_OPERATIONS, TOPIC, TRANSACTIONAL_ID, WRITE,
-    AclBinding, AclFilter, ALL, name_of,
+    ALL, ALLOW, ANY, CLUSTER, CLUSTER_NAME, CREATE, DENY, DESCRIBE, GROUP, IDEMPOTENT_WRITE, LITERAL, OPERATIONS,
+    PATTERN_TYPES, PERMISSION_TYPES, PREFIXED, READ, RESOURCE_TYPES, SUPPORTED_OPERATIONS, TOPIC, TRANSACTIONAL_ID,
+    WRITE, AclBinding, AclFilter, name_of,
 )
 from cluster.tools.acls import AdminAcls, ControllerAcls
 from cluster.tools.errors import ClusterError

@@ -19,18 +19,20 @@ sorted set to the same end), and what was found is kept per resource: a check of
 about before costs one. The index is rebuilt when the image has applied an ACL record since it was
 built.
 
-API modules call `allowed`, `denied` (the names of several resources refused), `refusal` (the
-whole request answered with the resource type's *_AUTHORIZATION_FAILED, as Kafka's
-getErrorResponse), `allowed_by_type` and `authorized_operations` with the request's header; that
-is all they know of ACLs.
+API modules call `allowed`, `denied` (the names of several resources refused), `denied_topic_ids`,
+`refusal` (the whole request answered with the resource type's *_AUTHORIZATION_FAILED, as Kafka's
+getErrorResponse), `config_refusal`, `allowed_by_type` and `authorized_operations` with the
+request's header; that is all they know of ACLs. The principal is the header's session's
+(User:ANONYMOUS on a PLAINTEXT listener), the host its client's address.
 """
 from __future__ import annotations
 
 import logging
 
 from cluster.formats.acls import (
-    ALL, ALLOW, CLUSTER, CLUSTER_NAME, GROUP, TOPIC, TRANSACTIONAL_ID, DESCRIBE, DESCRIBE_CONFIGS, IMPLIES_DESCRIBE, IMPLIES_DESCRIBE_CONFIGS,
-    LITERAL, OPERATIONS, PREFIXED, RESOURCE_TYPES, SUPPORTED_OPERATIONS, WILDCARD, WILDCARD_PRINCIPAL, name_of,
+    ALL, ALLOW, CLUSTER, CLUSTER_NAME, DESCRIBE, DESCRIBE_CONFIGS, GROUP, IMPLIES_DESCRIBE, IMPLIES_DESCRIBE_CONFIGS,
+    LITERAL, OPERATIONS, PREFIXED, RESOURCE_TYPES, SUPPORTED_OPERATIONS, TOPIC, TRANSACTIONAL_ID, WILDCARD,
+    WILDCARD_PRINCIPAL, name_of,
 )
 from cluster.formats.config import ConfigError
 from cluster.formats.errors import ErrorCode
@@ -201,7 +203,8 @@ def denied(broker, header, operation: int, resource_type: int, names) -> set[str
         return set()
     principal, host = _who(header)
     image = broker.image
-    return {name for name in set(names) if not authorizer.allows(image, principal, host, operation, resource_type, name)}
+    return {name for name in set(names)
+            if not authorizer.allows(image, principal, host, operation, resource_type, name)}
 
 
 def allowed_by_type(broker, header, operation: int, resource_type: int) -> bool:
