@@ -230,10 +230,14 @@ def bit_field(operations: set[int]) -> int:
 def refusal(broker, header, request, response_class, operation: int, resource_type: int = CLUSTER,
             name: str = CLUSTER_NAME):
     """None when the principal may do `operation` to the resource; else the whole request's answer,
-    every error code the resource type's *_AUTHORIZATION_FAILED."""
+    as Kafka's getErrorResponse gives it with the resource type's *_AUTHORIZATION_FAILED: the
+    top-level error code alone where the version has one, else every entry's."""
     if allowed(broker, header, operation, resource_type, name):
         return None
-    return error_response(response_class, request, header.api_version, FAILED[resource_type])
+    code, version = FAILED[resource_type], header.api_version
+    if "error_code" in {field.name for field in response_class._struct.untagged_fields(version)}:
+        return response_class[version](throttle_time_ms=0, error_code=code)
+    return error_response(response_class, request, version, code)
 
 
 # DescribeConfigs' and AlterConfigs' resource types (TOPIC 2, BROKER 4, BROKER_LOGGER 8, GROUP 32)

@@ -273,3 +273,34 @@ def test_create_acls_refuses_what_kafka_refuses(acl, message):
 def test_create_acls_takes_a_valid_acl():
     check_new_acl(ORD_PREFIXED)
     check_new_acl(AclBinding(CLUSTER, "kafka-cluster", LITERAL, ALICE, "*", CREATE, ALLOW))
+
+
+# --- a whole request refused, as Kafka's getErrorResponse answers it ---
+
+def test_a_refused_request_gets_the_top_level_error_alone_or_each_entrys():
+    from types import SimpleNamespace
+
+    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest, OffsetCommitResponse
+
+    from node.security.authorizer import refusal
+    from node.security.session import PLAINTEXT_LISTENER, Session
+
+    acls = Acls()
+    broker = SimpleNamespace(authorizer=acls.authorizer, image=acls.image)
+    header = SimpleNamespace(api_version=5, session=Session.opened(PLAINTEXT_LISTENER, HOST))
+    join = JoinGroupRequest[5](group_id="g", session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id="m",
+                               group_instance_id=None, protocol_type="consumer", protocols=[
+                                   JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    joined = refusal(broker, header, join, JoinGroupResponse, READ, GROUP, "g")
+    assert (joined.error_code, joined.member_id, joined.members) == (30, "", [])
+
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest[5](group_id="g", generation_id_or_member_epoch=1, member_id="m", topics=[
+        T(name="t", partitions=[T.OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                               committed_metadata="")])])
+    committed = refusal(broker, header, commit, OffsetCommitResponse, READ, GROUP, "g")
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in committed.topics] == [
+        ("t", [(0, 30)])]
+
+    acls.add(GROUP, "g", LITERAL, "User:ANONYMOUS", "*", READ, ALLOW)
+    assert refusal(broker, header, join, JoinGroupResponse, READ, GROUP, "g") is None
