@@ -22,6 +22,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 
 from cluster.cli.quotas import alter_client_quotas, describe_client_quotas
 from cluster.launch import Cluster
+from tests.integration.wire import recv_exactly
 
 INVALID_REQUEST = 42
 QUOTA_CONFIG = {"quota.window.num": "2", "quota.window.size.seconds": "1"}
@@ -205,20 +206,10 @@ def request(sock: socket.socket, message, response_class, version: int, client_i
     message.with_header(correlation_id=correlation_id, client_id=client_id)
     payload = bytes(message.encode(version=version, header=True))
     sock.sendall(struct.pack(">i", len(payload)) + payload)
-    size = struct.unpack(">i", receive(sock, 4))[0]
-    body = receive(sock, size)
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    body = recv_exactly(sock, size)
     assert struct.unpack(">i", body[:4])[0] == correlation_id
     return response_class.decode(body[4:], version=version)
-
-
-def receive(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the node closed the connection")
-        data += chunk
-    return data
 
 
 def metadata(sock: socket.socket, client_id: str, correlation_id: int) -> int:
