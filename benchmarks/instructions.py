@@ -46,7 +46,8 @@ async def start_nodes(directory: Path, replication_factor: int) -> list:
     """(Broker, KafkaServer) of each node, node 1 leading the topic's one partition, every replica in
     sync; followers fetching from it."""
     from cluster.formats.config import BrokerConfig
-    from node.broker import Broker, Listener
+    from cluster.formats.listeners import ListenerSpec
+    from node.broker import Broker
     from node.server import KafkaServer
 
     nodes = []
@@ -54,7 +55,8 @@ async def start_nodes(directory: Path, replication_factor: int) -> list:
         broker = Broker(BrokerConfig({"node.id": str(node_id), "log.dirs": str(directory / f"node-{node_id}")}))
         broker.call_controller = _no_controller
         server = KafkaServer(broker, broker.config.get_int("socket.request.max.bytes"))
-        broker.listener = Listener(LISTENER, HOST, await server.start(HOST, 0))
+        ports = await server.start([ListenerSpec(LISTENER, HOST, 0, "PLAINTEXT")])
+        broker.listeners = {LISTENER: ListenerSpec(LISTENER, HOST, ports[LISTENER], "PLAINTEXT")}
         nodes.append((broker, server))
     topic_id = uuid.uuid4()
     for broker, _ in nodes:
@@ -67,7 +69,8 @@ def _set_image(broker, brokers: list, topic_id: uuid.UUID) -> None:
     from cluster.formats.image import BrokerInfo, Endpoint, PartitionInfo, TopicInfo
 
     for other in brokers:
-        endpoint = Endpoint(LISTENER, other.listener.host, other.listener.port)
+        listener = other.listeners[LISTENER]
+        endpoint = Endpoint(LISTENER, listener.host, listener.port)
         broker.image.brokers[other.node_id] = BrokerInfo(other.node_id, uuid.uuid4(), 0, [endpoint], fenced=False)
     ids = [other.node_id for other in brokers]
     topic = TopicInfo(TOPIC, topic_id)
@@ -103,7 +106,7 @@ async def write(writes: int, directory: Path, replication_factor: int) -> bytes:
     """Make `writes` acks=all writes, one after another; the last answer's body."""
     nodes = await start_nodes(directory, replication_factor)
     try:
-        reader, writer = await asyncio.open_connection(HOST, nodes[0][0].listener.port)
+        reader, writer = await asyncio.open_connection(HOST, nodes[0][0].listeners[LISTENER].port)
         request = produce_request()
         answer = b""
         for _ in range(writes):

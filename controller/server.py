@@ -19,7 +19,7 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
-from controller import reassignment
+from controller import reassignment, scram_credentials
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ ARGUMENTS = {
     "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
     "unregister_broker": {"node_id": int},
     "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
+    "alter_scram_credentials": {"deletions": list, "upsertions": list},
 }
 
 
@@ -118,6 +119,8 @@ class Controller:
             "wait_reassigned": self.wait_reassigned,
             "unregister_broker": self.unregister_broker,
             "move_leader": self.move_leader,
+            "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
+                scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
         }
 
     def unfenced_brokers(self) -> list[int]:

@@ -110,7 +110,60 @@ def client_config(options: dict) -> dict:
         config[name] = value
     if not config.get("bootstrap.servers"):
         raise OptionError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
-    return config
+    return librdkafka_security(config)
+
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+# Java client settings whose librdkafka equivalent the translation below writes, or that librdkafka
+# has no use for.
+_JAVA_ONLY = {"sasl.jaas.config", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.certificates",
+              "ssl.keystore.type", "ssl.keystore.certificate.chain", "ssl.keystore.key"}
+
+
+def librdkafka_security(config: dict) -> dict:
+    """The Java client's security settings a Spark job passes as kafka.* options (the JAAS config, PEM
+    or PKCS12 trust and key stores), as librdkafka names them; librdkafka's own names pass as they are."""
+    translated = {key: value for key, value in config.items() if key not in _JAVA_ONLY}
+    jaas = config.get("sasl.jaas.config")
+    if jaas:
+        options = {key: re.sub(r"\\(.)", r"\1", value) for key, value in _JAAS_OPTION.findall(jaas)}
+        if "OAuthBearerLoginModule" in jaas:
+            principal = options.get("unsecuredLoginStringClaim_sub", "")
+            translated.update({"enable.sasl.oauthbearer.unsecure.jwt": "true",
+                               "sasl.oauthbearer.config": f"principal={principal}"})
+        else:
+            translated.update({"sasl.username": options.get("username", ""),
+                               "sasl.password": options.get("password", "")})
+    translated.update(_truststore(config))
+    if config.get("ssl.keystore.type", "").upper() == "PEM":
+        translated.pop("ssl.keystore.location", None)  # (librdkafka's name for a PKCS12 keystore)
+    translated.update(_keystore(config))
+    return translated
+
+
+def _truststore(config: dict) -> dict:
+    store_type = config.get("ssl.truststore.type", "JKS").upper()
+    if config.get("ssl.truststore.certificates"):
+        return {"ssl.ca.pem": config["ssl.truststore.certificates"]}
+    if not config.get("ssl.truststore.location"):
+        return {}
+    if store_type != "PEM":
+        raise OptionError(f"Kafka option 'ssl.truststore.type={store_type}' is not supported: give the CA "
+                          f"certificates as PEM (ssl.truststore.type=PEM)")
+    return {"ssl.ca.location": config["ssl.truststore.location"]}
+
+
+def _keystore(config: dict) -> dict:
+    store_type = config.get("ssl.keystore.type", "JKS").upper()
+    if config.get("ssl.keystore.certificate.chain"):
+        return {"ssl.certificate.pem": config["ssl.keystore.certificate.chain"],
+                "ssl.key.pem": config.get("ssl.keystore.key", "")}
+    location = config.get("ssl.keystore.location")
+    if not location or store_type == "PKCS12":  # (librdkafka reads a PKCS12 keystore under the same names)
+        return {}
+    if store_type != "PEM":
+        raise OptionError(f"Kafka option 'ssl.keystore.type={store_type}' is not supported: use PEM or PKCS12")
+    return {"ssl.certificate.location": location, "ssl.key.location": location}
 
 
 # librdkafka's fetch queue refills only below queued.min.messages (100,000) after a backoff:

@@ -44,6 +44,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.max.compaction.lag.ms": "9223372036854775807",
     "compression.type": "producer",
     "unclean.leader.election.enable": "false",
+    # Kafka: GSSAPI, which kraftwerk does not serve. OAUTHBEARER's unsecured tokens only when listed.
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "connections.max.reauth.ms": "0",
     # Kafka: 30000; a follower that stops catching up leaves the ISR sooner, so acks=all stalls less.
     "replica.lag.time.max.ms": "10000",
     # Kafka's: how long a follower's Fetch waits at its leader for new data, and how long the

@@ -89,6 +89,10 @@ API_MODULES = (
     "delete_share_group_offsets",
     "share_fetch",
     "share_acknowledge",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
 )
 
 

@@ -19,6 +19,9 @@ from kafka.protocol.producer import (
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+)
 
 from cluster.formats.message_sets import encode_message
 from cluster.formats.records import encode_batch
@@ -227,6 +230,20 @@ def requests_for(version_of, topic_id):
     def unregister_broker(v):
         return UnregisterBrokerRequest[v](broker_id=99)
 
+    def sasl_handshake(v):  # on a PLAINTEXT listener: ILLEGAL_SASL_STATE
+        return SaslHandshakeRequest[v](mechanism="PLAIN")
+
+    def sasl_authenticate(v):
+        return SaslAuthenticateRequest[v](auth_bytes=b"\0nobody\0secret")
+
+    def describe_user_scram_credentials(v):
+        R = admin_api.DescribeUserScramCredentialsRequest
+        return R[v](users=[R.UserName(name="versions-nobody")])
+
+    def alter_user_scram_credentials(v):
+        R = admin_api.AlterUserScramCredentialsRequest
+        return R[v](deletions=[R.ScramCredentialDeletion(name="versions-nobody", mechanism=1)], upsertions=[])
+
     def describe_log_dirs(v):
         T = admin_api.DescribeLogDirsRequest[v].DescribableLogDirTopic
         return admin_api.DescribeLogDirsRequest[v](topics=[T(topic=TOPIC, partitions=[0])])
@@ -357,6 +374,9 @@ def requests_for(version_of, topic_id):
         45: (alter_partition_reassignments, admin_api.AlterPartitionReassignmentsResponse),
         46: (list_partition_reassignments, admin_api.ListPartitionReassignmentsResponse),
         64: (unregister_broker, UnregisterBrokerResponse),
+        17: (sasl_handshake, SaslHandshakeResponse), 36: (sasl_authenticate, SaslAuthenticateResponse),
+        50: (describe_user_scram_credentials, admin_api.DescribeUserScramCredentialsResponse),
+        51: (alter_user_scram_credentials, admin_api.AlterUserScramCredentialsResponse),
         21: (delete_records, admin_api.DeleteRecordsResponse),
         35: (describe_log_dirs, admin_api.DescribeLogDirsResponse),
         61: (describe_producers, admin_api.DescribeProducersResponse),
@@ -375,6 +395,8 @@ EXPECTED_ERRORS = {
     14: {25}, 12: {25}, 13: {0, 25},  # UNKNOWN_MEMBER_ID
     42: {69}, 47: {69}, 68: {69}, 69: {69}, 76: {69}, 77: {69},  # GROUP_ID_NOT_FOUND
     43: {0, 84},  # ElectLeaders: the only replica already leads: ELECTION_NOT_NEEDED
+    17: {34}, 36: {34},  # the SASL APIs on a PLAINTEXT listener: ILLEGAL_SASL_STATE
+    50: {0, 91}, 51: {91},  # SCRAM credentials of a user that has none: RESOURCE_NOT_FOUND (the top level: 0)
     64: {102},  # UnregisterBroker of a node id nobody registered: BROKER_ID_NOT_REGISTERED
     # No transaction coordinator has loaded anything yet, or the producer id is unknown to it.
     24: {0, 16, 49}, 25: {16, 49}, 26: {16, 49},
