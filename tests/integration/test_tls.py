@@ -57,6 +57,12 @@ def cluster(tmp_path_factory):
         yield running
 
 
+@pytest.fixture(scope="module")
+def go_bin():
+    with go_programs.built() as binaries:
+        yield binaries
+
+
 def new_topic(cluster, prefix: str, **tls) -> str:
     """A new topic of one partition on every node, created over TLS."""
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -164,13 +170,21 @@ def test_kafkajs_over_tls(cluster):
     if reason:
         pytest.skip(reason)
     topic = new_topic(cluster, "kafkajs")
+    assert kafkajs_round_trip(cluster, topic) == kafkajs_answer()
+
+
+def kafkajs_round_trip(cluster, topic: str, *client_certificate: Path) -> dict:
     result = subprocess.run(["node", str(JS_DIR / "tls.js"), cluster.bootstrap_servers, topic, f"g-{topic}",
-                             str(MESSAGES), str(cluster.certs.ca)], capture_output=True, text=True, timeout=120)
+                             str(MESSAGES), str(cluster.certs.ca), *map(str, client_certificate)],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    answer = json.loads(result.stdout)
-    assert answer["delivered"] == [{"partition": 0, "offset": i} for i in range(MESSAGES)]
-    assert answer["consumed"] == [{"partition": 0, "offset": i, "key": f"kafkajs-key-{i}", "value": f"kafkajs value {i}"}
-                                  for i in range(MESSAGES)]
+    return json.loads(result.stdout)
+
+
+def kafkajs_answer() -> dict:
+    return {"delivered": [{"partition": 0, "offset": i} for i in range(MESSAGES)],
+            "consumed": [{"partition": 0, "offset": i, "key": f"kafkajs-key-{i}", "value": f"kafkajs value {i}"}
+                         for i in range(MESSAGES)]}
 
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (scripts/dev-setup installs it)")
@@ -186,14 +200,18 @@ def test_kcat_over_tls(cluster):
     assert read == [(key, value, str(offset).encode()) for key, value, offset in exact("kcat")]
 
 
-def test_sarama_over_tls(cluster):
+def test_sarama_over_tls(cluster, go_bin):
     topic = new_topic(cluster, "sarama")
-    with go_programs.built() as programs:
-        lines = go_programs.run(programs["sarama-tls"], "-brokers", cluster.bootstrap_servers, "-topic", topic,
-                                "-count", str(MESSAGES), "-ca", str(cluster.certs.ca))
+    lines = go_programs.run(go_bin["sarama-tls"], "-brokers", cluster.bootstrap_servers, "-topic", topic,
+                            "-count", str(MESSAGES), "-ca", str(cluster.certs.ca))
+    assert lines == sarama_lines()
+
+
+def sarama_lines() -> list[dict]:
+    """What sarama-tls prints when every message went to partition 0 in order and was read back."""
     records = [{"key": f"sarama-key-{i}", "value": f"sarama value {i}", "partition": 0, "offset": i}
                for i in range(MESSAGES)]
-    assert lines == [{"event": "delivered", **r} for r in records] + [{"event": "consumed", **r} for r in records]
+    return [{"event": "delivered", **r} for r in records] + [{"event": "consumed", **r} for r in records]
 
 
 def test_a_client_that_does_not_trust_the_ca_is_not_served(cluster):
@@ -251,12 +269,24 @@ def mtls_cluster(tmp_path):
         yield running
 
 
-def test_mtls_serves_a_client_with_a_certificate_from_the_ca(mtls_cluster, tmp_path):
+def test_mtls_serves_clients_with_a_certificate_from_the_ca(mtls_cluster, go_bin):
     cert, key = client_certificate(mtls_cluster.data_dir, "alice")
     tls = {"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
-    config = confluent_config(mtls_cluster, **tls)
     topic = new_topic(mtls_cluster, "mtls", **tls)
-    assert confluent_round_trip(config, topic, "mtls") == exact("mtls")
+    assert confluent_round_trip(confluent_config(mtls_cluster, **tls), topic, "mtls") == exact("mtls")
+
+    producer = KafkaProducer(bootstrap_servers=mtls_cluster.bootstrap_servers, security_protocol="SSL",
+                             ssl_cafile=str(mtls_cluster.certs.ca), ssl_certfile=str(cert), ssl_keyfile=str(key))
+    assert producer.send(topic, b"kafka-python value", b"kafka-python-key").get(10).offset == MESSAGES
+    producer.close()
+
+    lines = go_programs.run(go_bin["sarama-tls"], "-brokers", mtls_cluster.bootstrap_servers,
+                            "-topic", new_topic(mtls_cluster, "sarama", **tls), "-count", str(MESSAGES),
+                            "-ca", str(mtls_cluster.certs.ca), "-cert", str(cert), "-key", str(key))
+    assert lines == sarama_lines()
+    if kafkajs_missing() is None:
+        assert kafkajs_round_trip(mtls_cluster, new_topic(mtls_cluster, "kafkajs", **tls), cert, key) \
+            == kafkajs_answer()
 
 
 def librdkafka_error(cluster, cert: Path | None, key: Path | None) -> int:
