@@ -9,6 +9,11 @@
     @pytest.mark.kraftwerk(backend="docker")  # every process in its own container
     def test_partition(kraftwerk_cluster): ...
 
+    @pytest.mark.kraftwerk(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", users=["alice"])
+    def test_secured(kraftwerk_cluster):
+        config = {"bootstrap.servers": kraftwerk_cluster.bootstrap_servers,
+                  **kraftwerk_cluster.client_config("alice")}  # librdkafka's property names
+
 The import stays light (the launcher loads on first use) because pytest loads this plugin
 in every run of every project where kraftwerk is installed.
 """
@@ -19,18 +24,22 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "kraftwerk(nodes=3, config=None, racks=None, backend='process'): size, broker config, "
-        "{node id: broker.rack} and backend (process or docker) of the kraftwerk_cluster fixture")
+        "markers", "kraftwerk(nodes=3, config=None, racks=None, backend='process', security_protocol=None, "
+        "sasl_mechanism=None, super_user=None, users=(), tls=False): size, broker config, {node id: broker.rack}, "
+        "backend (process or docker), and security (as kraftwerk up's options) of the kraftwerk_cluster fixture")
 
 
 @pytest.fixture
 def kraftwerk_cluster(request, tmp_path):
     """A cluster on free ports, started for this test and stopped (every process killed) after it."""
     from cluster.launch.cluster import cluster_class
+    from cluster.launch.security import Security
 
     marker = request.node.get_closest_marker("kraftwerk")
     options = marker.kwargs if marker else {}
     kind = cluster_class(options.get("backend", "process"))
-    with kind(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk",
-              node_config=options.get("config"), racks=options.get("racks")) as cluster:
+    security = Security.of(options.get("security_protocol"), options.get("sasl_mechanism"),
+                           options.get("super_user"), options.get("tls", False), options.get("users", ()))
+    with kind(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk", node_config=options.get("config"),
+              racks=options.get("racks"), **({"security": security} if security.secured else {})) as cluster:
         yield cluster

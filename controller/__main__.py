@@ -24,12 +24,11 @@ from cluster.formats.control import ControlServer
 from cluster.runtime import event_loop
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
+from controller.bootstrap_records import BadScramArgument, first_records, parse_add_scram
 from controller.metadata_writer import MetadataWriter
 from controller.server import Controller
 
 log = logging.getLogger("controller")
-# Kafka 3.7-IV4: the metadata.version whose record versions we write.
-METADATA_VERSION_LEVEL = 19
 PR_SET_PDEATHSIG = 1
 
 
@@ -45,6 +44,8 @@ def parse_args(argv):
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=2000)
     parser.add_argument("--num-partitions", type=int, default=1)
     parser.add_argument("--default-replication-factor", type=int, default=1)
+    parser.add_argument("--add-scram", action="append", default=[], metavar="MECHANISM=[name=N,password=P]",
+                        help="a SCRAM credential a new metadata log starts with, as kafka-storage.sh format adds it")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable "
                              "and leader.imbalance.check.interval.seconds; others are ignored)")
@@ -95,8 +96,7 @@ async def run(args) -> None:
     writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id, args.node_id))
     if "metadata.version" not in writer.image.features:
         async with writer.exclusive:
-            await writer.append([("FeatureLevelRecord", {"name": "metadata.version",
-                                                         "feature_level": METADATA_VERSION_LEVEL})])
+            await writer.append(first_records(args.add_scram))
     # The replayed image lives as long as the process: keep it out of every later full GC pass,
     # which would otherwise walk all of it and stall the event loop.
     gc.collect()
@@ -125,7 +125,13 @@ async def run(args) -> None:
 def main(argv=None) -> None:
     logging.basicConfig(level=os.environ.get("KRAFTWERK_LOG_LEVEL", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    event_loop.run(run(parse_args(sys.argv[1:] if argv is None else argv)))
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        for value in args.add_scram:
+            parse_add_scram(value)
+    except BadScramArgument as exc:
+        raise SystemExit(f"cannot start: {exc}") from None
+    event_loop.run(run(args))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from cluster.runtime import event_loop
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from node.admin import AdminServer
 from node.broker import Broker
+from node.security.peer_links import PeerLinks
 from node.server import KafkaServer
 
 log = logging.getLogger("node")
@@ -213,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         config.check_roles()
         config.check_replica_fetch()
         if config.process_roles != {"controller"}:
-            inter_broker_listener_name(config)  # (every listener's protocol checked on the way)
+            # (every listener's protocol checked on the way, and the inter-broker TLS and login settings)
+            PeerLinks(config, inter_broker_listener_name(config))
     except ConfigError as exc:
         raise SystemExit(f"cannot start: {exc}") from None
     if config.process_roles == {"controller"}:

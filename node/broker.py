@@ -18,6 +18,7 @@ from node.peer_client import PeerClient
 from node.producer_state import ProducerIdAllocator
 from node.replica_fetcher import ReplicaFetchers
 from node.replica_manager import ReplicaManager
+from node.security.peer_links import PeerLinks
 from node.replication_throttle import LEADER, ReplicationThrottle
 from node.share.manager import SharePartitionManager
 from node.share.sessions import ShareSessionCache
@@ -68,6 +69,7 @@ class Broker:
         # default), and the listener the nodes use among themselves.
         self.listeners: dict[str, ListenerSpec] = {}
         self.inter_broker_listener = inter_broker_listener_name(config)
+        self.peer_links = PeerLinks(config, self.inter_broker_listener)
         self.metadata_answers = {}  # node.apis.metadata's encoded answers, by listener
         self.started_ms = int(time.time() * 1000)
 

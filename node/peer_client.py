@@ -96,7 +96,7 @@ class PeerClient:
             endpoint = self.broker.peer_endpoint(node_id)
             if endpoint is None:
                 raise ConnectionRefusedError(f"node {node_id} has no address now")
-            reader, writer = await asyncio.open_connection(endpoint[0], endpoint[1])
+            reader, writer = await self.broker.peer_links.open_streams(endpoint[0], endpoint[1])
             connection = self._connections[node_id] = _PeerConnection(reader, writer)
             return connection
 

@@ -97,7 +97,7 @@ class ReplicaFetchers:
                 await self._wait_for_change(leader)
                 continue
             try:
-                connection = await LeaderConnection.open(endpoint[0], endpoint[1])
+                connection = await self.broker.peer_links.open_protocol(LeaderConnection, endpoint[0], endpoint[1])
             except OSError:
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue

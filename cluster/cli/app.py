@@ -35,6 +35,11 @@ def parse_pairs(pairs: tuple[str, ...], what: str) -> dict[str, str]:
     return parsed
 
 
+# The client settings (kafka-python's names) of the cluster this command talks to: its
+# cluster.json's client_config, read once the command knows its --data-dir.
+_client_security: dict = {}
+
+
 def attached(data_dir: str) -> Cluster:
     try:
         cluster = Cluster.attach(data_dir)
@@ -42,11 +47,27 @@ def attached(data_dir: str) -> Cluster:
         raise click.ClickException(str(exc)) from exc
     if not cluster.running():
         raise click.ClickException(f"the cluster in {data_dir} is not running (kraftwerk up starts it)")
+    _client_security.update(_kafka_python_config(cluster))
     return cluster
 
 
 def bootstrap_servers(data_dir: str, bootstrap: str | None) -> str:
-    return bootstrap or attached(data_dir).bootstrap_servers
+    """--bootstrap-server, else the cluster's in --data-dir; either way, the command connects with the
+    client settings of the cluster in --data-dir (TLS, SASL) when it has some."""
+    if bootstrap is None:
+        return attached(data_dir).bootstrap_servers
+    try:
+        _client_security.update(_kafka_python_config(Cluster.attach(data_dir)))
+    except ClusterError:
+        pass  # a cluster kraftwerk did not start: plaintext
+    return bootstrap
+
+
+def _kafka_python_config(cluster: Cluster) -> dict:
+    try:
+        return cluster.kafka_python_config()
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group(cls=CommandLine)
@@ -69,7 +90,7 @@ def connected(client_class, bootstrap: str, **config):
 
     try:
         return client_class(bootstrap_servers=bootstrap, client_id="kraftwerk-cli",
-                            bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS, **config)
+                            bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS, **_client_security, **config)
     except KafkaError as exc:
         fail(connect_failure(bootstrap, exc))
 
@@ -83,7 +104,7 @@ def admin_client(data_dir: str, bootstrap: str | None):
     servers = bootstrap_servers(data_dir, bootstrap)
     try:
         admin = KafkaAdminClient(bootstrap_servers=servers, client_id="kraftwerk-cli",
-                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS, **_client_security)
     except KafkaError as exc:
         fail(connect_failure(servers, exc))
     try:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from cluster.cli.app import attached, console, data_dir_option, json_option, parse_pairs, print_json
 from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, cluster_class
+from cluster.launch.security import SASL_MECHANISMS, SECURITY_PROTOCOLS, Security
 
 
 @click.command()
@@ -26,23 +27,38 @@ from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, clust
               help="processes on this machine, or a container per process on a docker network (docs/docker.md) "
                    "[default: process, or as before in DATA_DIR]")
 @click.option("--image", default=None, help="docker backend: the image to run [default: built from this checkout]")
-def up(nodes, port, host, data_dir, detach, settings, racks, backend, image):
+@click.option("--security-protocol", type=click.Choice(SECURITY_PROTOCOLS, case_sensitive=False), default=None,
+              help="the nodes' listener: TLS (SSL), SASL, or both (docs/security.md) [default: PLAINTEXT]")
+@click.option("--sasl-mechanism", type=click.Choice(SASL_MECHANISMS, case_sensitive=False), default=None,
+              help="SASL listeners: how clients log in [default: SCRAM-SHA-256]")
+@click.option("--super-user", default=None,
+              help="a user allowed everything, with a generated password; turns ACLs on [default: admin with SASL]")
+@click.option("--user", "users", multiple=True, metavar="NAME", help="a SASL user made at start (repeatable)")
+@click.option("--tls", is_flag=True, help="serve TLS (SSL, or SASL_SSL with --security-protocol)")
+def up(nodes, port, host, data_dir, detach, settings, racks, backend, image, security_protocol, sasl_mechanism,
+       super_user, users, tls):
     """Start a controller and NODES broker nodes; print the bootstrap servers."""
     previous = _previous_layout(data_dir)
     backend = backend or previous.get("backend", "process")
     backend_options = {"image": image} if backend == "docker" else {}
-    cluster = cluster_class(backend)(nodes=nodes or previous.get("nodes", 3),
-                      port=previous.get("base_port", 9092) if port is None else port,
-                      host=host, data_dir=data_dir,
-                      node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")},
-                      racks={**previous.get("racks", {}), **_node_racks(racks)}, **backend_options)
     try:
+        security = previous.get("security") if not (security_protocol or sasl_mechanism or super_user or users or tls) \
+            else Security.of(security_protocol, sasl_mechanism, super_user, tls, users)
+        cluster = cluster_class(backend)(nodes=nodes or previous.get("nodes", 3),
+                          port=previous.get("base_port", 9092) if port is None else port,
+                          host=host, data_dir=data_dir,
+                          node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")},
+                          racks={**previous.get("racks", {}), **_node_racks(racks)}, security=security,
+                          **backend_options)
         cluster.start()
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"[green]kraftwerk cluster ready[/] in {cluster.startup_seconds:.2f}s "
                   f"({cluster.node_count} nodes, data in {Path(data_dir).resolve()})")
     click.echo(f"bootstrap servers: {cluster.bootstrap_servers}")
+    if cluster.security.secured:
+        click.echo("client config (in cluster.json): " +
+                   " ".join(f"{key}={value}" for key, value in cluster.client_config().items()))
     if detach:
         return
     _stay_in_foreground(cluster)
@@ -54,7 +70,7 @@ def _previous_layout(data_dir: str) -> dict:
     except ClusterError:
         return {}
     return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config,
-            "racks": previous.racks, "backend": previous.backend}
+            "racks": previous.racks, "backend": previous.backend, "security": previous.security}
 
 
 def _node_racks(pairs: tuple[str, ...]) -> dict[int, str]:

@@ -27,6 +27,7 @@ from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, NodePro
 from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
 from cluster.launch.local_backend import LocalProcessBackend
+from cluster.launch.security import Security, kafka_python_config
 from cluster.tools import membership, reassignment
 from cluster.tools.errors import ClusterError
 
@@ -43,18 +44,22 @@ class Cluster:
 
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
                  node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
-                 racks: dict[int, str] | None = None, runner: Backend | None = None):
+                 racks: dict[int, str] | None = None, runner: Backend | None = None,
+                 security: Security | None = None):
         self.node_count = nodes
         self.racks = dict(racks or {})  # node id -> broker.rack
         self.owns_data_dir = data_dir is None  # made here, and removed when the cluster stops
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="kraftwerk-"))
         self.base_port = port
         self.host = host
+        self.security = security or Security()
         # Kafka defaults to one copy; a cluster launched to test failover wants min(3, nodes).
         replicas = str(min(3, nodes))
         self.node_config = {"default.replication.factor": replicas, "offsets.topic.replication.factor": replicas,
                             "transaction.state.log.replication.factor": replicas,
                             "share.coordinator.state.topic.replication.factor": replicas, **(node_config or {})}
+        # What the security settings ask of every node (under node_config, which may override it).
+        self.security_config = self.security.node_config(self.data_dir, host)
         self.startup_timeout = startup_timeout
         self.nodes: dict[int, NodeProcess] = {}
         self.controller_pid: int | None = None
@@ -88,11 +93,14 @@ class Cluster:
                     "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
         for key, value in self.node_config.items():
             settings += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
+        for credential in self.security.scram_bootstrap():
+            settings += ["--add-scram", credential]
         return settings
 
     def _spawn_node(self, node_id: int) -> object:
         rack = self.racks.get(node_id)
-        return self.runner.spawn_node(node_id, {**self.node_config, **({"broker.rack": rack} if rack else {})})
+        return self.runner.spawn_node(node_id, {**self.security_config, **self.node_config,
+                                                **({"broker.rack": rack} if rack else {})})
 
     def launch_node(self, node_id: int) -> NodeProcess:
         """Start node node_id (a new one, or one that is not running) and wait until it serves;
@@ -125,6 +133,8 @@ class Cluster:
             "nodes": {str(n.node_id): {**asdict(n), "data_dir": str(n.data_dir), "log_path": str(n.log_path)}
                       for n in self.nodes.values()},
             "bootstrap_servers": self.bootstrap_servers,
+            "security": self.security.to_state(),
+            "client_config": self.client_config(),
             "racks": {str(node_id): rack for node_id, rack in self.racks.items()},
         })
         write_atomically(self.data_dir / STATE_FILE, json.dumps(state, indent=2))
@@ -141,7 +151,7 @@ class Cluster:
     def from_state(cls, data_dir, state: dict) -> "Cluster":
         """The cluster a cluster.json describes."""
         cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, port=state["base_port"], host=state["host"],
-                      node_config=state["node_config"],
+                      node_config=state["node_config"], security=Security.from_state(state.get("security")),
                       racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()})
         cluster.controller_pid = state["controller"]["pid"]
         cluster.controller_port = state["controller"]["port"]
@@ -154,6 +164,15 @@ class Cluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(self.address(n) for _, n in sorted(self.nodes.items()))
+
+    def client_config(self, user: str | None = None) -> dict[str, str]:
+        """The librdkafka (and Java) properties a client needs to connect as `user` (default: the
+        super user): {} on a PLAINTEXT cluster. Add bootstrap.servers and go."""
+        return self.security.client_config(self.data_dir, user)
+
+    def kafka_python_config(self, user: str | None = None) -> dict:
+        """client_config(user) as kafka-python's (and aiokafka's) keyword arguments."""
+        return kafka_python_config(self.client_config(user))
 
     def node_host(self, node: NodeProcess) -> str:
         """The host name or address where clients reach node."""
@@ -223,7 +242,7 @@ class Cluster:
         from kafka import KafkaAdminClient
         from kafka.admin import NewTopic
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **self.kafka_python_config())
         try:
             admin.create_topics([NewTopic(name, partitions, replication_factor, topic_configs=config or {})])
         finally:
@@ -399,7 +418,11 @@ class DockerCluster(Cluster):
     backend = DOCKER_BACKEND
 
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
-                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None):
+                 startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None,
+                 security: Security | None = None):
+        if security is not None and security.secured:
+            raise ClusterError("the docker backend serves PLAINTEXT listeners only; secured listeners need "
+                               "the process backend")
         super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
                          startup_timeout=startup_timeout, racks=racks, runner=DockerBackend(image))
 

@@ -226,13 +226,13 @@ class FailoverCheck:
         self._create_topic()
         if self.transactional_ids:
             self.transaction_writers = TransactionWriters(
-                self.cluster.bootstrap_servers, self.transaction_topics, self.partitions, self.transactional_ids,
+                self._connection(), self.transaction_topics, self.partitions, self.transactional_ids,
                 self.seed, self._stop, self.elapsed, prefix=f"{self.topic}-txn").prepare()
             self._wait_until_healthy()  # (__transaction_state too, now that it exists)
         logs = _LogWatch(self.cluster)
         self._started = time.monotonic()
         if self.group_members:
-            self.readers = GroupReaders(self.cluster.bootstrap_servers, self.topic, f"{self.topic}-readers",
+            self.readers = GroupReaders(self._connection(), self.topic, f"{self.topic}-readers",
                                         self.group_members, self.strategy, self.elapsed,
                                         protocol=self.group_protocol).start()
         try:
@@ -262,6 +262,10 @@ class FailoverCheck:
             changes.join(CHANGE_TIMEOUT_S + 30)
             self._heal_everything()
 
+    def _connection(self) -> dict:
+        """librdkafka's settings that reach the cluster as its super user (TLS, SASL as it runs)."""
+        return {"bootstrap.servers": self.cluster.bootstrap_servers, **self.cluster.client_config()}
+
     def _create_topic(self) -> None:
         replicas = min(3, len(self.cluster.nodes))
         existing = {t["name"] for t in self.cluster.status()["topics"]}
@@ -275,7 +279,8 @@ class FailoverCheck:
     def _write(self, producer: _Producer) -> None:
         client = KafkaProducer(bootstrap_servers=self.cluster.bootstrap_servers, acks="all", enable_idempotence=True,
                                request_timeout_ms=PRODUCER_REQUEST_TIMEOUT_MS, retry_backoff_ms=100, linger_ms=5,
-                               delivery_timeout_ms=120_000, metadata_max_age_ms=2000)
+                               delivery_timeout_ms=120_000, metadata_max_age_ms=2000,
+                               **self.cluster.kafka_python_config())
         sequence = 0
         try:
             while not self._stop.is_set():
@@ -457,7 +462,8 @@ class FailoverCheck:
     def _read_partitions(self) -> tuple[dict[int, list[tuple[int, str]]], dict[int, tuple[int, int]]]:
         """Every record of every partition from its start to its end offset (the high watermark), and
         the partitions that could not be read to the end in time."""
-        consumer = KafkaConsumer(bootstrap_servers=self.cluster.bootstrap_servers, enable_auto_commit=False)
+        consumer = KafkaConsumer(bootstrap_servers=self.cluster.bootstrap_servers, enable_auto_commit=False,
+                                 **self.cluster.kafka_python_config())
         try:
             partitions = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(partitions)
@@ -526,7 +532,7 @@ class FailoverCheck:
         if not caught_up:
             self.log("warning: the group did not read every partition to its end in time")
         self.readers.stop()
-        final = committed_offsets(self.cluster.bootstrap_servers, self.topic, self.readers.group, self.partitions)
+        final = committed_offsets(self._connection(), self.topic, self.readers.group, self.partitions)
         return self.readers.audit(acknowledged, log, ends, caught_up, final)
 
 

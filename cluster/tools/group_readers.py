@@ -83,9 +83,9 @@ class GroupReaders:
     `strategy` is their partition.assignment.strategy; with the consumer protocol, the server-side
     assignor they ask for (group.remote.assignor), or empty for the group's default."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, members: int, strategy: str, elapsed,
+    def __init__(self, connection: dict, topic: str, group: str, members: int, strategy: str, elapsed,
                  protocol: str = CLASSIC):
-        self.bootstrap, self.topic, self.group, self.strategy = bootstrap, topic, group, strategy
+        self.connection, self.topic, self.group, self.strategy = connection, topic, group, strategy
         self.protocol = protocol
         self.elapsed = elapsed
         self.members = [_Member(f"m{i}") for i in range(members)]
@@ -134,7 +134,7 @@ class GroupReaders:
         from confluent_kafka import Consumer
 
         consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": f"failover-check-{member.name}",
+            **self.connection, "group.id": self.group, "client.id": f"failover-check-{member.name}",
             "auto.offset.reset": "earliest", "enable.auto.commit": True,
             "auto.commit.interval.ms": AUTO_COMMIT_INTERVAL_MS, **self._protocol_config(),
             "log_level": 0,  # what it would log about failed connections arrives through error_cb
@@ -209,11 +209,11 @@ class GroupReaders:
             committed_past_end=committed_past_end, final_committed=final_committed, ends=ends, caught_up=caught_up)
 
 
-def committed_offsets(bootstrap: str, topic: str, group: str, partitions: int) -> dict[int, int]:
+def committed_offsets(connection: dict, topic: str, group: str, partitions: int) -> dict[int, int]:
     """The group's committed offset of each partition of topic that has one (OffsetFetch)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({**connection, "group.id": group, "enable.auto.commit": False})
     try:
         found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
     finally:

@@ -92,7 +92,8 @@ def rebalance(cluster, group_id: str) -> dict:
 
 
 def _admin(cluster) -> KafkaAdminClient:
-    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, client_id="kraftwerk")
+    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, client_id="kraftwerk",
+                            **cluster.kafka_python_config())
 
 
 def _described(admin: KafkaAdminClient, group_id: str) -> dict:

@@ -50,7 +50,7 @@ def unregister_node(cluster, node_id: int) -> None:
     from node.apis.unregister_broker import UnregisterBrokerRequest
 
     others = ",".join(cluster.address(n) for i, n in sorted(cluster.nodes.items()) if i != node_id)
-    admin = KafkaAdminClient(bootstrap_servers=others)
+    admin = KafkaAdminClient(bootstrap_servers=others, **cluster.kafka_python_config())
     try:
         # The admin client's own path to the controller, as Kafka's Admin.unregisterBroker takes it.
         request = UnregisterBrokerRequest[0](broker_id=node_id)

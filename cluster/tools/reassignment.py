@@ -24,7 +24,7 @@ def reassign(cluster, moves: Moves, throttle_bytes_per_s: int | None = None) -> 
 
     if throttle_bytes_per_s is not None:
         throttle_moves(cluster, moves, throttle_bytes_per_s)
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, **cluster.kafka_python_config())
     try:
         results = admin.alter_partition_reassignments(
             {TopicPartition(topic, partition): replicas for (topic, partition), replicas in moves.items()})
@@ -38,7 +38,7 @@ def list_reassignments(cluster) -> dict[tuple[str, int], dict]:
     """Partitions being moved: {(topic, partition): {"replicas", "adding_replicas", "removing_replicas"}}."""
     from kafka import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, **cluster.kafka_python_config())
     try:
         ongoing = admin.list_partition_reassignments()
     finally:
@@ -81,7 +81,7 @@ def elect_preferred(cluster, partitions: list[tuple[str, int]]) -> None:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, **cluster.kafka_python_config())
     try:
         # Partitions led by their first replica already answer ELECTION_NOT_NEEDED: not a failure.
         admin.elect_leaders(0, by_topic, raise_errors=False)

@@ -117,9 +117,9 @@ class _Writer:
 class TransactionWriters:
     """`writers` transactional producers writing to every partition of `topics` until `stop` is set."""
 
-    def __init__(self, bootstrap: str, topics: list[str], partitions: int, writers: int, seed: int,
+    def __init__(self, connection: dict, topics: list[str], partitions: int, writers: int, seed: int,
                  stop: threading.Event, elapsed, prefix: str = "failover-check"):
-        self.bootstrap, self.topics, self.partitions = bootstrap, topics, partitions
+        self.connection, self.topics, self.partitions = connection, topics, partitions
         self.stop, self.elapsed = stop, elapsed
         self.writers = [_Writer(f"{prefix}-{i}", random.Random(seed * 31 + i)) for i in range(writers)]
         self.errors: list[ClientError] = []
@@ -157,7 +157,7 @@ class TransactionWriters:
         from confluent_kafka import KafkaException, Producer
 
         producer = Producer({
-            "bootstrap.servers": self.bootstrap, "transactional.id": writer.name, "client.id": writer.name,
+            **self.connection, "transactional.id": writer.name, "client.id": writer.name,
             "linger.ms": 5, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "socket.timeout.ms": REQUEST_TIMEOUT_MS, "request.timeout.ms": REQUEST_TIMEOUT_MS,
             "log_level": 0,  # what it would log about failed connections arrives through error_cb
@@ -267,7 +267,7 @@ class TransactionWriters:
     # --- the audit ---
 
     def audit(self) -> TransactionAudit:
-        log, unread, undecided = read_committed(self.bootstrap, self.topics, self.partitions)
+        log, unread, undecided = read_committed(self.connection, self.topics, self.partitions)
         return audit_transactions(self.transactions, log, len(self.writers), self.topics, unread, undecided)
 
 
@@ -359,10 +359,10 @@ def _reordered(log: dict[Partition, list[tuple[int, str]]], known: dict[str, Tra
 
 # --- reading back ---
 
-def _ends(bootstrap: str, topics: list[str], partitions: int, isolation: str) -> dict[Partition, int]:
+def _ends(connection: dict, topics: list[str], partitions: int, isolation: str) -> dict[Partition, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "failover-check-ends",
+    consumer = Consumer({**connection, "group.id": "failover-check-ends",
                          "isolation.level": isolation, "enable.auto.commit": False})
     try:
         return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1]
@@ -371,7 +371,7 @@ def _ends(bootstrap: str, topics: list[str], partitions: int, isolation: str) ->
         consumer.close()
 
 
-def decided_ends(bootstrap: str, topics: list[str], partitions: int,
+def decided_ends(connection: dict, topics: list[str], partitions: int,
                  timeout_s: float = READ_BACK_TIMEOUT_S) -> tuple[dict[Partition, int], list[Partition]]:
     """Each partition's last stable offset once it is its high watermark (every transaction there
     decided), and the partitions where that did not come in time (a transaction left hanging)."""
@@ -381,8 +381,8 @@ def decided_ends(bootstrap: str, topics: list[str], partitions: int,
     stable: dict[Partition, int] = {}
     while True:
         try:
-            stable = _ends(bootstrap, topics, partitions, "read_committed")
-            written = _ends(bootstrap, topics, partitions, "read_uncommitted")
+            stable = _ends(connection, topics, partitions, "read_committed")
+            written = _ends(connection, topics, partitions, "read_uncommitted")
         except KafkaException:
             written = {}
         undecided = [key for key in written if stable.get(key) != written[key]] if written else list(stable)
@@ -391,13 +391,13 @@ def decided_ends(bootstrap: str, topics: list[str], partitions: int,
         time.sleep(POLL_S)  # a condition on the cluster's state, looked at again until the deadline
 
 
-def read_committed(bootstrap: str, topics: list[str], partitions: int, timeout_s: float = READ_BACK_TIMEOUT_S):
+def read_committed(connection: dict, topics: list[str], partitions: int, timeout_s: float = READ_BACK_TIMEOUT_S):
     """(each partition's (offset, value) at read_committed up to its decided end, the partitions not
     read to that end, the partitions never decided)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    ends, undecided = decided_ends(bootstrap, topics, partitions, timeout_s)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "failover-check-read-committed",
+    ends, undecided = decided_ends(connection, topics, partitions, timeout_s)
+    consumer = Consumer({**connection, "group.id": "failover-check-read-committed",
                          "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": 0})
     keys = [(t, p) for t in topics for p in range(partitions)]
     consumer.assign([TopicPartition(t, p, 0) for t, p in keys])

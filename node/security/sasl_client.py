@@ -10,6 +10,7 @@ import base64
 import hmac
 import secrets
 import struct
+from typing import Awaitable, Callable
 
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
@@ -33,10 +34,27 @@ class SaslClientError(Exception):
         self.error_code = error_code
 
 
+# Sends a framed request and returns its answer without the size.
+Exchange = Callable[[bytes], Awaitable[bytes]]
+
+
 async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mechanism: str,
                        username: str, password: str) -> None:
     """Log in on a fresh connection; SaslClientError when refused, ConnectionError when cut."""
-    connection = _Connection(reader, writer)
+    async def exchange(request: bytes) -> bytes:
+        writer.write(request)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        if not 4 <= size <= MAX_RESPONSE_BYTES:
+            raise SaslClientError(f"a SASL response of {size} bytes")
+        return await reader.readexactly(size)
+
+    await log_in(exchange, mechanism, username, password)
+
+
+async def log_in(exchange: Exchange, mechanism: str, username: str, password: str) -> None:
+    """Log in over a connection that `exchange` sends requests on."""
+    connection = _Connection(exchange)
     handshake = await connection.call(SaslHandshakeRequest[HANDSHAKE_VERSION](mechanism=mechanism),
                                       SaslHandshakeResponse, HANDSHAKE_VERSION)
     if handshake.error_code:
@@ -77,8 +95,8 @@ async def _scram(connection: "_Connection", mechanism: str, username: str, passw
 
 
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
+    def __init__(self, exchange: Exchange):
+        self.exchange = exchange
         self.correlation_id = 0
 
     async def token(self, data: bytes) -> bytes:
@@ -92,11 +110,6 @@ class _Connection:
     async def call(self, request, response_class, version: int):
         self.correlation_id += 1
         request.with_header(correlation_id=self.correlation_id, client_id=CLIENT_ID)
-        self.writer.write(bytes(request.encode(version=version, header=True, framed=True)))
-        await self.writer.drain()
-        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
-        if not 4 <= size <= MAX_RESPONSE_BYTES:
-            raise SaslClientError(f"a SASL response of {size} bytes")
-        body = await self.reader.readexactly(size)
+        body = await self.exchange(bytes(request.encode(version=version, header=True, framed=True)))
         # Neither version used has a flexible header: the body follows the 4-byte correlation id.
         return response_class.decode(body[4:], version=version)

@@ -8,7 +8,7 @@ ENDS = {0: 2, 1: 1}
 
 
 def readers(reads: list[Read], commits: list[tuple[int, int]] = ()) -> GroupReaders:
-    group = GroupReaders("127.0.0.1:9", "t", "g", members=2, strategy="range", elapsed=lambda: 1.5)
+    group = GroupReaders({"bootstrap.servers": "127.0.0.1:9"}, "t", "g", members=2, strategy="range", elapsed=lambda: 1.5)
     group.reads, group.commits = list(reads), list(commits)
     return group
 
