@@ -81,13 +81,18 @@ def confluent_config(cluster, **more) -> dict:
             "ssl.ca.location": str(cluster.certs.ca), **more}
 
 
-def confluent_round_trip(config: dict, topic: str, prefix: str) -> list[tuple[bytes, bytes, int]]:
-    """Produces the prefix's messages with acks=all and reads them back: (key, value, offset)."""
+def produce(config: dict, topic: str, prefix: str) -> None:
+    """The prefix's messages, each acknowledged by every in-sync replica."""
     producer = Producer({**config, "acks": "all"})
     failures = []
     for key, value in expected(prefix):
         producer.produce(topic, value, key, on_delivery=lambda err, _m: err and failures.append(err))
     assert producer.flush(30) == 0 and failures == []
+
+
+def confluent_round_trip(config: dict, topic: str, prefix: str) -> list[tuple[bytes, bytes, int]]:
+    """Produces the prefix's messages with acks=all and reads them back: (key, value, offset)."""
+    produce(config, topic, prefix)
     consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     read = []
@@ -349,3 +354,35 @@ def test_mtls_refuses_clients_without_a_good_certificate_and_serves_the_others(m
     # the name the node read from the certificate, in Java's RFC 2253 rendering, and the rules it tried
     assert any(line.endswith(" INFO node.server: closing connection from 127.0.0.1: No rules apply to CN=Eve Smith, "
                              "rules [RULE:^CN=([a-z]+)$/$1, RULE:^CN=(.*),O=Example$/$1/U]") for line in log)
+
+
+# The product's own path: `kraftwerk up --tls` (the marker's tls=True) makes the certificates and
+# serves TLS on the only listener, which the nodes also replicate over.
+
+@pytest.mark.kraftwerk(nodes=3, tls=True)
+def test_a_tls_cluster_replicates_over_tls_through_a_node_s_restart(kraftwerk_cluster):
+    cluster = kraftwerk_cluster
+    config = {"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config()}
+    assert config == {"bootstrap.servers": cluster.bootstrap_servers, "security.protocol": "SSL",
+                      "ssl.ca.location": str(cluster.data_dir / "ca.pem")}
+    cluster.create_topic("replicated", partitions=1, replication_factor=3)
+    produce(config, "replicated", "before")
+    assert cluster.wait_in_sync("replicated")
+    cluster.kill_node(2)
+    produce(config, "replicated", "during")
+    cluster.restart_node(2)
+    assert cluster.wait_in_sync("replicated")
+    cluster.kill_node(1)
+    cluster.kill_node(3)
+    # node 2 alone now: it holds what it fetched over TLS before its restart and after it
+    consumer = KafkaConsumer(bootstrap_servers=cluster.address(cluster.nodes[2]), enable_auto_commit=False,
+                             **cluster.kafka_python_config())
+    consumer.assign([TopicPartition("replicated", 0)])
+    consumer.seek_to_beginning()
+    read = []
+    while len(read) < 2 * MESSAGES:
+        batches = consumer.poll(timeout_ms=15000)
+        assert batches, f"only {len(read)} of {2 * MESSAGES} messages read"
+        read += [(r.key, r.value, r.offset) for records in batches.values() for r in records]
+    consumer.close()
+    assert read == exact("before") + [(k, v, o + MESSAGES) for k, v, o in exact("during")]
