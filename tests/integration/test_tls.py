@@ -257,6 +257,38 @@ def test_a_tls_client_on_the_plaintext_port_is_closed_and_the_node_serves_others
     assert confluent_round_trip(confluent_config(cluster), topic, "after") == exact("after")
 
 
+def resident_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
+def test_a_thousand_failed_handshakes_leave_the_node_serving_and_its_memory_as_it_was(cluster):
+    node = cluster.nodes[1]
+    address = ("127.0.0.1", node.ports["SSL"])
+    untrusting = ssl.create_default_context()  # the system's CAs: not this cluster's
+
+    def fail_once(i: int) -> None:
+        with socket.create_connection(address, timeout=10) as raw:
+            if i % 2:
+                raw.sendall(api_versions_request())  # plaintext on the TLS port
+                try:
+                    raw.recv(64)
+                except ConnectionResetError:
+                    pass
+            else:
+                with pytest.raises(ssl.SSLCertVerificationError):
+                    untrusting.wrap_socket(raw, server_hostname="127.0.0.1")
+
+    for i in range(100):  # (the node's memory settles first)
+        fail_once(i)
+    before = resident_kib(node.pid)
+    for i in range(1000):
+        fail_once(i)
+    assert resident_kib(node.pid) - before < 8 * 1024
+    topic = new_topic(cluster, "after-many")
+    assert confluent_round_trip(confluent_config(cluster), topic, "after") == exact("after")
+
+
 def test_the_nodes_log_nothing_worse_than_info(cluster):
     """Everything above (TLS clients, and the bad ones) is served without a warning."""
     for node in cluster.nodes.values():
