@@ -22,6 +22,9 @@ from __future__ import annotations
 import pytest
 
 
+SECURITY_OPTIONS = ("security_protocol", "sasl_mechanism", "super_user", "tls", "users")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "kraftwerk(nodes=3, config=None, racks=None, backend='process', security_protocol=None, "
@@ -38,8 +41,7 @@ def kraftwerk_cluster(request, tmp_path):
     marker = request.node.get_closest_marker("kraftwerk")
     options = marker.kwargs if marker else {}
     kind = cluster_class(options.get("backend", "process"))
-    security = Security.of(options.get("security_protocol"), options.get("sasl_mechanism"),
-                           options.get("super_user"), options.get("tls", False), options.get("users", ()))
+    security = Security.of(**{key: options[key] for key in SECURITY_OPTIONS if key in options})
     with kind(nodes=options.get("nodes", 3), data_dir=tmp_path / "kraftwerk", node_config=options.get("config"),
               racks=options.get("racks"), **({"security": security} if security.secured else {})) as cluster:
         yield cluster

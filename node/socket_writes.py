@@ -10,6 +10,9 @@ kernel. When the socket is full, one small chunk of the region goes through the 
 instead, which waits for room as it always does; then sendfile takes over again. The event
 loop never waits on the socket itself (uvloop does not let a transport's socket be watched
 by anyone else).
+
+On a TLS connection the kernel cannot encrypt, so a region is read and written through the
+transport in chunks, as Kafka gives up zero-copy on SSL listeners.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # What goes through the transport when the socket is full: enough to be told when it has room.
 SPILL_BYTES = 64 << 10
+# What a TLS connection reads of a region at a time: the transport encrypts it from memory.
+TLS_CHUNK_BYTES = 1 << 20
 
 
 async def write_pieces(writer: asyncio.StreamWriter, pieces: list) -> None:
@@ -37,7 +42,10 @@ async def write_pieces(writer: asyncio.StreamWriter, pieces: list) -> None:
                 writer.writelines(buffered)
                 buffered = []
             try:
-                await _send_region(writer, piece)
+                if writer.get_extra_info("ssl_object") is not None:
+                    await _copy_region(writer, piece)
+                else:
+                    await _send_region(writer, piece)
             except ConnectionError:
                 writer.transport.abort()  # (the transport has not seen it: the send was ours)
                 raise
@@ -65,6 +73,20 @@ async def _send_region(writer: asyncio.StreamWriter, region: FileRegion) -> None
             _truncated(writer, region, offset)
         offset += sent
         remaining -= sent
+
+
+async def _copy_region(writer: asyncio.StreamWriter, region: FileRegion) -> None:
+    offset, remaining = region.offset, region.count
+    while remaining:
+        if writer.transport.is_closing():
+            raise ConnectionResetError("the connection closed while a fetch answer was being sent")
+        chunk = os.pread(region.fd, min(TLS_CHUNK_BYTES, remaining), offset)
+        if not chunk:
+            _truncated(writer, region, offset)
+        writer.write(chunk)
+        offset += len(chunk)
+        remaining -= len(chunk)
+        await writer.drain()
 
 
 def _spill(writer: asyncio.StreamWriter, region: FileRegion, offset: int, remaining: int) -> int:

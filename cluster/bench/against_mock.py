@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 from rich.console import Console
 from rich.table import Table
 
+from cluster.bench import security
 from cluster.bench.clients import consume_confluent, produce_confluent, produce_kafka_python, read_from_beginning
 from cluster.bench.replication import LATENCY_ROUNDS, Percentiles, acks_all_latency, mock_acks_all_latency
 from cluster.launch.cluster import Cluster
@@ -251,7 +252,14 @@ def side_by_side(nodes: int = 3, replication_factor: int = 3, messages: int = 50
         theirs.update(latency_figures(mock_latency, rf))
     rows = [SideBySide(what, unit_of(what), ours[what], theirs.get(what)) for what in ours]
     console.print(_table(rows, nodes, replication_factor, messages))
+    progress("measuring what TLS and SASL cost: PLAINTEXT, then SASL_SSL with SCRAM-SHA-256")
+    secured = security.measure(nodes, replication_factor, min(messages, SECURITY_MESSAGES))
+    console.print(security.table(secured, nodes, replication_factor, min(messages, SECURITY_MESSAGES)))
     return rows
+
+
+# Messages of the security rows' runs: two more clusters, each written and read once.
+SECURITY_MESSAGES = 200_000
 
 
 def _summary(figures: dict[str, float]) -> str:

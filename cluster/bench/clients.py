@@ -45,11 +45,13 @@ def produce_confluent(confluent_kafka, bootstrap: str, topic: str, messages: int
     return elapsed
 
 
-def consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: int, messages: int) -> float:
+def consume_confluent(confluent_kafka, bootstrap: str, topic: str, partitions: int, messages: int,
+                      config: dict | None = None) -> float:
     """Seconds one confluent-kafka consumer takes to read `messages` messages of the topic's first
-    `partitions` partitions from the beginning."""
+    `partitions` partitions from the beginning. config: more consumer settings."""
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "kraftwerk-bench",
-                                         "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+                                         "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                                         **(config or {})})
     elapsed = read_from_beginning(consumer, topic, range(partitions), messages, 10_000).seconds
     consumer.close()
     return elapsed

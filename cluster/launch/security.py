@@ -35,20 +35,20 @@ class Security:
     passwords: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, protocol: str | None = None, mechanism: str | None = None, super_user: str | None = None,
+    def of(cls, security_protocol: str | None = None, sasl_mechanism: str | None = None, super_user: str | None = None,
            tls: bool = False, users: list[str] | tuple[str, ...] = ()) -> "Security":
         """The settings `kraftwerk up` (or the pytest marker) asks for, checked and completed:
         --tls alone means SSL; a SASL protocol without a mechanism uses SCRAM-SHA-256 with a super
         user `admin`; each user gets a generated password."""
-        protocol = (protocol or ("SSL" if tls else "PLAINTEXT")).upper()
+        protocol = (security_protocol or ("SSL" if tls else "PLAINTEXT")).upper()
         if protocol not in SECURITY_PROTOCOLS:
             raise ClusterError(f"security protocol {protocol} is not one of {', '.join(SECURITY_PROTOCOLS)}")
         if tls and not protocol.endswith("SSL"):
             raise ClusterError(f"--tls asks for TLS, which security protocol {protocol} does not use")
         sasl = protocol.startswith("SASL_")
-        if mechanism and not sasl:
+        if sasl_mechanism and not sasl:
             raise ClusterError(f"a SASL mechanism needs a SASL security protocol, not {protocol}")
-        mechanism = (mechanism or ("SCRAM-SHA-256" if sasl else None))
+        mechanism = sasl_mechanism or ("SCRAM-SHA-256" if sasl else None)
         if mechanism is not None and mechanism.upper() not in SASL_MECHANISMS:
             raise ClusterError(f"SASL mechanism {mechanism} is not one of {', '.join(SASL_MECHANISMS)}")
         super_user = super_user or ("admin" if sasl else None)
