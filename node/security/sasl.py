@@ -53,8 +53,8 @@ def handshake(broker, session, mechanism: str, version: int) -> int:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM
     if session.authenticated and session.mechanism != mechanism:
         # KIP-368: the handshake is answered, the exchange that follows refused, as Kafka does.
-        session.exchange = _Refused(f"SASL mechanism '{mechanism}' requested by client is not supported for "
-                                    f"re-authentication of mechanism '{session.mechanism}'")
+        session.exchange = _Refused(mechanism, f"SASL mechanism '{mechanism}' requested by client is not "
+                                               f"supported for re-authentication of mechanism '{session.mechanism}'")
     else:
         session.mechanism = mechanism
         session.exchange = _new_exchange(broker, session.listener.name, mechanism)
@@ -82,9 +82,18 @@ async def authenticate(broker, session, token: bytes) -> bytes:
         raise
     except SaslCredentialsRejected as exc:
         log.info("SASL/%s authentication of %s failed: %s", exchange.mechanism, session.client_host, exc)
-        _fail(session)
-        raise SaslAuthenticationError(f"Authentication failed during {during} due to invalid credentials with "
-                                      f"SASL mechanism {exchange.mechanism}") from None
+        raise _invalid_credentials(session, exchange, during) from None
+    except Exception:  # a token or a config no check foresaw: refused as bad credentials, never a handler failure
+        log.warning("SASL/%s authentication of %s failed unexpectedly", exchange.mechanism, session.client_host,
+                    exc_info=True)
+        raise _invalid_credentials(session, exchange, during) from None
+
+
+def _invalid_credentials(session, exchange: Exchange, during: str) -> SaslAuthenticationError:
+    """Kafka's answer to a SaslException: it does not say why, so as not to say whether the user exists."""
+    _fail(session)
+    return SaslAuthenticationError(f"Authentication failed during {during} due to invalid credentials with SASL "
+                                   f"mechanism {exchange.mechanism}")
 
 
 def _complete(broker, session, exchange: Exchange) -> None:
@@ -137,8 +146,9 @@ def _new_exchange(broker, listener_name: str, mechanism: str) -> Exchange:
 
 
 class _Refused(Exchange):
-    def __init__(self, message: str):
+    def __init__(self, mechanism: str, message: str):
         super().__init__()
+        self.mechanism = mechanism
         self.message = message
 
     def step(self, token: bytes) -> bytes:

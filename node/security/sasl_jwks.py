@@ -36,7 +36,7 @@ def _key_for(header: dict, jwks: dict):
         raise TokenRejected(f"No JWK found with kid {kid}")
     try:
         return public_key(matching[0])
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError) as exc:
         raise TokenRejected(f"JWK with kid {kid} is malformed: {exc}") from None
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from node.security.sasl_common import Exchange, SaslAuthenticationError, SaslCredentialsRejected
-from node.security.sasl_jwks import validate_signed
 from node.security.sasl_jwt import TokenRejected, check_times, json_part, principal_of, scope_of
 
 log = logging.getLogger(__name__)
@@ -114,6 +113,8 @@ class OAuthBearerExchange(Exchange):
         jwks_url = self.config.get("sasl.oauthbearer.jwks.endpoint.url")
         if not jwks_url:
             return validate_unsecured(token, self.jaas_options, now_ms)
+        from node.security.sasl_jwks import validate_signed  # (`cryptography` loads only where a JWKS is used)
+
         return validate_signed(token, load_jwks(jwks_url), self.config, now_ms)
 
 

@@ -1,4 +1,4 @@
-"""SASL on a SASL_PLAINTEXT listener with real clients: confluent-kafka (PLAIN, SCRAM-SHA-256,
+"""SASL on SASL_PLAINTEXT and SASL_SSL listeners with real clients: confluent-kafka (PLAIN, SCRAM-SHA-256,
 SCRAM-SHA-512, OAUTHBEARER with librdkafka's unsecured JWTs), kafka-python and aiokafka (PLAIN,
 SCRAM), KafkaJS (PLAIN, SCRAM), kcat and Sarama 1.22 (PLAIN after a v0 handshake, raw tokens)
 produce and read back exact messages. Bad input: a wrong password, an unknown mechanism, a SCRAM
@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import socket
 import subprocess
 import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion,
 )
@@ -38,9 +39,10 @@ USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("bob", "bob-secre
          "SCRAM-SHA-512": ("carol", "carol-secret")}
 SASL_CONFIG = {
     # The launcher reaches the node on the first listener; clients on the SASL one.
-    "listeners": "INTERNAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "listeners": "INTERNAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
     "inter.broker.listener.name": "INTERNAL",
+    "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS_PLAIN,
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
     f"listener.name.{LISTENER}.plain.sasl.jaas.config": JAAS_PLAIN,
     f"listener.name.{LISTENER}.oauthbearer.sasl.jaas.config": JAAS_OAUTHBEARER,
@@ -52,7 +54,12 @@ SASL_CONFIG = {
 def cluster(tmp_path_factory):
     from cluster.launch import Cluster
 
-    with Cluster(nodes=1, data_dir=tmp_path_factory.mktemp("sasl"), node_config=SASL_CONFIG) as running:
+    from cluster.launch.certificates import make_certificates
+
+    data_dir = tmp_path_factory.mktemp("sasl")
+    certificates = make_certificates(data_dir, ["127.0.0.1"])
+    config = {**SASL_CONFIG, **certificates.broker_settings()}
+    with Cluster(nodes=1, data_dir=data_dir, node_config=config) as running:
         admin = AdminClient(client_config(running, "PLAIN", "admin", "admin-secret"))
         futures = admin.alter_user_scram_credentials([
             UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bob-secret"),
@@ -64,16 +71,24 @@ def cluster(tmp_path_factory):
     assert logged == {name: [] for name in logged}, "errors logged while refusing bad logins"
 
 
-def client_config(cluster, mechanism: str, user: str = "", password: str = "") -> dict:
-    config = {"bootstrap.servers": bootstrap(cluster), "security.protocol": "SASL_PLAINTEXT",
+def client_config(cluster, mechanism: str, user: str = "", password: str = "",
+                  protocol: str = "SASL_PLAINTEXT") -> dict:
+    config = {"bootstrap.servers": bootstrap(cluster, protocol), "security.protocol": protocol,
               "sasl.mechanism": mechanism}
+    if protocol == "SASL_SSL":
+        config["ssl.ca.location"] = str(ca_file(cluster))
     if mechanism == "OAUTHBEARER":
         return {**config, "enable.sasl.oauthbearer.unsecure.jwt": True, "sasl.oauthbearer.config": f"principal={user}"}
     return {**config, "sasl.username": user, "sasl.password": password}
 
 
-def bootstrap(cluster) -> str:
-    return ",".join(f"127.0.0.1:{node.ports['SASL_PLAINTEXT']}" for node in cluster.nodes.values())
+def bootstrap(cluster, protocol: str = "SASL_PLAINTEXT") -> str:
+    """The node's address on the listener of that name (each listener is named after its protocol)."""
+    return ",".join(f"127.0.0.1:{node.ports[protocol]}" for node in cluster.nodes.values())
+
+
+def ca_file(cluster):
+    return cluster.data_dir / "ca.pem"
 
 
 def address(cluster) -> tuple[str, int]:
@@ -106,21 +121,24 @@ def confluent_roundtrip(config: dict, topic: str, values: list[str]) -> list[str
     return read
 
 
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
-def test_confluent_kafka(cluster, mechanism):
+def test_confluent_kafka(cluster, mechanism, protocol):
     user, password = USERS.get(mechanism, ("dave", ""))
     topic = new_topic(cluster)
-    values = [f"{mechanism} {i}" for i in range(5)]
-    assert confluent_roundtrip(client_config(cluster, mechanism, user, password), topic, values) == values
+    values = [f"{mechanism} {protocol} {i}" for i in range(5)]
+    assert confluent_roundtrip(client_config(cluster, mechanism, user, password, protocol), topic, values) == values
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_kafka_python(cluster, mechanism):
+@pytest.mark.parametrize("mechanism, protocol", [("PLAIN", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+                                                 ("SCRAM-SHA-512", "SASL_PLAINTEXT"), ("SCRAM-SHA-512", "SASL_SSL")])
+def test_kafka_python(cluster, mechanism, protocol):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     user, password = USERS[mechanism]
-    security = {"bootstrap_servers": bootstrap(cluster), "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
+    security = {"bootstrap_servers": bootstrap(cluster, protocol), "security_protocol": protocol,
+                "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password,
+                **({"ssl_cafile": str(ca_file(cluster))} if protocol == "SASL_SSL" else {})}
     topic = new_topic(cluster)
     producer = KafkaProducer(**security)
     offsets = [producer.send(topic, f"kafka-python {i}".encode(), partition=0).get(10).offset for i in range(3)]
@@ -133,13 +151,17 @@ def test_kafka_python(cluster, mechanism):
     consumer.close()
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
-def test_aiokafka(cluster, mechanism):
+@pytest.mark.parametrize("mechanism, protocol", [("PLAIN", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+                                                 ("SCRAM-SHA-256", "SASL_SSL")])
+def test_aiokafka(cluster, mechanism, protocol):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
 
     user, password = USERS[mechanism]
-    security = {"bootstrap_servers": bootstrap(cluster), "security_protocol": "SASL_PLAINTEXT",
+    security = {"bootstrap_servers": bootstrap(cluster, protocol), "security_protocol": protocol,
                 "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
+    if protocol == "SASL_SSL":
+        security["ssl_context"] = create_ssl_context(cafile=str(ca_file(cluster)))
     topic = new_topic(cluster)
 
     async def roundtrip():
@@ -160,14 +182,16 @@ def test_aiokafka(cluster, mechanism):
     assert asyncio.run(asyncio.wait_for(roundtrip(), 30)) == ([0, 1, 2], [b"aiokafka 0", b"aiokafka 1", b"aiokafka 2"])
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_kafkajs(cluster, mechanism):
+@pytest.mark.parametrize("mechanism, protocol", [("PLAIN", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+                                                 ("SCRAM-SHA-512", "SASL_PLAINTEXT"), ("SCRAM-SHA-256", "SASL_SSL")])
+def test_kafkajs(cluster, mechanism, protocol):
     if kafkajs_missing():
         pytest.skip(kafkajs_missing())
     user, password = USERS[mechanism]
     topic = new_topic(cluster)
-    result = subprocess.run(["node", "sasl.js", bootstrap(cluster), topic, mechanism, user, password, "3"],
-                            cwd=JS_DIR, capture_output=True, text=True, timeout=90)
+    tls = [str(ca_file(cluster))] if protocol == "SASL_SSL" else []
+    result = subprocess.run(["node", "sasl.js", bootstrap(cluster, protocol), topic, mechanism, user, password, "3",
+                             *tls], cwd=JS_DIR, capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout) == [{"offset": i, "value": f"kafkajs {mechanism} {i}"} for i in range(3)]
 
@@ -183,10 +207,12 @@ def test_kafkajs_wrong_password(cluster):
         "message": "SASL PLAIN authentication failed: Authentication failed: Invalid username or password"}
 
 
-def test_kcat(cluster):
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_kcat(cluster, protocol):
     topic = new_topic(cluster)
-    login = ["-b", bootstrap(cluster), "-X", "security.protocol=SASL_PLAINTEXT",
-             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=bob", "-X", "sasl.password=bob-secret"]
+    login = ["-b", bootstrap(cluster, protocol), "-X", f"security.protocol={protocol}",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=bob", "-X", "sasl.password=bob-secret",
+             *(["-X", f"ssl.ca.location={ca_file(cluster)}"] if protocol == "SASL_SSL" else [])]
     produced = subprocess.run(["kcat", *login, "-P", "-t", topic, "-p", "0"], input="one\ntwo\nthree\n",
                               capture_output=True, text=True, timeout=60)
     assert produced.returncode == 0, produced.stderr
@@ -248,7 +274,8 @@ def test_wrong_password_is_answered_then_the_connection_closed(cluster):
 def test_unknown_mechanism(cluster):
     with socket.create_connection(address(cluster), timeout=10) as sock:
         answer = handshake(sock, "GSSAPI")
-        assert (answer.error_code, answer.mechanisms) == (33, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
+        assert (answer.error_code, answer.mechanisms) == (
+            33, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
         assert closed(sock)
 
 
@@ -372,3 +399,68 @@ def test_librdkafka_reauthenticates(cluster):
             read.append(message.value().decode())
     consumer.close()
     assert read == [f"reauth {i}" for i in range(6)]
+
+
+# --- a node's own login (node/security/sasl_client.py), as replication and peer connections use it ---
+
+@pytest.mark.parametrize("mechanism, user, password, refusal", [
+    ("PLAIN", "admin", "admin-secret", None),
+    ("SCRAM-SHA-512", "carol", "carol-secret", None),
+    ("SCRAM-SHA-256", "bob", "wrong", (58, "Authentication failed during authentication due to invalid credentials "
+                                           "with SASL mechanism SCRAM-SHA-256")),
+])
+def test_the_nodes_client_logs_in(cluster, mechanism, user, password, refusal):
+    from node.security import sasl_client
+
+    async def login_then_metadata():
+        reader, writer = await asyncio.open_connection(*address(cluster))
+        try:
+            try:
+                await sasl_client.authenticate(reader, writer, mechanism, user, password)
+            except sasl_client.SaslClientError as exc:
+                return exc.error_code, str(exc)
+            request = MetadataRequest[1](topics=None)
+            request.with_header(correlation_id=99, client_id="peer")
+            writer.write(bytes(request.encode(version=1, header=True, framed=True)))
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            body = await reader.readexactly(size)
+            return MetadataResponse.decode(body[4:], version=1).brokers[0].port
+        finally:
+            writer.close()
+    outcome = asyncio.run(asyncio.wait_for(login_then_metadata(), 20))
+    assert outcome == (refusal or address(cluster)[1])
+
+
+# --- a cluster launched with SASL (the marker's options, as `kraftwerk up` takes them) ---
+
+@pytest.mark.kraftwerk(nodes=2, security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512")
+def test_a_scram_cluster_and_its_users(kraftwerk_cluster):
+    """The nodes log in to each other with SCRAM to replicate; `kraftwerk user` adds a user with the
+    super user's client_config from cluster.json, and the new user logs in."""
+    import sys
+
+    cluster = kraftwerk_cluster
+    admin_config = {"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config()}
+    admin = AdminClient(admin_config)
+    admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(15)
+    values = [f"replicated {i}" for i in range(5)]
+    assert confluent_roundtrip({**admin_config, "acks": "all"}, "replicated", values) == values
+    assert cluster.wait_in_sync("replicated")
+
+    def kraftwerk(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cluster.cli", "user", *args,
+                               "--data-dir", str(cluster.data_dir)], capture_output=True, text=True, timeout=60)
+    added = kraftwerk("add", "erin", "--password", "erin-secret", "--mechanism", "SCRAM-SHA-512")
+    assert (added.returncode, added.stdout) == (0, "Added user 'erin' (SCRAM-SHA-512, 4096 iterations).\n")
+    assert "erin   SCRAM-SHA-512  4096" in kraftwerk("list").stdout.splitlines()
+    erin = {**admin_config, "sasl.username": "erin", "sasl.password": "erin-secret"}
+    assert set(AdminClient(erin).list_topics(timeout=10).brokers) == {1, 2}
+    errors = []
+    wrong = AdminClient({**erin, "sasl.password": "wrong", "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        wrong.list_topics(timeout=3)
+    wrong.poll(1)
+    refusal = re.compile(r"sasl_plaintext://127\.0\.0\.1:\d+/\w+: SASL authentication error: Authentication failed "
+                         r"during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
+                         r"\(after \d+ms in state AUTH_REQ\)")
+    assert [e for e in errors if e.code() == KafkaError._AUTHENTICATION and refusal.fullmatch(e.str())], errors

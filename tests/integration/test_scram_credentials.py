@@ -150,8 +150,9 @@ def test_the_user_commands(cluster, admin):
                                           "carol  SCRAM-SHA-512  8192",
                                           "dan    SCRAM-SHA-256  4096"]
     too_few = kraftwerk("add", "erin", "--iterations", "100")
-    assert (too_few.returncode, too_few.stderr) == (1, "Error: Invalid value for '--iterations': 100 is not in the range "
-                                                   "4096<=x<=16384. See 'kraftwerk user add --help'.\n")
+    assert (too_few.returncode, too_few.stderr) == (
+        1, "Error: Invalid value for '--iterations': 100 is not in the range 4096<=x<=16384. "
+           "See 'kraftwerk user add --help'.\n")
     assert kraftwerk("remove", "carol").stdout == "Removed user 'carol' (SCRAM-SHA-512).\n"
     assert kraftwerk("remove", "dan").returncode == 0
     missing = kraftwerk("remove", "carol")

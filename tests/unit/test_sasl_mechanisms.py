@@ -161,7 +161,8 @@ def test_inter_broker_credentials():
     assert sasl.inter_broker_credentials(broker().config, "SASL_PLAINTEXT") == ("PLAIN", "admin", "admin-secret")
     scram = broker(**{"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
                       "listener.name.internal.scram-sha-512.sasl.jaas.config":
-                          'org.apache.kafka.common.security.scram.ScramLoginModule required username="n" password="p";'})
+                          'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                          'username="n" password="p";'})
     assert sasl.inter_broker_credentials(scram.config, "INTERNAL") == ("SCRAM-SHA-512", "n", "p")
     assert sasl.inter_broker_credentials(BrokerConfig({}), "INTERNAL") is None
 
@@ -321,3 +322,22 @@ def test_the_nodes_client_over_a_socket():
     assert asyncio.run(run()) == [
         "ok", "ok", (58, "Authentication failed: Invalid username or password"),
         (33, "SASL mechanism GSSAPI refused; the listener offers PLAIN")]
+
+
+def test_a_malformed_jwks_refuses_the_token_not_the_node(tmp_path):
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{"kty": "RSA", "kid": "r1", "n": 5, "e": []}]}))
+    node = broker(**{"sasl.oauthbearer.jwks.endpoint.url": f"file://{tmp_path}/jwks.json",
+                     "sasl.oauthbearer.clock.skew.seconds": "not a number"})
+    token = f"{b64({'alg': 'RS256', 'kid': 'r1'})}.{b64({'sub': 'svc', 'exp': NOW + 60})}.{b64(b'sig')}"
+    session, answers = login(node, "OAUTHBEARER", bearer(token))
+    assert answers == [b'{"status":"invalid_token"}'] and not session.authenticated
+
+
+def test_an_unforeseen_failure_is_answered_as_bad_credentials():
+    node = broker(**{"connections.max.reauth.ms": "soon"})  # no check reads it before a login completes
+    session = Session.opened(LISTENER, "")
+    with pytest.raises(SaslAuthenticationError) as refused:
+        login(node, "PLAIN", b"\0alice\0a \"quoted\" pass", session=session)
+    assert refused.value.message == ("Authentication failed during authentication due to invalid credentials "
+                                     "with SASL mechanism PLAIN")
+    assert session.failed and not session.authenticated

@@ -2,16 +2,19 @@
 // SaslAuthenticate), produces <count> messages to partition 0 of <topic>, reads them back as a
 // member of a group, and prints [{offset, value}]. A refused login prints {"error": name,
 // "message": ...} and exits with status 1.
-// usage: node sasl.js <bootstrap> <topic> <mechanism> <user> <password> <count>
+// With <ca file>, over TLS (SASL_SSL) trusting that CA.
+// usage: node sasl.js <bootstrap> <topic> <mechanism> <user> <password> <count> [<ca file>]
+const fs = require('fs')
 const { Kafka, logLevel } = require('kafkajs')
 
-const [bootstrap, topic, mechanism, username, password, count] = process.argv.slice(2)
+const [bootstrap, topic, mechanism, username, password, count, caFile] = process.argv.slice(2)
 
 async function main() {
   const kafka = new Kafka({
     clientId: 'kraftwerk-sasl', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING,
     sasl: { mechanism: mechanism.toLowerCase(), username, password },
     retry: { retries: 0 },
+    ssl: caFile ? { ca: [fs.readFileSync(caFile, 'utf-8')] } : false,
   })
   const producer = kafka.producer()
   await producer.connect()
