@@ -19,7 +19,7 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
-from controller import reassignment, scram_credentials
+from controller import client_quotas, reassignment, scram_credentials
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ ARGUMENTS = {
     "unregister_broker": {"node_id": int},
     "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
     "alter_scram_credentials": {"deletions": list, "upsertions": list},
+    "alter_client_quotas": {"entries": list},
 }
 
 
@@ -121,6 +122,8 @@ class Controller:
             "move_leader": self.move_leader,
             "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
                 scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
+            "alter_client_quotas": lambda args, conn: self._decide_and_apply(lambda: client_quotas.alter_client_quotas(
+                self.image, args["entries"]), bool(args.get("validate_only"))),
         }
 
     def unfenced_brokers(self) -> list[int]:

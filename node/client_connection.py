@@ -11,6 +11,7 @@ answers that finish meanwhile wait for it.
 A client that does not read its answers, or has too many requests in flight, has no more of its
 requests started, and is not read, until it catches up, as Kafka mutes such a channel: whole frames
 already delivered wait uncut until then, so at most MAX_IN_FLIGHT answers are owed at once. A
+client over a quota is muted the same way for its throttle time (`throttle`, node.security.quotas). A
 frame we cannot accept closes the connection once the answers owed before it are written; so does
 the client's end of the stream. A handler that raises closes it at once.
 """
@@ -63,6 +64,8 @@ class ClientConnection(asyncio.Protocol):
         self.drain_waiters: list[asyncio.Future] = []
         self.ending = False  # read no more; close once the answers owed are written
         self.lost = False
+        self.throttles = 0  # quota throttles running: the connection is muted until they end
+        self.admit: Callable | None = None  # node.security.quotas' check of a new connection's rate
 
     # The transport's side.
 
@@ -70,6 +73,8 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport
         self.session = self.open_session(self.listener, transport)
         self.connections.add(self)
+        if self.admit is not None:
+            self.admit(self, self.session.client_host)
 
     def data_received(self, data: bytes) -> None:
         if self.ending:
@@ -143,7 +148,28 @@ class ClientConnection(asyncio.Protocol):
             self.partial += view[pos:]
 
     def _must_wait(self) -> bool:
-        return len(self.pending) >= MAX_IN_FLIGHT or self.writing_paused
+        return len(self.pending) >= MAX_IN_FLIGHT or self.writing_paused or self.throttles > 0
+
+    def throttle(self, delay_ms: int) -> None:
+        """Read no request from this client for delay_ms, as Kafka mutes a throttled client's channel."""
+        self.throttles += 1
+        self._pause_reading()
+        asyncio.get_running_loop().call_later(delay_ms / 1000, self._throttle_ended)
+
+    def _throttle_ended(self) -> None:
+        self.throttles -= 1
+        self._maybe_resume_reading()
+
+    def close_after(self, delay_ms: int) -> None:
+        """Refuse the connection: read nothing from it, and close it after delay_ms."""
+        self.ending = True
+        self._pause_reading()
+        asyncio.get_running_loop().call_later(delay_ms / 1000, self.transport.close)
+
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and not self.lost:
+            self.reading_paused = True
+            self.transport.pause_reading()
 
     def _maybe_resume_reading(self) -> None:
         if not self.reading_paused or self._must_wait() or self.ending:

@@ -23,6 +23,7 @@ from node import request_checks
 from node.client_connection import ClientConnection, MalformedRequest
 from node.spliced_response import EncodedResponse, SplicedResponse
 from cluster.formats.listeners import ListenerSpec
+from node.security.quotas import ClientQuotas
 from node.security.session import ListenerInfo, Session
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.servers: list[asyncio.AbstractServer] = []
         self.connections: set[ClientConnection] = set()
+        self.quotas = ClientQuotas(broker)
 
     async def start(self, listeners: list[ListenerSpec]) -> dict[str, int]:
         """Serve each listener; the port each got, by listener name."""
@@ -114,8 +116,10 @@ class KafkaServer:
         await cancel_and_wait(tasks)
 
     def _new_connection(self, listener: ListenerInfo) -> ClientConnection:
-        return ClientConnection(self._start_request, self.max_request_bytes, self.connections, listener,
-                                self._open_session)
+        connection = ClientConnection(self._start_request, self.max_request_bytes, self.connections, listener,
+                                      self._open_session)
+        connection.admit = self.quotas.admit
+        return connection
 
     def _open_session(self, listener: ListenerInfo, transport: asyncio.Transport) -> Session:
         peer = transport.get_extra_info("peername")
@@ -160,10 +164,15 @@ class KafkaServer:
         if not faults.reachable(party):
             await faults.wait_reachable(party)
         injected = faults.take_injected_error(handler.api_key)
+        limits = self.quotas.limits_of(header)  # None unless a client quota applies to this client
         if injected is not None:
             response = error_response(handler.response, request, header.api_version, injected)
-        else:
+        elif limits is None:
             response = await handler.handle(self.broker, header, request)
+        else:
+            throttle_ms, response = await self.quotas.handle(limits, handler, self.broker, header, request)
+            if throttle_ms:
+                self._mute(header.session, throttle_ms)
         if faults.holds_response(party):
             await faults.before_response(party)
         if response is None:
@@ -173,6 +182,13 @@ class KafkaServer:
         else:
             body = [response.encode(version=header.api_version)]
         return self._frame_response(header.correlation_id, body, handler.response_header_is_flexible(header.api_version))
+
+    def _mute(self, session: Session, throttle_ms: int) -> None:
+        """KIP-219: the answer (carrying throttle_time_ms) goes out at once; the client's connection is
+        muted for the throttle time. (Searched for only when a client is throttled.)"""
+        for connection in self.connections:
+            if connection.session is session:
+                connection.throttle(throttle_ms)
 
     def _gate(self, frame: memoryview, session: Session) -> asyncio.Task | None:
         """What a SASL connection may send before it is authenticated, or once its authentication

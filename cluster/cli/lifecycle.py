@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from cluster.cli.app import attached, console, data_dir_option, json_option, parse_pairs, print_json
-from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, cluster_class
+from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, DockerCluster, cluster_class
 from cluster.launch.security import SASL_MECHANISMS, SECURITY_PROTOCOLS, Security
 
 
@@ -56,6 +56,8 @@ def up(nodes, port, host, data_dir, detach, settings, racks, backend, image, sec
     console.print(f"[green]kraftwerk cluster ready[/] in {cluster.startup_seconds:.2f}s "
                   f"({cluster.node_count} nodes, data in {Path(data_dir).resolve()})")
     click.echo(f"bootstrap servers: {cluster.bootstrap_servers}")
+    if isinstance(cluster, DockerCluster):
+        click.echo(f"bootstrap servers on the docker network {cluster.name}: {cluster.internal_bootstrap_servers}")
     if cluster.security.secured:
         click.echo("client config (in cluster.json): " +
                    " ".join(f"{key}={value}" for key, value in cluster.client_config().items()))
@@ -140,7 +142,8 @@ def status_document(state: dict, cluster: Cluster) -> dict:
             led[partition["leader"]] = led.get(partition["leader"], 0) + 1
     brokers = {b["node_id"]: b for b in state["brokers"]}
     nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.node_host(node), "port": node.port,
-              "admin_port": node.admin_port, "process": _process_state(node),
+              "address": cluster.address(node), **_internal_address(cluster, node), "admin_port": node.admin_port,
+              "process": _process_state(node),
               "fenced": brokers.get(node_id, {}).get("fenced", True), "partitions_led": led.get(node_id, 0)}
              for node_id, node in sorted(cluster.nodes.items())]
     offsets = replica_offsets(cluster.replica_states(timeout=0.5))
@@ -150,6 +153,11 @@ def status_document(state: dict, cluster: Cluster) -> dict:
               for topic in state["topics"]]
     return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"], "nodes": nodes,
             "topics": topics}
+
+
+def _internal_address(cluster: Cluster, node) -> dict:
+    """A docker node's second address: where containers on the cluster's network reach it ("address" is the host's)."""
+    return {"internal_address": cluster.internal_address(node)} if isinstance(cluster, DockerCluster) else {}
 
 
 def _partition_facts(partition: dict, known: dict[int, dict]) -> dict:
@@ -168,12 +176,15 @@ def status_tables(document: dict):
     from rich.console import Group
 
     nodes = Table(title=f"cluster {document['cluster_id']}")
-    for column in ("node", "pid", "address", "process", "state", "partitions led"):
+    internal = any("internal_address" in node for node in document["nodes"])
+    for column in ("node", "pid", "address", *(("internal address",) if internal else ()), "process", "state",
+                   "partitions led"):
         nodes.add_column(column)
     process_styles = {"dead": "[red]dead[/]", "paused": "[yellow]paused[/]", "running": "[green]running[/]"}
     for node in document["nodes"]:
-        nodes.add_row(str(node["node_id"]), str(node["pid"]), f"{node['host']}:{node['port']}",
-                      process_styles[node["process"]], "fenced" if node["fenced"] else "unfenced",
+        nodes.add_row(str(node["node_id"]), str(node["pid"]), node["address"],
+                      *((node.get("internal_address", ""),) if internal else ()), process_styles[node["process"]],
+                      "fenced" if node["fenced"] else "unfenced",
                       str(node["partitions_led"]))
     compacted = any(p["cleaned_up_to"] is not None for topic in document["topics"] for p in topic["partitions"])
     topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "

@@ -25,6 +25,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "1",
     "message.max.bytes": "1048588",
     "socket.request.max.bytes": "104857600",
+    "quota.window.num": "11", "quota.window.size.seconds": "1", "max.connection.creation.rate": "2147483647",
     "log.segment.bytes": "1073741824",
     "log.roll.ms": "604800000",
     "log.retention.ms": "604800000",

@@ -411,8 +411,11 @@ def _recorded_node_ids(data_dir: Path) -> list[int]:
 class DockerCluster(Cluster):
     """A cluster whose controller and nodes run in containers: `with DockerCluster(nodes=3) as c: ...`.
 
-    Same API as Cluster; `port` and `host` do not apply (every node listens on 9092 at its own
-    address). `image` defaults to one built from this checkout.
+    Same API as Cluster; `host` does not apply. Each node serves INTERNAL on 9092 at its container's
+    address and EXTERNAL published on the host's 127.0.0.1 at a port of its own (`port` + id - 1,
+    free ones for 0): `bootstrap_servers` are the EXTERNAL addresses, for clients on the host,
+    `internal_bootstrap_servers` the INTERNAL ones, for containers on the cluster's network.
+    `image` defaults to one built from this checkout.
     """
 
     backend = DOCKER_BACKEND
@@ -423,8 +426,20 @@ class DockerCluster(Cluster):
         if security is not None and security.secured:
             raise ClusterError("the docker backend serves PLAINTEXT listeners only; secured listeners need "
                                "the process backend")
-        super().__init__(nodes=nodes, data_dir=data_dir, port=0, host="", node_config=node_config,
+        super().__init__(nodes=nodes, data_dir=data_dir, port=port, host="", node_config=node_config,
                          startup_timeout=startup_timeout, racks=racks, runner=DockerBackend(image))
+
+    def address(self, node: NodeProcess) -> str:
+        """127.0.0.1:<host port>: node's EXTERNAL listener, published to the host."""
+        return self.runner.external_address(node)
+
+    def internal_address(self, node: NodeProcess) -> str:
+        """<container address>:9092: node's INTERNAL listener, on the cluster's network."""
+        return self.runner.internal_address(node)
+
+    @property
+    def internal_bootstrap_servers(self) -> str:
+        return self.runner.internal_bootstrap_servers
 
     @classmethod
     def from_state(cls, data_dir, state: dict) -> "DockerCluster":

@@ -2,9 +2,13 @@
 
 `kraftwerk up --backend docker` and `DockerCluster(nodes=3)` (cluster/launch/cluster.py) run the controller and every node as
 containers of the kraftwerk image (docker/Dockerfile) on a network of the cluster's own, each with
-its own network namespace, host name (`controller`, `node-1`, ...) and fixed address. A node
-listens on port 9092 and advertises its address, which clients on the host reach directly (Linux
-routes to a bridge network) and other containers on the network reach by host name or address.
+its own network namespace, host name (`controller`, `node-1`, ...) and fixed address. A node has
+two listeners, as Kafka's INTERNAL/EXTERNAL pattern has them: INTERNAL on port 9092, advertised
+at the container's address, for other containers on the network and for the nodes' replication
+(`inter.broker.listener.name`); EXTERNAL on port 9094, published on the host's 127.0.0.1 at a
+port of the node's own (free, or counted up from `--port`, and kept across restarts) and
+advertised there, so that a client on the host works wherever docker publishes ports, whether
+or not the host can route to container addresses.
 The data dir is bind-mounted into every container at the same layout the process backend uses,
 so `down` and `up` keep topics and messages, and cluster.json says where everything runs.
 
@@ -13,9 +17,12 @@ Faults map onto the kernel rather than onto the node's own fault switches:
 - pause / resume: `docker pause` / `unpause` (the cgroup freezer stops every thread);
 - isolate: blackhole routing rules in the node's network namespace drop every packet to and from
   the chosen parties' addresses, ARP included; "clients" drops every packet coming in but the
-  controller's and the peers' that stay connected (cluster/launch/docker_faults.py);
-- delay: `tc netem` on the node's interface delays every packet it sends; where the kernel lacks
-  netem, the node delays its own responses as in the process backend.
+  controller's and the peers' that stay connected (cluster/launch/docker_faults.py). A host
+  client's connection to a published port reaches the node from the network's gateway (docker's
+  proxy connects on its behalf), so that cut holds it off too;
+- delay: `tc netem` on the node's interface delays every packet it sends, to the published
+  port's clients too; where the kernel lacks netem, the node delays its own responses as in the
+  process backend.
 
 Everything created here (network, containers) carries the label org.kraftwerk.cluster=<name>,
 so `remove_labelled` cleans up whatever a crashed run left.
@@ -26,6 +33,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -35,12 +43,17 @@ from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError
 from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, recorded_state
 from cluster.launch.docker_faults import NETEM_MISSING, delay_commands, heal_commands, isolation_commands
+from cluster.launch.local_backend import ensure_port_free
 from cluster.tools.errors import ClusterError
 
 BACKEND = "docker"  # what `kraftwerk up --backend` and cluster.json call it
 LABEL = "org.kraftwerk.cluster"
-KAFKA_PORT = 9092
+KAFKA_PORT = 9092  # a node's INTERNAL listener, in its container
 CONTROLLER_PORT = 9093
+EXTERNAL_PORT = 9094  # a node's EXTERNAL listener, in its container: published to the host
+PUBLISHED_HOST = "127.0.0.1"  # where the host reaches each node's EXTERNAL listener
+LISTENERS = f"INTERNAL://0.0.0.0:{KAFKA_PORT},EXTERNAL://0.0.0.0:{EXTERNAL_PORT}"
+PROTOCOL_MAP = "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"
 ADMIN_PORT = 9091
 MOUNT = "/kraftwerk"  # where the data dir appears inside every container
 
@@ -129,7 +142,8 @@ def _remove_older_builds(client, current: str) -> None:
 @dataclass
 class DockerNode(NodeProcess):
     container: str = ""
-    address: str = ""
+    address: str = ""  # in the cluster's network: the INTERNAL listener's
+    host_port: int = 0  # on the host's PUBLISHED_HOST: the EXTERNAL listener's
     isolated_from: list[str] = field(default_factory=list)
     delay_ms: int = 0
 
@@ -154,12 +168,16 @@ class DockerBackend(Backend):
         self.image = image
         self.name = ""  # of the cluster's network, and the prefix of its containers' names
         self.subnet: ipaddress.IPv4Network | None = None
+        self.kept_host_ports: dict[int, int] = {}  # node id -> the host port it had at the last start
+        self.kept_base_port = 0
 
     def bind(self, cluster) -> None:
         super().bind(cluster)
         cluster.data_dir = cluster.data_dir.resolve()  # the name below must not depend on the working dir
         self.name = "kraftwerk-" + hashlib.sha1(str(cluster.data_dir).encode()).hexdigest()[:10]
         self.subnet = None if cluster.owns_data_dir else kept_subnet(cluster.data_dir)
+        if not cluster.owns_data_dir:
+            self.kept_base_port, self.kept_host_ports = kept_host_ports(cluster.data_dir)
 
     @property
     def docker(self):
@@ -180,6 +198,20 @@ class DockerBackend(Backend):
 
     def node_host(self, node: DockerNode) -> str:
         return node.address
+
+    @staticmethod
+    def external_address(node: DockerNode) -> str:
+        """host:port where a client on the host reaches node: its published EXTERNAL listener."""
+        return f"{PUBLISHED_HOST}:{node.host_port}"
+
+    @staticmethod
+    def internal_address(node: DockerNode) -> str:
+        """host:port where a container on the cluster's network reaches node: its INTERNAL listener."""
+        return f"{node.address}:{KAFKA_PORT}"
+
+    @property
+    def internal_bootstrap_servers(self) -> str:
+        return ",".join(self.internal_address(node) for _, node in sorted(self.cluster.nodes.items()))
 
     def running(self) -> bool:
         return self._container_status(f"{self.name}-controller") == "running"
@@ -234,22 +266,49 @@ class DockerBackend(Backend):
 
     def spawn_node(self, node_id: int, settings: dict[str, str]):
         address = self._address_of(NODE_HOST_BASE + node_id)
+        self._remove_container(f"{self.name}-node-{node_id}")  # an earlier incarnation holds the host port
+        host_port = self._host_port(node_id)
+        ensure_port_free(PUBLISHED_HOST, host_port, f"node {node_id} (its published EXTERNAL listener)")
         command = ["node", "--node-id", str(node_id), "--data-dir", f"{MOUNT}/node-{node_id}",
                    "--host", "0.0.0.0", "--port", str(KAFKA_PORT), "--controller", f"controller:{CONTROLLER_PORT}"]
-        settings = {**settings, ADMIN_PORT_CONFIG: str(ADMIN_PORT),
-                    "advertised.listeners": f"PLAINTEXT://{address}:{KAFKA_PORT}"}
+        settings = {**settings, ADMIN_PORT_CONFIG: str(ADMIN_PORT), "listeners": LISTENERS,
+                    "advertised.listeners": f"INTERNAL://{address}:{KAFKA_PORT},"
+                                            f"EXTERNAL://{PUBLISHED_HOST}:{host_port}",
+                    "listener.security.protocol.map": PROTOCOL_MAP, "inter.broker.listener.name": "INTERNAL"}
         for key, value in settings.items():
             command += ["--set", f"{key}={value}"]
-        container = self._run_container(f"node-{node_id}", command, address, cap_add=["NET_ADMIN"])
-        return container, self.cluster.data_dir / "logs" / f"node-{node_id}.log"
+        container = self._run_container(f"node-{node_id}", command, address, cap_add=["NET_ADMIN"],
+                                        ports={f"{EXTERNAL_PORT}/tcp": (PUBLISHED_HOST, host_port)})
+        return container, self.cluster.data_dir / "logs" / f"node-{node_id}.log", host_port
+
+    def _host_port(self, node_id: int) -> int:
+        """The host port node_id's EXTERNAL listener is published on: the one it had (a restart, or
+        `up` again on the data dir), else the `--port` count (first node's port + id - 1), else a free one."""
+        running = self.cluster.nodes.get(node_id)
+        if running is not None and running.host_port:
+            return running.host_port
+        base_port = self.cluster.base_port
+        kept = self.kept_host_ports.get(node_id, 0)
+        if kept and base_port in (0, self.kept_base_port):
+            return kept
+        if base_port:
+            return base_port + node_id - 1
+        taken = {node.host_port for node in self.cluster.nodes.values()} | set(self.kept_host_ports.values())
+        while True:  # without docker's proxy a published port is not bound on the host: the OS may offer it again
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((PUBLISHED_HOST, 0))
+                port = probe.getsockname()[1]
+            if port not in taken:
+                return port
 
     def adopt_node(self, node_id: int, started) -> DockerNode:
-        container, log_path = started
+        container, log_path, host_port = started
         ready = self._ready_line(container, log_path)
         return DockerNode(node_id, container.attrs["State"]["Pid"], KAFKA_PORT,
                           self.cluster.data_dir / f"node-{node_id}", log_path, admin_port=ADMIN_PORT,
-                          incarnation_id=ready["incarnation_id"], container=container.name,
-                          address=self._address_of(NODE_HOST_BASE + node_id))
+                          incarnation_id=ready["incarnation_id"], ports=ready.get("ports", {}),
+                          container=container.name, address=self._address_of(NODE_HOST_BASE + node_id),
+                          host_port=host_port)
 
     def _run_container(self, host_name: str, command: list[str], address: str, **options):
         """A fresh container for one incarnation of a process (an old one of the same name is
@@ -311,6 +370,7 @@ class DockerBackend(Backend):
 
     def state(self, shared: dict) -> dict:
         return {"backend": BACKEND, "name": self.name, "image": self.image, "subnet": str(self.subnet), **shared,
+                "internal_bootstrap_servers": self.internal_bootstrap_servers,
                 "controller": {**shared["controller"], "container": f"{self.name}-controller",
                                "address": self.controller_ip}}
 
@@ -373,6 +433,8 @@ class DockerBackend(Backend):
                 raise
             return self.cluster.node_control(node.node_id, "delay", delay_ms=delay_ms) | {
                 "isolated_from": node.isolated_from}
+        if delay_ms <= 0:  # removing a delay always works, netem or not: end the node's own too
+            self.cluster.node_control(node.node_id, "delay", delay_ms=0)
         node.delay_ms = delay_ms
         self.cluster.write_state()
         return self.faults(node)
@@ -425,6 +487,16 @@ def kept_subnet(data_dir: Path) -> ipaddress.IPv4Network | None:
     it, so it is kept, as the process backend keeps its ports."""
     state = recorded_state(data_dir) or {}
     return ipaddress.ip_network(state["subnet"]) if state.get("backend") == BACKEND else None
+
+
+def kept_host_ports(data_dir: Path) -> tuple[int, dict[int, int]]:
+    """(base port, {node id: host port}) of the docker cluster that last ran in data_dir: its nodes
+    advertised those ports to clients on the host, so they are kept, as the process backend keeps its ports."""
+    state = recorded_state(data_dir) or {}
+    if state.get("backend") != BACKEND:
+        return 0, {}
+    ports = {int(node_id): node.get("host_port", 0) for node_id, node in state["nodes"].items()}
+    return state.get("base_port", 0), {node_id: port for node_id, port in ports.items() if port}
 
 
 def free_subnets(client, start: int = 0):

@@ -93,6 +93,8 @@ API_MODULES = (
     "sasl_authenticate",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "describe_client_quotas",
+    "alter_client_quotas",
 )
 
 

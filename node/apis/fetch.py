@@ -24,8 +24,9 @@ A read_committed consumer (isolation level 1, v4+) reads up to the partition's l
 in-sync replicas. Its answer lists the aborted transactions whose records it may read, from the
 log's aborted-transaction index, so that the client drops them; every answer carries the LSO.
 
-Differs from Kafka: consumers always read from the leader (no preferred read replica, KIP-392);
-no quotas, so throttle_time_ms is 0.
+Differs from Kafka: consumers always read from the leader (no preferred read replica, KIP-392).
+A consumer over its consumer_byte_rate (node.security.quotas) gets the data it asked for with
+throttle_time_ms set and its connection muted; Kafka answers it with no data.
 """
 from __future__ import annotations
 

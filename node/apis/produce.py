@@ -21,9 +21,11 @@ that names no transactional id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing
 no marker would ever end the transaction it opened. A control batch (a COMMIT or ABORT marker) is
 INVALID_RECORD: only the transaction coordinator writes markers, as Kafka's LogValidator insists.
 
-Differs from Kafka: no quotas, so throttle_time_ms is 0. Kafka refuses a whole request holding a
-transactional batch without a transactional id; here each partition whose batch is transactional is
-refused (real producers put no other batch in such a request).
+Client quotas (node.security.quotas) set throttle_time_ms.
+
+Differs from Kafka: Kafka refuses a whole request holding a transactional batch without a
+transactional id; here each partition whose batch is transactional is refused (real producers put
+no other batch in such a request).
 """
 from __future__ import annotations
 

@@ -244,6 +244,15 @@ def requests_for(version_of, topic_id):
         R = admin_api.AlterUserScramCredentialsRequest
         return R[v](deletions=[R.ScramCredentialDeletion(name="versions-nobody", mechanism=1)], upsertions=[])
 
+    def describe_client_quotas(v):
+        return admin_api.DescribeClientQuotasRequest[v](components=[], strict=False)
+
+    def alter_client_quotas(v):  # validate_only: checked, nothing written
+        E = admin_api.AlterClientQuotasRequest[v].EntryData
+        return admin_api.AlterClientQuotasRequest[v](validate_only=True, entries=[E(
+            entity=[E.EntityData(entity_type="client-id", entity_name="versions")],
+            ops=[E.OpData(key="producer_byte_rate", value=1024.0, remove=False)])])
+
     def describe_log_dirs(v):
         T = admin_api.DescribeLogDirsRequest[v].DescribableLogDirTopic
         return admin_api.DescribeLogDirsRequest[v](topics=[T(topic=TOPIC, partitions=[0])])
@@ -377,6 +386,8 @@ def requests_for(version_of, topic_id):
         17: (sasl_handshake, SaslHandshakeResponse), 36: (sasl_authenticate, SaslAuthenticateResponse),
         50: (describe_user_scram_credentials, admin_api.DescribeUserScramCredentialsResponse),
         51: (alter_user_scram_credentials, admin_api.AlterUserScramCredentialsResponse),
+        48: (describe_client_quotas, admin_api.DescribeClientQuotasResponse),
+        49: (alter_client_quotas, admin_api.AlterClientQuotasResponse),
         21: (delete_records, admin_api.DeleteRecordsResponse),
         35: (describe_log_dirs, admin_api.DescribeLogDirsResponse),
         61: (describe_producers, admin_api.DescribeProducersResponse),

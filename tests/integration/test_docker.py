@@ -1,15 +1,19 @@
 """The docker backend: a cluster whose controller and nodes each run in a container of their own.
 
 One 3-node cluster serves the whole module (the image is built once, from this checkout). Real
-clients on the host and in a container on the cluster network use it; faults are done by docker
-and by the kernel, and the tests look at the kernel's side of them (interface counters, the
-controller's fencing). Skipped, with the reason, where no docker daemon can be reached.
+clients on the host (through each node's EXTERNAL listener, published on 127.0.0.1) and in a
+container on the cluster network (through the INTERNAL listeners, at the containers' addresses)
+use it; faults are done by docker and by the kernel, and the tests look at the kernel's side of
+them (interface counters, the controller's fencing) and at what a host client gets through the
+published ports. Skipped, with the reason, where no docker daemon can be reached.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -82,12 +86,51 @@ def kafka_python_round_trip(bootstrap: str, topic: str, values: list[bytes]) -> 
         consumer.close()
 
 
+def api_versions_answer(address: str, timeout: float) -> int | None:
+    """The error code of the answer to an ApiVersions v0 request sent to address (host:port); None
+    when none comes within timeout (the connection refused, closed or silent)."""
+    host, port = address.rsplit(":", 1)
+    request = struct.pack("!hhih", 18, 0, 7, 5) + b"probe"  # api key, version, correlation id, client id
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as connection:
+            connection.sendall(struct.pack("!i", len(request)) + request)
+            head = b""
+            while len(head) < 10:
+                chunk = connection.recv(10 - len(head))
+                if not chunk:
+                    return None
+                head += chunk
+    except OSError:  # socket.timeout included
+        return None
+    _, correlation_id, error_code = struct.unpack("!iih", head)
+    assert correlation_id == 7
+    return error_code
+
+
 def test_nodes_run_in_their_own_containers_with_their_own_addresses(docker_cluster):
-    addresses = {node.address for node in docker_cluster.nodes.values()}
-    assert len(addresses) == 3 and docker_cluster.controller_ip not in addresses
-    assert docker_cluster.bootstrap_servers == ",".join(f"{a}:9092" for a in sorted(addresses))
+    nodes = sorted(docker_cluster.nodes.items())
+    addresses = [node.address for _, node in nodes]
+    host_ports = [node.host_port for _, node in nodes]
+    assert len(set(addresses)) == 3 and docker_cluster.controller_ip not in addresses
+    assert len(set(host_ports)) == 3 and all(host_ports)
+    assert docker_cluster.bootstrap_servers == ",".join(f"127.0.0.1:{port}" for port in host_ports)
+    assert docker_cluster.internal_bootstrap_servers == ",".join(f"{a}:9092" for a in addresses)
+    assert [node.ports for _, node in nodes] == [{"INTERNAL": 9092, "EXTERNAL": 9094}] * 3
     brokers = docker_cluster.status()["brokers"]
     assert sorted((b["node_id"], b["fenced"]) for b in brokers) == [(1, False), (2, False), (3, False)]
+    assert [b["listeners"] for b in sorted(brokers, key=lambda b: b["node_id"])] == [
+        {"INTERNAL": f"{address}:9092", "EXTERNAL": f"127.0.0.1:{port}"} for address, port in zip(addresses, host_ports)]
+    state = json.loads((docker_cluster.data_dir / "cluster.json").read_text())
+    assert state["bootstrap_servers"] == docker_cluster.bootstrap_servers
+    assert state["internal_bootstrap_servers"] == docker_cluster.internal_bootstrap_servers
+
+
+def test_metadata_from_the_host_lists_every_node_at_its_published_port(docker_cluster):
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": docker_cluster.bootstrap_servers}).list_topics(timeout=10)
+    assert sorted((b.id, b.host, b.port) for b in metadata.brokers.values()) == [
+        (node_id, "127.0.0.1", node.host_port) for node_id, node in sorted(docker_cluster.nodes.items())]
 
 
 def test_kafka_python_from_the_host_produces_and_consumes_in_a_group(docker_cluster):
@@ -133,8 +176,9 @@ def test_kcat_from_the_host_produces_and_consumes_in_a_group(docker_cluster):
     assert sorted(consumed.stdout.splitlines()) == sorted(lines)
 
 
+# Produces and consumes ten messages, then prints them and the brokers the consumer's Metadata listed.
 CLIENT_IN_A_CONTAINER = """
-import sys
+import json, sys
 from kafka import KafkaConsumer, KafkaProducer
 bootstrap, topic = sys.argv[1], sys.argv[2]
 producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -143,16 +187,22 @@ for i in range(10):
 producer.flush()
 consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=topic, auto_offset_reset="earliest",
                          consumer_timeout_ms=10000)
-print("\\n".join(sorted(m.value.decode() for m in consumer)))
+values = sorted(m.value.decode() for m in consumer)
+brokers = sorted([b.node_id, b.host, b.port] for b in consumer._client.cluster.brokers())
+print(json.dumps({"values": values, "brokers": brokers}))
 """
 
 
-def test_a_container_on_the_network_reaches_the_nodes_by_host_name(docker_cluster, image):
+@pytest.mark.parametrize("bootstrap", ["host names", "internal_bootstrap_servers"])
+def test_a_container_on_the_network_reaches_the_nodes_at_their_internal_addresses(docker_cluster, image, bootstrap):
     topic = new_topic(docker_cluster, "in-network")
+    servers = "node-1:9092,node-2:9092" if bootstrap == "host names" else docker_cluster.internal_bootstrap_servers
     output = docker_backend.shared_client().containers.run(
-        image, ["-c", CLIENT_IN_A_CONTAINER, "node-1:9092,node-2:9092", topic], entrypoint="python3",
+        image, ["-c", CLIENT_IN_A_CONTAINER, servers, topic], entrypoint="python3",
         network=docker_cluster.name, labels={docker_backend.LABEL: docker_cluster.name}, remove=True)
-    assert output.decode().split("\n")[:10] == sorted(f"from a container {i}" for i in range(10))
+    seen = json.loads(output.decode().splitlines()[-1])
+    assert seen["values"] == sorted(f"from a container {i}" for i in range(10))
+    assert seen["brokers"] == [[node_id, node.address, 9092] for node_id, node in sorted(docker_cluster.nodes.items())]
 
 
 # Run as root in a node's container: the destinations of every frame its interface sends during a
@@ -218,7 +268,7 @@ def test_an_isolated_node_exchanges_nothing_with_its_peers_and_is_fenced(docker_
         # The rest of the cluster serves on without it, to clients that bootstrap from the rest: the
         # isolated node still answers Metadata from what it knew before the cut (as a Kafka broker cut
         # off from its controller does), so a client bootstrapped there may write to a leader now gone.
-        rest = ",".join(f"{node.address}:{node.port}" for node_id, node in sorted(docker_cluster.nodes.items())
+        rest = ",".join(docker_cluster.address(node) for node_id, node in sorted(docker_cluster.nodes.items())
                         if node_id != 3)
         values = [f"without node 3: {i}".encode() for i in range(10)]
         assert sorted(kafka_python_round_trip(rest, topic, values)) == sorted(values)
@@ -233,16 +283,46 @@ def test_an_isolated_node_exchanges_nothing_with_its_peers_and_is_fenced(docker_
 
 def test_a_node_isolated_from_clients_takes_no_connection_until_healed(docker_cluster):
     node = docker_cluster.nodes[1]
+    external = docker_cluster.address(node)
+    assert api_versions_answer(external, timeout=5) == 0
     faults = docker_cluster.isolate_node(1, ["clients"])
     try:
         assert faults["isolated_from"] == ["clients"]
         with pytest.raises(OSError):
             socket.create_connection((node.address, node.port), timeout=2)
+        # Through the published port docker's proxy takes the connection, but its own connection to
+        # the node, from the network's gateway, is cut: the request is never answered.
+        assert api_versions_answer(external, timeout=3) is None
         assert docker_cluster.wait_ready([1])  # the controller and its peers still reach it
     finally:
         faults = docker_cluster.heal_node(1)
     assert faults["isolated_from"] == []
     socket.create_connection((node.address, node.port), timeout=5).close()
+    assert api_versions_answer(external, timeout=5) == 0
+
+
+def test_a_delayed_node_answers_late_through_its_published_port(docker_cluster):
+    external = docker_cluster.address(docker_cluster.nodes[2])
+    faults = docker_cluster.delay_node(2, 600)
+    try:
+        assert faults["delay_ms"] == 600
+        started = time.monotonic()
+        assert api_versions_answer(external, timeout=10) == 0
+        assert time.monotonic() - started >= 0.6
+    finally:
+        faults = docker_cluster.delay_node(2, 0)
+    assert faults["delay_ms"] == 0
+
+
+def test_a_paused_node_answers_nothing_through_its_published_port(docker_cluster):
+    external = docker_cluster.address(docker_cluster.nodes[3])
+    docker_cluster.pause_node(3)
+    try:
+        assert api_versions_answer(external, timeout=2) is None
+    finally:
+        docker_cluster.resume_node(3)
+    assert api_versions_answer(external, timeout=5) == 0
+    docker_cluster.wait_ready()
 
 
 def test_a_paused_container_is_fenced_after_the_session_timeout(docker_cluster):
@@ -257,12 +337,12 @@ def test_a_paused_container_is_fenced_after_the_session_timeout(docker_cluster):
 
 
 def test_kill_and_restart_give_the_node_a_new_container_at_the_same_address(docker_cluster):
-    address = docker_cluster.nodes[1].address
+    address, host_port = docker_cluster.nodes[1].address, docker_cluster.nodes[1].host_port
     incarnation = docker_cluster.nodes[1].incarnation_id
     docker_cluster.kill_node(1)
     assert not docker_cluster.nodes[1].alive()
     docker_cluster.restart_node(1)
-    assert docker_cluster.nodes[1].address == address
+    assert (docker_cluster.nodes[1].address, docker_cluster.nodes[1].host_port) == (address, host_port)
     assert docker_cluster.nodes[1].incarnation_id != incarnation
     topic = new_topic(docker_cluster, "after-restart")
     values = [f"after restart {i}".encode() for i in range(10)]
@@ -286,11 +366,15 @@ def test_check_failover_passes_with_real_network_cuts(docker_cluster):
 def test_cli_up_down_up_keeps_topics_and_messages(image, tmp_path):
     data_dir = tmp_path / "cli"
     try:
-        started = kraftwerk("up", "--backend", "docker", "--image", image, "--nodes", "1", "--detach",
-                            data_dir=data_dir)
+        started = kraftwerk("up", "--backend", "docker", "--image", image, "--nodes", "1", "--port", "0",
+                            "--detach", data_dir=data_dir)
         assert started.returncode == 0, started.stdout + started.stderr
         state = json.loads((data_dir / "cluster.json").read_text())
         assert state["backend"] == "docker"
+        host_port, address = state["nodes"]["1"]["host_port"], state["nodes"]["1"]["address"]
+        assert state["bootstrap_servers"] == f"127.0.0.1:{host_port}"
+        assert state["internal_bootstrap_servers"] == f"{address}:9092"
+        assert f"bootstrap servers: 127.0.0.1:{host_port}\n" in started.stdout
         created = kraftwerk("topic", "create", "kept", "--partitions", "1", data_dir=data_dir)
         assert created.returncode == 0, created.stdout + created.stderr
         produced = subprocess.run([*KRAFTWERK, "produce", "kept", "--data-dir", str(data_dir)],
@@ -301,8 +385,13 @@ def test_cli_up_down_up_keeps_topics_and_messages(image, tmp_path):
         assert again.returncode == 0, again.stdout + again.stderr
         consumed = kraftwerk("consume", "kept", "--from-beginning", "--max-messages", "2", data_dir=data_dir)
         assert consumed.stdout.splitlines() == ["one", "two"], consumed.stdout + consumed.stderr
+        assert json.loads((data_dir / "cluster.json").read_text())["nodes"]["1"]["host_port"] == host_port
         status = json.loads(kraftwerk("status", "--json", data_dir=data_dir).stdout)
-        assert [(n["node_id"], n["process"], n["fenced"]) for n in status["nodes"]] == [(1, "running", False)]
+        assert [(n["node_id"], n["process"], n["fenced"], n["address"], n["internal_address"])
+                for n in status["nodes"]] == [(1, "running", False, f"127.0.0.1:{host_port}", f"{address}:9092")]
+        table = subprocess.run([*KRAFTWERK, "status", "--data-dir", str(data_dir)], capture_output=True, text=True,
+                               timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout  # rich wraps at 80 columns
+        assert f"127.0.0.1:{host_port}" in table and f"{address}:9092" in table
     finally:
         kraftwerk("down", data_dir=data_dir)
     assert not docker_backend.shared_client().containers.list(
