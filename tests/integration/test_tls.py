@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
+from cluster.cli.quotas import alter_client_quotas
 from cluster.launch import Cluster
 from cluster.launch.certificates import (
     certificate_authority, client_certificate, issue, make_certificates, new_key,
@@ -418,3 +420,31 @@ def test_a_tls_cluster_replicates_over_tls_through_a_node_s_restart(kraftwerk_cl
         read += [(r.key, r.value, r.offset) for records in batches.values() for r in records]
     consumer.close()
     assert read == exact("before") + [(k, v, o + MESSAGES) for k, v, o in exact("during")]
+
+
+@pytest.mark.kraftwerk(nodes=1, security_protocol="SSL", super_user="admin")
+def test_an_mtls_client_is_the_user_its_certificate_names(kraftwerk_cluster):
+    """`up --security-protocol SSL --super-user` asks for client certificates and maps CN=NAME to
+    User:NAME; a quota on User:alice then holds the client whose certificate says CN=alice, not bob's."""
+    cluster = kraftwerk_cluster
+    alice = cluster.client_config("alice")
+    assert x509.load_pem_x509_certificate(Path(alice["ssl.certificate.location"]).read_bytes()).subject \
+        .rfc4514_string() == "CN=alice"
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, **cluster.kafka_python_config())
+    try:
+        results = alter_client_quotas(admin, [([("user", "alice")], [("request_percentage", 0.05, False)])])
+        assert [code for _, code, _ in results] == [0]
+    finally:
+        admin.close()
+    throttled = {}
+    for user in ("alice", "bob"):
+        times = []
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config(user),
+                              "throttle_cb": lambda event: times.append(event.throttle_time)})
+        for _ in range(3000):  # Metadata requests, each a little of a handler's time
+            client.list_topics(timeout=10)
+            client.poll(0)
+            if times:
+                break
+        throttled[user] = bool(times) and max(times) > 0
+    assert throttled == {"alice": True, "bob": False}
