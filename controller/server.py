@@ -10,7 +10,7 @@ from cluster.runtime.process_table import process_table_id
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
 from cluster.runtime.time_slices import TimeSlice, gently
-from controller import topics
+from controller import acls, topics
 from cluster.formats.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
 from controller.brokers import (
@@ -58,6 +58,7 @@ ARGUMENTS = {
     "wait_reassigned": {"partitions": (list, type(None)), "timeout_ms": (int, float, type(None))},
     "unregister_broker": {"node_id": int},
     "move_leader": {"topic": str, "partition": int, "target": (int, type(None))},
+    "create_acls": {"creations": list}, "delete_acls": {"filters": list}, "describe_acls": {"filter": dict},
     "alter_scram_credentials": {"deletions": list, "upsertions": list},
     "alter_client_quotas": {"entries": list},
 }
@@ -120,11 +121,17 @@ class Controller:
             "wait_reassigned": self.wait_reassigned,
             "unregister_broker": self.unregister_broker,
             "move_leader": self.move_leader,
+            "create_acls": lambda a, _: self._decide_and_apply(lambda: acls.create_acls(self.image, a["creations"])),
+            "delete_acls": lambda a, _: self._decide_and_apply(lambda: acls.delete_acls(self.image, a["filters"])),
+            "describe_acls": self._describe_acls,
             "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
                 scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
             "alter_client_quotas": lambda args, conn: self._decide_and_apply(lambda: client_quotas.alter_client_quotas(
                 self.image, args["entries"]), bool(args.get("validate_only"))),
         }
+
+    async def _describe_acls(self, args: dict, conn) -> dict:
+        return acls.describe_acls(self.image, args["filter"])
 
     def unfenced_brokers(self) -> list[int]:
         return sorted(b.node_id for b in self.image.brokers.values() if not b.fenced)

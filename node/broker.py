@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from cluster.formats.config import BrokerConfig
 from cluster.formats.listeners import ListenerSpec, inter_broker_listener_name
 from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
+from node.security.authorizer import Authorizer
 from node.faults import Faults
 from node.fetch_sessions import FetchSessionCache
 from node.groups.coordinator import GroupCoordinator
@@ -70,6 +71,8 @@ class Broker:
         self.listeners: dict[str, ListenerSpec] = {}
         self.inter_broker_listener = inter_broker_listener_name(config)
         self.peer_links = PeerLinks(config, self.inter_broker_listener)
+        # node.security.authorizer: Kafka's StandardAuthorizer when authorizer.class.name is set, else None
+        self.authorizer = Authorizer.from_config(config)
         self.metadata_answers = {}  # node.apis.metadata's encoded answers, by listener
         self.started_ms = int(time.time() * 1000)
 

@@ -20,6 +20,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "security.inter.broker.protocol": "PLAINTEXT",
     "broker.rack": "",
     "auto.create.topics.enable": "true",
+    "authorizer.class.name": "", "super.users": "", "allow.everyone.if.no.acl.found": "false",
     "num.partitions": "1",
     "default.replication.factor": "1",
     "min.insync.replicas": "1",

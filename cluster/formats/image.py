@@ -97,6 +97,7 @@ class MetadataImage:
     # user name -> {SCRAM mechanism code (1: SHA-256, 2: SHA-512): credential}
     scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
     acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
+    acl_changes: int = 0  # bumped by every ACL record: what was derived from `acls` may be stale
     # entity -> {quota key, e.g. producer_byte_rate: value}
     client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
     # Bumped by every change (each record applied, and new topics made visible): what was
@@ -298,8 +299,14 @@ def _apply_remove_scram_credential(image: "MetadataImage", r: dict) -> None:
 
 
 def _apply_acl(image: "MetadataImage", r: dict) -> None:
+    image.acl_changes += 1
     image.acls[r["id"]] = AclEntry(r["id"], r["resource_type"], r["resource_name"], r["pattern_type"],
                                    r["principal"], r["host"], r["operation"], r["permission_type"])
+
+
+def _apply_remove_acl(image: "MetadataImage", r: dict) -> None:
+    image.acl_changes += 1
+    image.acls.pop(r["id"], None)
 
 
 def quota_entity(entries) -> QuotaEntity:
@@ -334,6 +341,6 @@ _APPLIERS = {
     "UserScramCredentialRecord": _apply_scram_credential,
     "RemoveUserScramCredentialRecord": _apply_remove_scram_credential,
     "AccessControlEntryRecord": _apply_acl,
-    "RemoveAccessControlEntryRecord": lambda image, r: image.acls.pop(r["id"], None),
+    "RemoveAccessControlEntryRecord": _apply_remove_acl,
     "ClientQuotaRecord": _apply_client_quota,
 }

@@ -95,6 +95,7 @@ API_MODULES = (
     "alter_user_scram_credentials",
     "describe_client_quotas",
     "alter_client_quotas",
+    "describe_acls", "create_acls", "delete_acls",
 )
 
 

@@ -7,6 +7,9 @@ resource type other than TOPIC, BROKER or GROUP gets INVALID_REQUEST. Topic and 
 applied by the controller as ConfigRecords (unknown topic: UNKNOWN_TOPIC_OR_PARTITION; unknown
 config name or bad value: INVALID_CONFIG; group configs checked as Kafka's GroupConfig checks them).
 
+With an authorizer (node.security.authorizer), the request needs ALTER_CONFIGS on the topic or
+group, or on the cluster for a broker; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: broker configs are static here. A BROKER resource must name this node (or be
 empty, for the cluster default), and naming any config in it gets the INVALID_REQUEST Kafka answers
 for configs that cannot be updated dynamically. No ACLs: nothing is refused for authorization.
@@ -17,8 +20,10 @@ from collections import Counter
 
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
+from cluster.formats.acls import ALTER_CONFIGS
 from cluster.formats.errors import ErrorCode
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC
+from node.security import authorizer
 
 REQUEST = AlterConfigsRequest
 RESPONSE = AlterConfigsResponse
@@ -29,7 +34,7 @@ Result = RESPONSE.AlterConfigsResourceResponse
 
 async def handle(broker, header, request):
     named = Counter((r.resource_type, r.resource_name) for r in request.resources)
-    errors = [_local_error(broker, r, named) for r in request.resources]
+    errors = [_refused(broker, header, r) or _local_error(broker, r, named) for r in request.resources]
     forwarded = [r for r, error in zip(request.resources, errors) if error is None]
     answers = await _forward(broker, forwarded, request.validate_only)
     results = []
@@ -38,6 +43,11 @@ async def handle(broker, header, request):
         results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
                               resource_name=resource.resource_name))
     return RESPONSE[header.api_version](throttle_time_ms=0, responses=results)
+
+
+def _refused(broker, header, resource) -> tuple[ErrorCode, None] | None:
+    code = authorizer.config_refusal(broker, header, ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+    return (code, None) if code else None
 
 
 def _local_error(broker, resource, named: Counter) -> tuple[ErrorCode, str | None] | None:

@@ -7,6 +7,9 @@ with adding and removing replicas; the answer comes once this node's image shows
 replicas then catch up by replication and the controller completes the move when they are all in
 the ISR (controller/reassignment.py).
 
+With an authorizer (node.security.authorizer), the request needs ALTER on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: more than 10,000 partitions in one request are refused whole with
 POLICY_VIOLATION, as Kafka refuses a controller operation of more than 10,000 records.
 """
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
 
+from cluster.formats.acls import ALTER
 from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
+from node.security import authorizer
 
 REQUEST = AlterPartitionReassignmentsRequest
 RESPONSE = AlterPartitionReassignmentsResponse
@@ -29,6 +34,8 @@ async def handle(broker, header, request):
     topics = [{"name": t.name, "partitions": [
         {"partition": p.partition_index, "replicas": None if p.replicas is None else list(p.replicas)}
         for p in t.partitions]} for t in request.topics]
+    if not authorizer.allowed(broker, header, ALTER):
+        return _refused(header, topics, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     try:
         reply = await broker.call_controller("alter_reassignments", topics=topics)
     except ControllerUnavailable as exc:

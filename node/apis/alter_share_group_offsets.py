@@ -7,6 +7,9 @@ NON_EMPTY_GROUP, a group this node does not coordinate NOT_COORDINATOR, one that
 group GROUP_ID_NOT_FOUND, each on every partition of the request (the response has no group-level
 error); an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
@@ -15,8 +18,10 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.group_offsets import empty_share_group, message, partition_error, reset
 
 
@@ -36,6 +41,9 @@ PARTITION = TOPIC.AlterShareGroupOffsetsResponsePartition
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     error, _ = empty_share_group(broker, request.group_id)
     topics = await asyncio.gather(*(_alter_topic(broker, request.group_id, topic, error) for topic in request.topics))
     return RESPONSE[header.api_version](throttle_time_ms=0, responses=list(topics))

@@ -9,6 +9,9 @@ each member's type (KIP-1099: 1 for a member of the consumer protocol, 0 for a c
 a group being upgraded). (kafka-python carries no schema for this
 API: node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; authorized
+operations filled in when asked for; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs, so authorized operations are never filled in (-2147483648) even when
 asked for.
 """
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DESCRIBE, GROUP
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 
 # KIP-1099's member types, as version 1 gives them.
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
@@ -43,8 +48,20 @@ TopicPartitions = Assignment.TopicPartitions
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](throttle_time_ms=0,
-                                        groups=[_describe(broker, group_id) for group_id in request.group_ids])
+    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[
+        _authorized_describe(broker, header, group_id, request.include_authorized_operations)
+        for group_id in request.group_ids])
+
+
+def _authorized_describe(broker, header, group_id: str, with_operations: bool):
+    """As Kafka: a group the principal may not DESCRIBE is GROUP_AUTHORIZATION_FAILED."""
+    if not authorizer.allowed(broker, header, DESCRIBE, GROUP, group_id):
+        return _failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    described = _describe(broker, group_id)
+    if with_operations and described.error_code == ErrorCode.NONE:
+        described.authorized_operations = authorizer.bit_field(
+            authorizer.authorized_operations(broker, header, GROUP, group_id))
+    return described
 
 
 def _failed(group_id: str, code: ErrorCode, message: str | None = None):

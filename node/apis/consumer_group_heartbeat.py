@@ -13,6 +13,10 @@ A member joining a classic group with members upgrades it to a consumer group wh
 group.consumer.migration.policy allows (node.groups.migration); otherwise it is answered
 GROUP_ID_NOT_FOUND with Kafka's message. An empty classic group is replaced whatever the policy.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group, and DESCRIBE on
+each topic it subscribes to (else TOPIC_AUTHORIZATION_FAILED, as Kafka 4 answers); what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the target assignment is computed as soon as the group epoch moves, not on a
 later heartbeat, and a SubscribedTopicRegex is resolved against the metadata at once rather than in
 the background (node.groups.consumer_membership).
@@ -23,10 +27,12 @@ import uuid
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DESCRIBE, GROUP, READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.groups.consumer_membership import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Heartbeat
 from node.groups.consumer_subscriptions import InvalidRegex, compile_regex
+from node.security import authorizer
 
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=schemas):
@@ -44,11 +50,17 @@ CLIENT_MEMBER_ID_VERSION = 1  # Kafka's CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VE
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     regex = request.subscribed_topic_regex if version >= 1 else None
     refusal = _invalid(request, version, regex, broker.groups.consumer.assignors())
     if refusal is not None:
         return _answer(version, *refusal)
+    if request.subscribed_topic_names and authorizer.denied(broker, header, DESCRIBE, TOPIC,
+                                                            request.subscribed_topic_names):
+        return _answer(version, ErrorCode.TOPIC_AUTHORIZATION_FAILED)  # (Kafka 4: nor does it say which)
     error = broker.groups.owns(request.group_id)
     if error:
         return _answer(version, error)

@@ -9,6 +9,9 @@ partition of the topics its members subscribed to; if that fails the group stays
 the error (COORDINATOR_NOT_AVAILABLE while a share coordinator is away). A group created again
 with that id starts afresh, at share.auto.offset.reset.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on each group; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the topics whose share state is deleted are those the group's records in
 `__consumer_offsets` name as subscribed, where Kafka keeps a record of the share-partitions
 initialized; a subscription compacted away before a coordinator took over is missed.
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 
+from cluster.formats.acls import DELETE, GROUP
 from cluster.formats.errors import ErrorCode
 from node.groups.persistence import GroupError
+from node.security import authorizer
 from node.share.partition import write_error
 from node.share_coordinator.group_offsets import EMPTY, SHARE_GROUP_TYPE, forget_group
 
@@ -30,7 +35,8 @@ VERSIONS = (0, 2)
 async def handle(broker, header, request):
     results = []
     for group_id in request.groups_names:
-        error = await _delete(broker, group_id)
+        allowed = authorizer.allowed(broker, header, DELETE, GROUP, group_id)
+        error = await _delete(broker, group_id) if allowed else ErrorCode.GROUP_AUTHORIZATION_FAILED
         results.append(RESPONSE.DeletableGroupResult(group_id=group_id, error_code=error))
     return RESPONSE[header.api_version](throttle_time_ms=0, results=results)
 

@@ -8,6 +8,9 @@ Kafka's: OFFSET_OUT_OF_RANGE beyond the high watermark or below -1, NOT_LEADER_O
 leader, UNKNOWN_TOPIC_OR_PARTITION, POLICY_VIOLATION for a topic whose cleanup.policy lacks
 `delete`, INVALID_TOPIC_EXCEPTION for internal topics.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on each topic; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the new log start offset is checkpointed at once, not at the next
 log.flush.start.offset.checkpoint.interval.ms, so a node killed right after keeps it.
 """
@@ -17,10 +20,12 @@ import asyncio
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
+from cluster.formats.acls import DELETE, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within
 from node.groups.placement import OFFSETS_TOPIC
 from node.leadership import check_leader
+from node.security import authorizer
 
 REQUEST = DeleteRecordsRequest
 RESPONSE = DeleteRecordsResponse
@@ -33,7 +38,9 @@ PartitionResult = TopicResult.DeleteRecordsPartitionResult
 
 
 async def handle(broker, header, request):
-    deleted = {(topic.name, part.partition_index): _delete(broker, topic.name, part.partition_index, part.offset)
+    denied = authorizer.denied(broker, header, DELETE, TOPIC, [t.name for t in request.topics])
+    deleted = {(topic.name, part.partition_index): (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, False)
+               if denied and topic.name in denied else _delete(broker, topic.name, part.partition_index, part.offset)
                for topic in request.topics for part in topic.partitions}
     if any(moved for _, _, moved in deleted.values()):
         await broker.replicas.write_checkpoints_in_thread()

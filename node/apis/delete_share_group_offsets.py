@@ -6,6 +6,9 @@ with members is NON_EMPTY_GROUP, a group this node does not coordinate NOT_COORD
 not a share group GROUP_ID_NOT_FOUND, at the top level; an unknown topic or partition is
 UNKNOWN_TOPIC_OR_PARTITION on its partitions.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on the group; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
@@ -14,7 +17,9 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DELETE, GROUP
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.group_offsets import empty_share_group, forget, message, partition_error
 
 
@@ -34,6 +39,9 @@ PARTITION = TOPIC.DeleteShareGroupOffsetsResponsePartition
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, DELETE, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     error, _ = empty_share_group(broker, request.group_id)
     if error:
         return RESPONSE[header.api_version](throttle_time_ms=0, error_code=int(error), error_message=message(error),

@@ -6,13 +6,18 @@ malformed filter (an empty or repeated type, a match string where none belongs o
 does, ip beside user or client-id) is answered with INVALID_REQUEST, an unknown entity type with
 UNSUPPORTED_VERSION, as Kafka's ClientQuotasImage answers; entries is then null.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE_CONFIGS on the cluster;
+what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeClientQuotasRequest, DescribeClientQuotasResponse
 
+from cluster.formats.acls import DESCRIBE_CONFIGS
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeClientQuotasRequest
 RESPONSE = DescribeClientQuotasResponse
@@ -30,6 +35,9 @@ class FilterRefused(Exception):
 
 async def handle(broker, header, request):
     response = RESPONSE[header.api_version]
+    if not authorizer.allowed(broker, header, DESCRIBE_CONFIGS):
+        return response(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None,
+                        entries=None)
     try:
         exact, specified = _filter(request.components)
     except FilterRefused as exc:

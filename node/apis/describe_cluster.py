@@ -1,5 +1,8 @@
 """DescribeCluster v0-2: the cluster id and its brokers (fenced ones too when asked, v2+).
 
+With an authorizer (node.security.authorizer): nothing; the cluster's authorized operations are
+filled in when asked for.
+
 Differs from Kafka: the node names itself as the controller id, where Kafka's brokers name a
 random live broker (clients cannot reach the KRaft controller either way). Only broker endpoints
 are served: asking for controller endpoints (KIP-919) gets UNSUPPORTED_VERSION. No ACLs, so
@@ -9,7 +12,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
+from cluster.formats.acls import CLUSTER
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeClusterRequest
 RESPONSE = DescribeClusterResponse
@@ -45,4 +50,5 @@ async def handle(broker, header, request):
     return RESPONSE[header.api_version](
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE,
         cluster_id=broker.cluster_id or "", controller_id=broker.node_id, brokers=brokers,
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        authorized_operations=authorizer.authorized_operations(broker, header, CLUSTER)
+        if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED)

@@ -5,6 +5,9 @@ answer. A GROUP resource lists every group config, whether or not the group exis
 group sets with source GROUP_CONFIG (8), the others DEFAULT_CONFIG with the broker's value, as
 Kafka's ConfigHelper answers it; an empty group name gets INVALID_REQUEST.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE_CONFIGS on the topic or
+group, or on the cluster for a broker; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: include_synonyms lists each config as its own only synonym, not the chain of
 levels it could come from. Broker configs can be described on that broker only (or with an empty
 name), others get INVALID_REQUEST, as do resource types other than TOPIC, BROKER and GROUP (no
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
+from cluster.formats.acls import DESCRIBE_CONFIGS
 from cluster.formats.image import CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_GROUP, CONFIG_RESOURCE_TOPIC
 from cluster.formats.errors import ErrorCode
 from node.group_configs import group_config_entries
+from node.security import authorizer
 from node.topic_configs import DEFAULT_CONFIG, broker_config_entries, topic_config_entries
 
 REQUEST = DescribeConfigsRequest
@@ -29,7 +34,12 @@ Entry = Result.DescribeConfigsResourceResult
 
 
 async def handle(broker, header, request):
-    results = [_describe(broker, resource, request.include_synonyms) for resource in request.resources]
+    results = [_describe(broker, resource, request.include_synonyms)
+               if not (refused := authorizer.config_refusal(broker, header, DESCRIBE_CONFIGS, resource.resource_type,
+                                                            resource.resource_name))
+               else Result(error_code=refused, error_message=None, resource_type=resource.resource_type,
+                           resource_name=resource.resource_name, configs=[])
+               for resource in request.resources]
     return RESPONSE[header.api_version](throttle_time_ms=0, results=results)
 
 

@@ -6,14 +6,19 @@ Dead with no error up to v5; from v6 (KIP-1043) with GROUP_ID_NOT_FOUND and Kafk
 ("Group g not found.", "Group g is not a classic group."), as Kafka 4.1 answers. Consumer groups
 are described by ConsumerGroupDescribe.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; authorized
+operations filled in when asked for; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs, so authorized operations are never filled in.
 """
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
+from cluster.formats.acls import DESCRIBE, GROUP
 from cluster.formats.errors import ErrorCode
 from node.groups.classic import DEAD
+from node.security import authorizer
 
 REQUEST = DescribeGroupsRequest
 RESPONSE = DescribeGroupsResponse
@@ -26,13 +31,23 @@ NOT_FOUND_VERSION = 6
 
 async def handle(broker, header, request):
     version = header.api_version
-    return RESPONSE[version](throttle_time_ms=0, groups=[_describe(broker, g, version) for g in request.groups])
+    with_operations = version >= 3 and request.include_authorized_operations
+    groups = []
+    for group_id in request.groups:
+        if not authorizer.allowed(broker, header, DESCRIBE, GROUP, group_id):
+            groups.append(_dead(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None, version, state=""))
+            continue
+        described = _describe(broker, group_id, version)
+        if with_operations and described.error_code == ErrorCode.NONE:
+            described.authorized_operations = authorizer.authorized_operations(broker, header, GROUP, group_id)
+        groups.append(described)
+    return RESPONSE[version](throttle_time_ms=0, groups=groups)
 
 
-def _dead(group_id: str, error: ErrorCode, message: str | None, version: int):
+def _dead(group_id: str, error: ErrorCode, message: str | None, version: int, state: str = DEAD):
     if error == ErrorCode.GROUP_ID_NOT_FOUND and version < NOT_FOUND_VERSION:
         error, message = ErrorCode.NONE, None
-    return Described(error_code=error, error_message=message, group_id=group_id, group_state=DEAD,
+    return Described(error_code=error, error_message=message, group_id=group_id, group_state=state,
                      protocol_type="", protocol_data="", members=[], authorized_operations=None)
 
 

@@ -5,6 +5,9 @@ total and usable bytes.
 A partition's offset lag is how far its log end trails its high watermark, which it never does
 for a current log (Kafka answers the same). Partitions asked for but not hosted are left out.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: there is one log directory per node (no `log.dirs` list), so no future logs
 (AlterReplicaLogDirs) and no KAFKA_STORAGE_ERROR for an offline directory.
 """
@@ -15,7 +18,9 @@ from collections import defaultdict
 
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
+from cluster.formats.acls import DESCRIBE
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeLogDirsRequest
 RESPONSE = DescribeLogDirsResponse
@@ -26,6 +31,9 @@ Topic = Result.DescribeLogDirsTopic
 
 
 async def handle(broker, header, request):
+    if not authorizer.allowed(broker, header, DESCRIBE):
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            results=[])
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     by_topic: dict[str, list] = defaultdict(list)
     for (topic, index), partition in sorted(broker.replicas.partitions.items()):

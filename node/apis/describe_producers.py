@@ -9,14 +9,19 @@ NOT_LEADER_OR_FOLLOWER if it exists, else UNKNOWN_TOPIC_OR_PARTITION; an illegal
 INVALID_TOPIC_EXCEPTION with Kafka's message, an unknown topic UNKNOWN_TOPIC_OR_PARTITION with
 Kafka's default message.
 
+With an authorizer (node.security.authorizer), the request needs READ on each topic; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 
+from cluster.formats.acls import READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import illegal_name_message, topic_name_error
+from node.security import authorizer
 
 REQUEST = DescribeProducersRequest
 RESPONSE = DescribeProducersResponse
@@ -53,8 +58,10 @@ def _partition(broker, topic: str, index: int) -> Answer:
 
 async def handle(broker, header, request):
     topics = []
+    denied = authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
     for wanted in request.topics:
-        refused = _topic_error(broker, wanted.name)
+        refused = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None) if denied and wanted.name in denied \
+            else _topic_error(broker, wanted.name)
         if refused:
             answers = [Answer(partition_index=index, error_code=refused[0], error_message=refused[1],
                               active_producers=[]) for index in wanted.partition_indexes]

@@ -6,6 +6,9 @@ began consuming. Topics null means every topic the group's members subscribe to.
 does not coordinate is NOT_COORDINATOR, one that is not a share group GROUP_ID_NOT_FOUND, both at the
 group level; an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION on its partitions.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the leader epoch of each answer is -1 (Kafka's is the share-partition's), and
 topics null covers the topics subscribed to now, where Kafka covers those the group's state was
 ever initialized for.
@@ -16,7 +19,10 @@ import asyncio
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DESCRIBE, GROUP as GROUP_RESOURCE
+from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.group_offsets import message, partition_error, share_group, start_offset, subscribed_topics
 
 
@@ -38,8 +44,15 @@ NO_LEADER_EPOCH = -1
 
 
 async def handle(broker, header, request):
-    groups = await asyncio.gather(*(_describe(broker, group) for group in request.groups))
+    groups = await asyncio.gather(*(_describe(broker, group)
+                                    if authorizer.allowed(broker, header, DESCRIBE, GROUP_RESOURCE, group.group_id)
+                                    else _refused(group) for group in request.groups))
     return RESPONSE[header.api_version](throttle_time_ms=0, groups=list(groups))
+
+
+async def _refused(wanted):
+    return GROUP(group_id=wanted.group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None,
+                 topics=[])
 
 
 async def _describe(broker, wanted):

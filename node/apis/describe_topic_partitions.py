@@ -3,15 +3,20 @@
 Every topic when none is named, in name order; the answer stops at response_partition_limit
 partitions and names where the next page starts.
 
+With an authorizer, a topic named that the principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED;
+of every topic, only those it may describe are listed.
+
 Differs from Kafka: eligible leader replicas and last known ELR are always null (ELR is not
-built); no ACLs, so topic authorized operations are never filled in.
+built); topic authorized operations are never filled in.
 """
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 
+from cluster.formats.acls import DESCRIBE, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
+from node.security import authorizer
 
 REQUEST = DescribeTopicPartitionsRequest
 RESPONSE = DescribeTopicPartitionsResponse
@@ -24,6 +29,9 @@ Partition = Topic.DescribeTopicPartitionsResponsePartition
 
 async def handle(broker, header, request):
     names = sorted({t.name for t in request.topics}) if request.topics else sorted(broker.image.topics)
+    denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, names)
+    if denied and not request.topics:  # of every topic, only those it may describe
+        names = [n for n in names if n not in denied]
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
@@ -31,8 +39,10 @@ async def handle(broker, header, request):
     topics, next_cursor = [], None
     for name in names:
         info = broker.topic(name)
-        if info is None:
-            topics.append(Topic(error_code=topic_name_error(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        if info is None or (denied and name in denied):
+            unknown = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied and name in denied else \
+                topic_name_error(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            topics.append(Topic(error_code=unknown,
                                 name=name, topic_id=None, is_internal=False, partitions=[],
                                 topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue

@@ -4,6 +4,9 @@ No users (null or empty) describes every user with a credential. A user named tw
 with DUPLICATE_RESOURCE, a user without credentials with RESOURCE_NOT_FOUND, in Kafka's words
 (ScramImage.describe). Salts and keys are never answered.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: users are answered in the order asked (all users: by name), where Kafka's
 order follows a hash map.
 """
@@ -11,7 +14,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
 
+from cluster.formats.acls import DESCRIBE
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = DescribeUserScramCredentialsRequest
 RESPONSE = DescribeUserScramCredentialsResponse
@@ -22,6 +27,9 @@ CredentialInfo = Result.CredentialInfo
 
 
 async def handle(broker, header, request):
+    if not authorizer.allowed(broker, header, DESCRIBE):  # (as Kafka: DESCRIBE on the cluster)
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None, results=[])
     credentials = broker.image.scram_credentials
     names = [u.name for u in request.users or []] or sorted(credentials)
     counts: dict[str, int] = {}

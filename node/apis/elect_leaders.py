@@ -4,6 +4,9 @@ v0 has no election type and always asks for the preferred replica. A null partit
 for every partition. Each partition is answered on its own (ELECTION_NOT_NEEDED,
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
 
+With an authorizer (node.security.authorizer), the request needs ALTER on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: more than 10,000 elections in one request are refused whole, every
 partition asked for getting the error, as Kafka refuses a controller operation of more than
 10,000 records.
@@ -12,8 +15,10 @@ from __future__ import annotations
 
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
+from cluster.formats.acls import ALTER
 from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
+from node.security import authorizer
 
 REQUEST = ElectLeadersRequest
 RESPONSE = ElectLeadersResponse
@@ -34,6 +39,9 @@ async def handle(broker, header, request):
     election_type = request.election_type if header.api_version >= 1 else 0
     requested = None if request.topic_partitions is None else [
         [t.topic, p] for t in request.topic_partitions for p in t.partitions]
+    if not authorizer.allowed(broker, header, ALTER):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return _answer(header.api_version, code, [[t, p, code] for t, p in requested or ()])
     if election_type not in (0, 1):
         return _answer(header.api_version, ErrorCode.INVALID_REQUEST, [])
     try:

@@ -24,6 +24,9 @@ A read_committed consumer (isolation level 1, v4+) reads up to the partition's l
 in-sync replicas. Its answer lists the aborted transactions whose records it may read, from the
 log's aborted-transaction index, so that the client drops them; every answer carries the LSO.
 
+With an authorizer (node.security.authorizer), a follower needs CLUSTER_ACTION on the cluster and
+a consumer READ on each topic; a partition refused is TOPIC_AUTHORIZATION_FAILED, as in Kafka.
+
 Differs from Kafka: consumers always read from the leader (no preferred read replica, KIP-392).
 A consumer over its consumer_byte_rate (node.security.quotas) gets the data it asked for with
 throttle_time_ms set and its connection muted; Kafka answers it with no data.
@@ -40,10 +43,12 @@ from cluster.formats import message_sets
 from cluster.formats.compression import DecompressedTooLargeError
 from cluster.formats.partition_log import OffsetOutOfRangeError
 from cluster.formats.records import CorruptRecordError
+from cluster.formats.acls import CLUSTER_ACTION, READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.runtime.timed_wait import result_within
 from cluster.runtime import timeline
 from node.fetch_stats import record_client_fetches
+from node.security import authorizer
 from node.leadership import check_leader, leader_endpoints
 from node.fetch_answers import fetch_answer_pieces, writable
 from node.spliced_response import EncodedResponse, SplicedResponse, marker
@@ -96,6 +101,8 @@ async def handle(broker, header, request):
     if context.error:
         return RESPONSE[version](throttle_time_ms=0, error_code=context.error, session_id=0, responses=[])
     fetches = [_plan(broker, topic, part, version) for topic, part in context.partitions]
+    if broker.authorizer is not None:
+        _refuse_unauthorized(broker, header, fetches, follower)
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     # Legacy versions convert what they read, in memory.
     region_from = SENDFILE_FROM_BYTES if version > LAST_LEGACY_FORMAT_VERSION else None
@@ -130,6 +137,18 @@ async def handle(broker, header, request):
     return _response(broker, answered, version, session_id, header.session.listener.name)
 
 
+def _refuse_unauthorized(broker, header, fetches: list[PartitionFetch], follower: int) -> None:
+    """As Kafka: a follower needs CLUSTER_ACTION, a consumer READ on each topic; each partition
+    refused is TOPIC_AUTHORIZATION_FAILED."""
+    if follower >= 0:
+        denied = None if authorizer.allowed(broker, header, CLUSTER_ACTION) else {f.topic for f in fetches}
+    else:
+        denied = authorizer.denied(broker, header, READ, TOPIC, [f.topic for f in fetches if f.topic is not None])
+    for fetch in fetches:
+        if denied and fetch.topic in denied:
+            fetch.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
 def _woken(broker, context, version: int) -> list[PartitionFetch]:
     """The session's partitions with news that this request has not read yet, to read now."""
     return [_plan(broker, topic, part, version) for topic, part in context.take_woken()]
@@ -154,6 +173,10 @@ def _plan(broker, topic, part, version) -> PartitionFetch:
     return fetch
 
 
+# Errors a partition gets before it is read, which no read changes.
+_DECIDED_BEFORE_READING = (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
 def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: int = -1,
               region_from: int | None = None) -> int:
     """Read every partition again from its fetch offset; returns the bytes gathered.
@@ -164,7 +187,7 @@ def _read_all(broker, fetches: list[PartitionFetch], max_bytes: int, follower: i
     """
     total = 0
     for fetch in fetches:
-        if fetch.error == ErrorCode.UNKNOWN_TOPIC_ID:
+        if fetch.error and fetch.error in _DECIDED_BEFORE_READING:
             continue
         check = check_leader(broker, fetch.topic, fetch.request.partition, fetch.request.current_leader_epoch)
         fetch.error = check.error

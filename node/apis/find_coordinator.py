@@ -7,6 +7,10 @@ One key (v0-3) or a batch of keys (v4+). Key types: GROUP (0), TRANSACTION (1) a
 key type). The topic is created through the controller when the first key of its type is looked
 up; until its partition has a leader the answer is COORDINATOR_NOT_AVAILABLE and clients retry.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the group or the
+transactional id; a share-state key, CLUSTER_ACTION on the cluster; what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
@@ -15,9 +19,11 @@ import logging
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from cluster.formats.acls import CLUSTER_ACTION, DESCRIBE, GROUP, TRANSACTIONAL_ID
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string
 from node.groups import placement
+from node.security import authorizer
 from node.share_coordinator import placement as share_placement
 from node.transactions import placement as transaction_placement
 
@@ -43,7 +49,11 @@ async def handle(broker, header, request):
     elif key_type == SHARE_KEY_TYPE and version >= FIRST_SHARE_VERSION \
             and broker.topic(share_placement.SHARE_STATE_TOPIC) is None:
         await _create_topic(broker, share_placement.topic_to_create(broker.config, len(broker.live_broker_ids())))
-    found = [_locate(broker, key, key_type, version, header.session.listener.name) for key in keys]
+    if key_type == SHARE_KEY_TYPE and not authorizer.allowed(broker, header, CLUSTER_ACTION):
+        return authorizer.refusal(broker, header, request, RESPONSE, CLUSTER_ACTION)
+    listener = header.session.listener.name
+    found = [_refused(broker, header, key, key_type) or _locate(broker, key, key_type, version, listener)
+             for key in keys]
     if version >= 4:
         return RESPONSE[version](throttle_time_ms=0, coordinators=[
             RESPONSE.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
@@ -51,6 +61,15 @@ async def handle(broker, header, request):
     code, node, host, port = found[0]
     return RESPONSE[version](throttle_time_ms=0, error_code=code, error_message=None, node_id=node, host=host,
                              port=port)
+
+
+def _refused(broker, header, key: str, key_type: int) -> tuple[ErrorCode, int, str, int] | None:
+    """As Kafka: a group's coordinator needs DESCRIBE on the group, a transaction's on its id."""
+    if key_type == GROUP_KEY_TYPE and not authorizer.allowed(broker, header, DESCRIBE, GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, -1, "", -1
+    if key_type == TRANSACTION_KEY_TYPE and not authorizer.allowed(broker, header, DESCRIBE, TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+    return None
 
 
 def _locate(broker, key: str, key_type: int, version: int, listener: str) -> tuple[ErrorCode, int, str, int]:

@@ -6,13 +6,18 @@ partition or its offsets are altered. The share-partition's state becomes the st
 batches, written as a ShareSnapshot with acks=all. A state epoch older than the stored one is
 FENCED_STATE_EPOCH; a node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import CLUSTER_ACTION
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.service import answer_each, build_response, error_fields
 
 
@@ -32,6 +37,9 @@ VERSIONS = (0, 0)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, CLUSTER_ACTION)
+    if refusal is not None:
+        return refusal
     async def answer(key, entry):
         return error_fields(await broker.share_coordinator.initialize(key, entry.state_epoch, entry.start_offset))
 

@@ -9,13 +9,18 @@ its JoinGroup is a heartbeat that may move the group epoch. A JoinGroup to an em
 replaces it by a classic group, its offsets kept. A share group's id is answered
 GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: skip_assignment is never set.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 
+from cluster.formats.acls import GROUP, READ
 from node.groups.persistence import GroupError
+from node.security import authorizer
 
 REQUEST = JoinGroupRequest
 RESPONSE = JoinGroupResponse
@@ -23,6 +28,9 @@ VERSIONS = (0, 9)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     if owner:

@@ -5,13 +5,18 @@ Classic-protocol members of a KIP-848 consumer group leave it as Kafka 4.x has t
 records are tombstoned and the group epoch moves (node.groups.consumer_classic_members).
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = LeaveGroupRequest
 RESPONSE = LeaveGroupResponse
@@ -19,6 +24,9 @@ VERSIONS = (0, 5)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if version >= 3 \
         else [(request.member_id, None)]

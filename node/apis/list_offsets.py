@@ -9,6 +9,8 @@ whatever was above it). Only -1 (latest) and -2 (earliest) of the special timest
 A read_committed client (isolation level 1, v2+) may know only what is stable: its latest offset
 is the last stable offset, and a timestamp lookup finds nothing at or above it.
 
+A topic the principal may not DESCRIBE (node.security.authorizer) is TOPIC_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no tiered storage, so earliest-local (-4) is the earliest offset and
 latest-tiered (-5) finds none.
 """
@@ -18,8 +20,10 @@ import os
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
+from cluster.formats.acls import DESCRIBE, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader
+from node.security import authorizer
 
 REQUEST = ListOffsetsRequest
 RESPONSE = ListOffsetsResponse
@@ -43,7 +47,13 @@ async def handle(broker, header, request):
     topics = []
     read_committed = (from_client and header.api_version >= FIRST_ISOLATION_VERSION
                       and request.isolation_level == READ_COMMITTED)
+    denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, [t.name for t in request.topics])
     for topic in request.topics:
+        if denied and topic.name in denied:
+            topics.append(TopicResponse(name=topic.name, partitions=[PartitionResponse(
+                partition_index=part.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, timestamp=-1,
+                offset=-1, leader_epoch=-1, old_style_offsets=[]) for part in topic.partitions]))
+            continue
         partitions = [_legacy_lookup(broker, topic.name, part, header.api_version, from_client)
                       if header.api_version == 0 else
                       _lookup(broker, topic.name, part, header.api_version, from_client, read_committed)

@@ -4,14 +4,19 @@ Asked of the controller, which holds the latest metadata. A null topic list list
 reassignment; named partitions that do not exist or are not moving are left out, as Kafka leaves
 them out.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the cluster; what is
+refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.admin import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 
+from cluster.formats.acls import DESCRIBE
 from cluster.formats.errors import ErrorCode
 from node.metadata_sync import ControllerUnavailable
+from node.security import authorizer
 
 REQUEST = ListPartitionReassignmentsRequest
 RESPONSE = ListPartitionReassignmentsResponse
@@ -22,6 +27,9 @@ PartitionReassignment = TopicReassignment.OngoingPartitionReassignment
 
 
 async def handle(broker, header, request):
+    if not authorizer.allowed(broker, header, DESCRIBE):
+        return RESPONSE[header.api_version](throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None, topics=[])
     requested = None if request.topics is None else [[t.name, list(t.partition_indexes)] for t in request.topics]
     try:
         reply = await broker.metadata.call_controller("list_reassignments", topics=requested)

@@ -8,6 +8,9 @@ pattern (KIP-1152), a regular expression the whole id must match; one that does 
 INVALID_REGULAR_EXPRESSION. COORDINATOR_LOAD_IN_PROGRESS while a `__transaction_state`
 partition led here is still being loaded. Listed by transactional id.
 
+With an authorizer (node.security.authorizer): only the transactional ids it may DESCRIBE are
+listed.
+
 Differs from Kafka: the pattern is a Python regular expression, not RE2/J (the common syntax is
 the same; Python's takes lookarounds and backreferences that RE2/J refuses).
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 from kafka.protocol.admin.transactions import ListTransactionsRequest, ListTransactionsResponse
 
+from cluster.formats.acls import DESCRIBE, TRANSACTIONAL_ID
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 from node.transactions.listing import BadPattern, ListFilter, listed
 
 REQUEST = ListTransactionsRequest
@@ -45,4 +50,5 @@ async def handle(broker, header, request):
     return answer(ErrorCode.NONE, wanted.unknown_states, [
         RESPONSE.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                   transaction_state=m.state_name)
-        for m in listed(coordinator.coordinated(), wanted, broker.now_ms())])
+        for m in listed(coordinator.coordinated(), wanted, broker.now_ms())
+        if authorizer.allowed(broker, header, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id)])

@@ -12,7 +12,14 @@ unchanged is reused already encoded, so one leader change costs one topic's enco
 is encoded by kafka-python's MetadataResponse; only the topic array is joined from entries
 encoded one at a time.
 
-Differs from Kafka: no ACLs, so cluster and topic authorized operations are never filled in.
+With an authorizer (node.security.authorizer), asking for every topic lists those the principal may
+DESCRIBE; a topic named that it may not describe is TOPIC_AUTHORIZATION_FAILED, as is one that
+would be auto-created without CREATE on the cluster or on the topic; cluster and topic authorized
+operations are filled in when asked for (answers with them are built for the request, not kept;
+with no authorizer, every operation is allowed, as Kafka answers). A topic asked for by id that the
+principal may not describe is answered by its id alone, without its name.
+
+Same as Kafka.
 """
 from __future__ import annotations
 
@@ -21,9 +28,11 @@ import logging
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.schemas.fields.codecs import EncodeBufferPool, Int32, UnsignedVarInt32
 
+from cluster.formats.acls import CLUSTER, CREATE, DESCRIBE, TOPIC
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_names import INTERNAL_TOPICS, topic_name_error
 from node.groups import placement
+from node.security import authorizer
 from node.spliced_response import EncodedResponse
 
 REQUEST = MetadataRequest
@@ -39,11 +48,53 @@ log = logging.getLogger(__name__)
 async def handle(broker, header, request):
     version = header.api_version
     names, unknown_ids = _requested_topics(broker, request, version)
+    if broker.authorizer is not None or (version >= 8 and (request.include_topic_authorized_operations or (
+            version <= 10 and request.include_cluster_authorized_operations))):
+        return await _authorized_answer(broker, header, request, names, tuple(unknown_ids))
     if names is not None and _may_auto_create(broker, request, version):
         await _auto_create(broker, [n for n in names if broker.topic(n) is None and topic_name_error(n) is None])
     names = None if names is None else tuple(names)
     answers = answers_of(broker, header.session.listener.name)
     return EncodedResponse([answers.body(version, names, tuple(unknown_ids))])
+
+
+async def _authorized_answer(broker, header, request, names: list[str] | None, unknown_ids: tuple):
+    """Kafka's answer with an authorizer: of every topic, those the principal may DESCRIBE; a topic
+    named that it may not is TOPIC_AUTHORIZATION_FAILED, as is one to be auto-created without CREATE
+    on the cluster or the topic. Authorized operations are filled in when asked for."""
+    version = header.api_version
+    refused: list[tuple[str | None, object]] = []  # (name, or None and the id when asked for by id)
+    if names is None:
+        denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, broker.image.topics)
+        names = sorted(name for name in broker.image.topics if name not in denied)
+    else:
+        denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, names)
+        asked_by_id = _asked_by_id(broker, request) if denied else {}
+        refused = [(None, asked_by_id[name]) if name in asked_by_id else (name, None) for name in names
+                   if name in denied]
+        names = [name for name in names if name not in denied]
+        missing = [n for n in names if broker.topic(n) is None and topic_name_error(n) is None]
+        if missing and _may_auto_create(broker, request, version):
+            if not authorizer.allowed(broker, header, CREATE):
+                not_creatable = authorizer.denied(broker, header, CREATE, TOPIC, missing)
+                refused += [(name, None) for name in missing if name in not_creatable]
+                names = [name for name in names if name not in not_creatable]
+                missing = [name for name in missing if name not in not_creatable]
+            await _auto_create(broker, missing)
+    listener = header.session.listener.name
+    topic_operations = version >= 8 and request.include_topic_authorized_operations
+    cluster_operations = 8 <= version <= 10 and request.include_cluster_authorized_operations
+    if not (topic_operations or cluster_operations):
+        return EncodedResponse([answers_of(broker, listener).body(version, tuple(names), unknown_ids, tuple(refused))])
+    topics = [_describe_topic(broker, name, version) for name in names]
+    if topic_operations:
+        for topic in topics:
+            topic.authorized_operations = authorizer.authorized_operations(broker, header, TOPIC, topic.name)
+    response = _response(broker, listener, version, topics + [_unknown_topic_id(t) for t in unknown_ids]
+                         + [_refused_topic(*entry) for entry in refused])
+    if cluster_operations:
+        response.authorized_operations = authorizer.authorized_operations(broker, header, CLUSTER)
+    return EncodedResponse([response.encode(version=version)])
 
 
 def answers_of(broker, listener: str) -> "MetadataAnswers":
@@ -70,15 +121,16 @@ class MetadataAnswers:
         self._live: tuple[int, ...] | None = None  # live brokers the topic entries were encoded with
         self._entries: dict[tuple[int, str], tuple[tuple, bytes]] = {}  # (version, name) -> (state, bytes)
 
-    def body(self, version: int, names: tuple[str, ...] | None, unknown_ids: tuple) -> bytes:
-        """The encoded answer to a request for names (None: every topic) and unknown topic ids."""
+    def body(self, version: int, names: tuple[str, ...] | None, unknown_ids: tuple, refused: tuple = ()) -> bytes:
+        """The encoded answer to a request for names (None: every topic), unknown topic ids and
+        topics the principal may not describe."""
         self._forget_if_changed()
-        key = (version, names, unknown_ids)
+        key = (version, names, unknown_ids, refused)
         body = self._bodies.get(key)
         if body is None:
             if len(self._bodies) >= self.MAX_BODIES:
                 self._bodies.clear()
-            body = self._bodies[key] = self._encode(version, names, unknown_ids)
+            body = self._bodies[key] = self._encode(version, names, unknown_ids, refused)
         return body
 
     def _forget_if_changed(self) -> None:
@@ -95,12 +147,13 @@ class MetadataAnswers:
             self._live = live
             self._entries.clear()
 
-    def _encode(self, version: int, names: tuple[str, ...] | None, unknown_ids: tuple) -> bytes:
+    def _encode(self, version: int, names: tuple[str, ...] | None, unknown_ids: tuple, refused: tuple) -> bytes:
         broker = self.broker
         flexible = RESPONSE.flexible_version_q(version)
         entries = [self._topic_entry(version, name, flexible)
                    for name in (sorted(broker.image.topics) if names is None else names)]
         entries += [_encode_topic(_unknown_topic_id(topic_id), version, flexible) for topic_id in unknown_ids]
+        entries += [_encode_topic(_refused_topic(*entry), version, flexible) for entry in refused]
         head, tail = _around_topics(_response(broker, self.listener, version, topics=[]), version, flexible)
         count = UnsignedVarInt32.encode(len(entries) + 1) if flexible else Int32.encode(len(entries))
         return b"".join([head, count, *entries, tail])
@@ -231,6 +284,24 @@ def _describe_partition(broker, info):
         isr_nodes=list(info.isr),
         offline_replicas=[r for r in info.replicas if not broker.is_alive(r)],
     )
+
+
+def _asked_by_id(broker, request) -> dict:
+    """{name: topic id} of the known topics the request names by id only."""
+    asked = {}
+    for topic in request.topics or ():
+        topic_id = getattr(topic, "topic_id", None)
+        if getattr(topic, "name", None) is None and topic_id is not None and (info := broker.topic_by_id(topic_id)):
+            asked[info.name] = topic_id
+    return asked
+
+
+def _refused_topic(name: str | None, topic_id=None):
+    """A topic the principal may not describe: by name, or (asked for by id) by id alone, as Kafka
+    answers (a topic's id is not secret, its name is)."""
+    return RESPONSE.MetadataResponseTopic(
+        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=topic_id, is_internal=False,
+        partitions=[], authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
 def _unknown_topic_id(topic_id):

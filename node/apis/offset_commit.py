@@ -9,6 +9,10 @@ STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, an older version UNSUPP
 commit with epoch -1 from outside the group is accepted only while the group has no members.
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group, and READ on each
+topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Differs from Kafka: Kafka kept version 0 commits in ZooKeeper, apart from the others; here they
 are the group's offsets like every other version's.
 """
@@ -19,9 +23,11 @@ import time
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
+from cluster.formats.acls import GROUP, READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.groups.persistence import GroupError
 from node.groups.records import CommittedOffset
+from node.security import authorizer
 
 REQUEST = OffsetCommitRequest
 RESPONSE = OffsetCommitResponse
@@ -34,6 +40,10 @@ DEFAULT_TIMESTAMP = -1  # a version 1 partition without a timestamp of its own: 
 
 async def handle(broker, header, request):
     version = header.api_version
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
+    denied = _denied_topics(broker, header, request, version)
     error = broker.groups.owns(request.group_id) or broker.groups.check_commit(
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
         request.group_instance_id if version >= 7 else None, version)
@@ -46,7 +56,8 @@ async def handle(broker, header, request):
             else getattr(topic, "name", None)
         codes = []
         for part in topic.partitions:
-            code = error or _partition_error(broker, name, part, max_metadata, version)
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied and name in denied \
+                else error or _partition_error(broker, name, part, max_metadata, version)
             if not code:
                 accepted[(name, part.partition_index)] = CommittedOffset(
                     part.committed_offset, part.committed_leader_epoch if version >= 6 else -1,
@@ -66,6 +77,16 @@ async def handle(broker, header, request):
         Topic(name=name if version < 10 else None, topic_id=getattr(topic, "topic_id", None), partitions=[
             Topic.OffsetCommitResponsePartition(partition_index=p, error_code=c) for p, c in codes])
         for topic, name, codes in results])
+
+
+def _denied_topics(broker, header, request, version: int) -> set[str]:
+    """The topics committed to that the principal may not READ (none without an authorizer)."""
+    if broker.authorizer is None:
+        return set()
+    if version < 10:
+        return authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
+    found = (broker.topic_by_id(t.topic_id) for t in request.topics)
+    return authorizer.denied(broker, header, READ, TOPIC, [info.name for info in found if info is not None])
 
 
 def _failed(results, error: ErrorCode):

@@ -5,14 +5,20 @@ subscribed topic names) gets GROUP_SUBSCRIBED_TO_TOPIC; a group that does not ex
 group (whose offsets are not committed offsets), gets GROUP_ID_NOT_FOUND; the rest are removed
 with tombstones.
 
+With an authorizer (node.security.authorizer), the request needs DELETE on the group, and READ on
+each topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
+from cluster.formats.acls import DELETE, GROUP, READ, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.groups.persistence import GroupError
+from node.security import authorizer
 
 REQUEST = OffsetDeleteRequest
 RESPONSE = OffsetDeleteResponse
@@ -22,6 +28,10 @@ Topic = RESPONSE.OffsetDeleteResponseTopic
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, DELETE, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
+    denied = authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
     coordinator = broker.groups
     error = coordinator.owns(request.group_id)
     group = None if error else coordinator.group(request.group_id)
@@ -34,7 +44,9 @@ async def handle(broker, header, request):
     for topic in request.topics:
         codes = []
         for part in topic.partitions:
-            if subscribed is None or topic.name in subscribed:
+            if denied and topic.name in denied:
+                codes.append((part.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif subscribed is None or topic.name in subscribed:
                 codes.append((part.partition_index, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
             elif broker.partition(topic.name, part.partition_index) is None:
                 codes.append((part.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -11,13 +11,19 @@ the fetch names the member: a KIP-848 consumer group answers an unknown member U
 and another epoch than the member's STALE_MEMBER_EPOCH, for the group. A share group's id is
 answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on the group; a topic
+asked for that may not be described is TOPIC_AUTHORIZATION_FAILED, and left out of a request for
+every topic; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
+from cluster.formats.acls import DESCRIBE, GROUP, TOPIC
 from cluster.formats.errors import ErrorCode
+from node.security import authorizer
 
 REQUEST = OffsetFetchRequest
 RESPONSE = OffsetFetchResponse
@@ -31,7 +37,8 @@ async def handle(broker, header, request):
     version = header.api_version
     if version < 8:
         wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-        error, offsets = _lookup(broker, request.group_id, wanted, version >= 7 and request.require_stable)
+        error, offsets = _authorized_lookup(broker, header, request.group_id, wanted,
+                                            version >= 7 and request.require_stable)
         if error and version < 2:
             offsets = [(topic, [(p, -1, -1, "", error) for p in partitions]) for topic, partitions in wanted or []]
         return RESPONSE[version](throttle_time_ms=0, error_code=error, topics=[
@@ -42,8 +49,8 @@ async def handle(broker, header, request):
     for group in request.groups:
         wanted = None if group.topics is None else [(_topic_name(broker, t, version), list(t.partition_indexes))
                                                      for t in group.topics]
-        error, offsets = _lookup(broker, group.group_id, wanted, request.require_stable,
-                                 (group.member_id, group.member_epoch) if version >= 9 else None)
+        error, offsets = _authorized_lookup(broker, header, group.group_id, wanted, request.require_stable,
+                                            (group.member_id, group.member_epoch) if version >= 9 else None)
         Topic = Group.OffsetFetchResponseTopics
         groups.append(Group(group_id=group.group_id, error_code=error, topics=[
             Topic(name=topic if version < 10 else None,
@@ -64,6 +71,22 @@ def _topic_name(broker, topic, version):
 def _topic_id(broker, name):
     info = broker.topic(name) if name else None
     return info.topic_id if info else None
+
+
+def _authorized_lookup(broker, header, group_id: str, wanted, require_stable: bool, member=None):
+    """_lookup, as Kafka authorizes it: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED),
+    and on each topic: one asked for by name is TOPIC_AUTHORIZATION_FAILED, one among all the
+    group's is left out."""
+    if not authorizer.allowed(broker, header, DESCRIBE, GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    error, offsets = _lookup(broker, group_id, wanted, require_stable, member)
+    if broker.authorizer is None or not offsets:
+        return error, offsets
+    denied = authorizer.denied(broker, header, DESCRIBE, TOPIC, [topic for topic, _ in offsets if topic is not None])
+    if wanted is None:
+        return error, [(topic, parts) for topic, parts in offsets if topic not in denied]
+    return error, [(topic, [(p[0], -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in parts]
+                    if topic in denied else parts) for topic, parts in offsets]
 
 
 def _lookup(broker, group_id: str, wanted, require_stable: bool, member: tuple[str | None, int] | None = None):

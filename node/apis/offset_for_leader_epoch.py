@@ -4,6 +4,8 @@ Consumers (librdkafka since KIP-320) ask after a leader change to check that the
 still on the log; followers may ask to find where to truncate (ours use Fetch's DivergingEpoch).
 Versions 0-1 name no current leader epoch, so nothing is fenced, and version 0 answers the end
 offset without its epoch. A replica id of -2 (v3+) may ask any replica, not only the leader.
+With an authorizer, CLUSTER_ACTION on the cluster allows every topic, else each needs DESCRIBE
+(TOPIC_AUTHORIZATION_FAILED), as in Kafka.
 
 Same as Kafka.
 """
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
+from cluster.formats.acls import CLUSTER_ACTION, DESCRIBE, TOPIC
 from cluster.formats.errors import ErrorCode
 from node.leadership import check_leader
+from node.security import authorizer
 
 REQUEST = OffsetForLeaderEpochRequest
 RESPONSE = OffsetForLeaderEpochResponse
@@ -26,10 +30,24 @@ EpochEndOffset = TopicResult.EpochEndOffset
 
 async def handle(broker, header, request):
     any_replica = header.api_version >= 3 and request.replica_id == DEBUGGING_REPLICA_ID
+    denied = _denied(broker, header, request)
     return RESPONSE[header.api_version](throttle_time_ms=0, topics=[
-        TopicResult(topic=topic.topic, partitions=[_end_offset(broker, topic.topic, p, any_replica)
-                                                   for p in topic.partitions])
+        TopicResult(topic=topic.topic, partitions=[
+            _refused(p) if denied and topic.topic in denied else _end_offset(broker, topic.topic, p, any_replica)
+            for p in topic.partitions])
         for topic in request.topics])
+
+
+def _denied(broker, header, request) -> set[str]:
+    """As Kafka: CLUSTER_ACTION on the cluster allows every topic, else each needs DESCRIBE."""
+    if broker.authorizer is None or authorizer.allowed(broker, header, CLUSTER_ACTION):
+        return set()
+    return authorizer.denied(broker, header, DESCRIBE, TOPIC, [t.topic for t in request.topics])
+
+
+def _refused(request):
+    return EpochEndOffset(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=request.partition,
+                          leader_epoch=-1, end_offset=-1)
 
 
 def _end_offset(broker, topic: str, request, any_replica: bool):

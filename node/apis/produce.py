@@ -21,6 +21,10 @@ that names no transactional id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing
 no marker would ever end the transaction it opened. A control batch (a COMMIT or ABORT marker) is
 INVALID_RECORD: only the transaction coordinator writes markers, as Kafka's LogValidator insists.
 
+With an authorizer (node.security.authorizer), a transactional id needs WRITE (else every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and each topic WRITE (else its partitions are
+TOPIC_AUTHORIZATION_FAILED), as Kafka checks them.
+
 Client quotas (node.security.quotas) set throttle_time_ms.
 
 Differs from Kafka: Kafka refuses a whole request holding a transactional batch without a
@@ -40,12 +44,14 @@ from cluster.formats.log_cleaner import has_keyless_record
 from cluster.formats.records import (
     COMPRESSION_ZSTD, CorruptRecordError, compression_of, leading_batches, validate_batches,
 )
+from cluster.formats.acls import TOPIC, TRANSACTIONAL_ID, WRITE
 from cluster.formats.errors import ErrorCode
 from cluster.runtime import timeline
 from node import produce_answers, transaction_verification
 from node.leadership import check_leader, leader_endpoints
 from node.partition import Partition
 from node.producer_state import SequenceError
+from node.security import authorizer
 from node.wire_tuples import struct_array, struct_tuple
 
 REQUEST = ProduceRequest
@@ -64,8 +70,14 @@ async def handle(broker, header, request):
         timeline.mark("produce started")
     if request.acks not in (0, 1, -1):
         return _reply_all(request, header.api_version, ErrorCode.INVALID_REQUIRED_ACKS)
+    refused = None
+    if broker.authorizer is not None:
+        refused = _unauthorized(broker, header, request)
+        if refused is ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return _reply_all(request, header.api_version, refused)
     # (only a transactional producer names its transactional id: every other write skips this)
-    refused = await _unverified(broker, request, header.api_version) if request.transactional_id else None
+    if request.transactional_id:
+        refused = {**(await _unverified(broker, request, header.api_version) or {}), **(refused or {})}
     leaders_named = []
     topics = []
     awaiting: list[tuple[dict, Partition, int]] = []
@@ -90,6 +102,18 @@ async def handle(broker, header, request):
     if timeline.ENABLED:
         timeline.mark("produce committed")
     return response_of(topics, header.api_version, leader_endpoints(broker, leaders_named, header.session.listener.name) if leaders_named else [])
+
+
+def _unauthorized(broker, header, request) -> dict | ErrorCode:
+    """As Kafka: WRITE on the transactional id, if one is named (else the whole request is refused),
+    and WRITE on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED)."""
+    if request.transactional_id and not authorizer.allowed(broker, header, WRITE, TRANSACTIONAL_ID,
+                                                           request.transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    named = [(_topic_of(broker, t, header.api_version)[0], t) for t in request.topic_data]
+    denied = authorizer.denied(broker, header, WRITE, TOPIC, [name for name, _ in named if name is not None])
+    return {(name, p.index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            for name, t in named if name in denied for p in t.partition_data}
 
 
 async def _unverified(broker, request, version: int) -> dict | None:

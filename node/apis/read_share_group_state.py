@@ -6,13 +6,18 @@ request names the partition leader's leader epoch: an older one than stored is F
 a newer one is stored (a ShareUpdate, acks=all) before the answer, so the leader before it is fenced.
 A node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import CLUSTER_ACTION
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.service import answer_each, build_response, error_fields
 from node.share_coordinator.state import NO_START_OFFSET
 
@@ -34,6 +39,9 @@ BATCH = RESPONSE.ReadStateResult.PartitionResult.StateBatch
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, CLUSTER_ACTION)
+    if refusal is not None:
+        return refusal
     async def answer(key, entry):
         error, state = await broker.share_coordinator.read(key, entry.leader_epoch)
         if error or state is None:

@@ -9,16 +9,22 @@ is answered; a failed write is answered with Kafka's error for it and changes no
 session's epoch is checked (epoch 0 is INVALID_SHARE_SESSION_EPOCH); epoch -1 acknowledges, then
 releases what the member still holds and closes the session.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group, and READ on each
+topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets Kafka's
+*_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.share import requests as share_requests
-from node.share.requests import acknowledgement_batches
+from node.share.requests import Target, acknowledgement_batches
 from node.share.sessions import FINAL_EPOCH
 
 
@@ -42,13 +48,19 @@ async def handle(broker, header, request):
     version = header.api_version
     if not request.group_id or not request.member_id:
         return _error(version, ErrorCode.INVALID_REQUEST)
+    if not authorizer.allowed(broker, header, READ, GROUP, request.group_id):
+        return _error(version, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     epoch = request.share_session_epoch
     error, session = broker.share_sessions.acknowledge_session(request.group_id, request.member_id, epoch)
     if error:
         return _error(version, error)
     acknowledgements = {(topic.topic_id, p.partition_index): acknowledgement_batches(p)
                         for topic in request.topics for p in topic.partitions}
-    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
+    denied = authorizer.denied_topic_ids(broker, header, READ, [key[0] for key in acknowledgements])
+    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id,
+                                             {key: b for key, b in acknowledgements.items() if key[0] not in denied})
+    for key in acknowledgements.keys() - acked.keys():  # (TOPIC_AUTHORIZATION_FAILED)
+        acked[key] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, Target(*key, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     if epoch == FINAL_EPOCH:
         await share_requests.close_session(broker, session)
     topics: dict = {}

@@ -17,6 +17,10 @@ Membership is not checked here: the group coordinator assigns partitions, the le
 member id, as Kafka's does. A partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER with its
 leader and NodeEndpoints.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group, and READ on each
+topic (TOPIC_AUTHORIZATION_FAILED per partition, acknowledgements included); what is refused gets
+Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: MinBytes counts as 1 (the answer goes as soon as anything is acquired);
 share.isolation.level read_committed is not applied (records are read up to the high watermark);
 no quotas, so ThrottleTimeMs is 0.
@@ -27,12 +31,14 @@ import time
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from cluster.formats.partition_log import OffsetOutOfRangeError
 from cluster.formats.records import iter_batch_headers
 from cluster.runtime.timed_wait import result_within
 from node.apis import schemas
 from node.group_configs import group_setting_int
+from node.security import authorizer
 from node.share import requests as share_requests
 from node.share.requests import Target, acknowledgement_batches
 from node.share.sessions import INITIAL_EPOCH
@@ -72,6 +78,8 @@ async def handle(broker, header, request):
     version = header.api_version
     if not request.group_id or not request.member_id:
         return _error(version, ErrorCode.INVALID_REQUEST)
+    if not authorizer.allowed(broker, header, READ, GROUP, request.group_id):
+        return _error(version, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     requested = [(topic.topic_id, p.partition_index) for topic in request.topics for p in topic.partitions]
     acknowledgements = {(topic.topic_id, p.partition_index): acknowledgement_batches(p)
                         for topic in request.topics for p in topic.partitions if p.acknowledgement_batches}
@@ -80,17 +88,32 @@ async def handle(broker, header, request):
                                                   requested, forgotten, bool(acknowledgements))
     if context.error:
         return _error(version, context.error)
-    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, acknowledgements)
+    denied = authorizer.denied_topic_ids(broker, header, READ, [key[0] for key in (*context.partitions,
+                                                                                    *acknowledgements)])
+    acked = await _acknowledge(broker, request, acknowledgements, denied)
     if context.final:
         await share_requests.close_session(broker, context.session)
         answers = []
     else:
         if request.share_session_epoch == INITIAL_EPOCH:
             await broker.share_partitions.check_state(request.group_id, context.partitions)
-        answers = [PartitionAnswer(target) for target in
-                   await share_requests.find_all(broker, request.group_id, context.partitions)]
+        answers = [PartitionAnswer(target) for target in await share_requests.find_all(
+            broker, request.group_id, [key for key in context.partitions if key[0] not in denied])]
+        answers += [PartitionAnswer(Target(*key, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    for key in context.partitions if key[0] in denied]
         await _acquire_or_wait(broker, request, answers)
     return _response(broker, request, version, answers, acked, header.session.listener.name)
+
+
+async def _acknowledge(broker, request, acknowledgements: dict, denied: set) -> dict:
+    """The acknowledgements applied, but those of topics the principal may not READ, which are
+    TOPIC_AUTHORIZATION_FAILED."""
+    allowed = {key: batches for key, batches in acknowledgements.items() if key[0] not in denied}
+    acked = await share_requests.acknowledge(broker, request.group_id, request.member_id, allowed)
+    for key in acknowledgements.keys() - allowed.keys():
+        refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        acked[key] = (refused, Target(*key, error=refused))
+    return acked
 
 
 async def _acquire_or_wait(broker, request, answers: list[PartitionAnswer]) -> None:

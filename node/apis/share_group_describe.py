@@ -6,14 +6,19 @@ for a group coordinated elsewhere. A member's assignment names each topic by id 
 deleted since it was assigned is left out. (kafka-python carries no schema for this API:
 node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs DESCRIBE on each group; authorized
+operations filled in when asked for; what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs, so authorized operations are never filled in.
 """
 from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import DESCRIBE, GROUP
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
+from node.security import authorizer
 from node.groups.share_assignor import ASSIGNOR_NAME
 
 
@@ -35,8 +40,20 @@ UNKNOWN_OPERATIONS = -2147483648  # Kafka's default: authorized operations not a
 
 
 async def handle(broker, header, request):
-    return RESPONSE[header.api_version](throttle_time_ms=0,
-                                        groups=[_describe(broker, group_id) for group_id in request.group_ids])
+    return RESPONSE[header.api_version](throttle_time_ms=0, groups=[
+        _authorized_describe(broker, header, group_id, request.include_authorized_operations)
+        for group_id in request.group_ids])
+
+
+def _authorized_describe(broker, header, group_id: str, with_operations: bool):
+    """As Kafka: a group the principal may not DESCRIBE is GROUP_AUTHORIZATION_FAILED."""
+    if not authorizer.allowed(broker, header, DESCRIBE, GROUP, group_id):
+        return _failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
+    described = _describe(broker, group_id)
+    if with_operations and described.error_code == ErrorCode.NONE:
+        described.authorized_operations = authorizer.bit_field(
+            authorizer.authorized_operations(broker, header, GROUP, group_id))
+    return described
 
 
 def _describe(broker, group_id: str):

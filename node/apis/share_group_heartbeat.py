@@ -11,6 +11,9 @@ member joins; UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED
 `share.session.timeout.ms` is removed. (kafka-python carries no schema for this API:
 node/apis/schemas holds it.)
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: no ACLs; partitions are assigned at once, without Kafka's wait for the share
 coordinator to initialize each share-partition's state (a partition leader starts a
 share-partition it finds no state for at `share.auto.offset.reset`).
@@ -19,9 +22,11 @@ from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import GROUP, READ
 from cluster.formats.errors import ErrorCode
 from node.apis import schemas
 from node.groups.share import JOIN_EPOCH, LEAVE_EPOCH
+from node.security import authorizer
 
 
 class ShareGroupHeartbeatRequest(ApiMessage, load_json=schemas):
@@ -40,6 +45,9 @@ Assignment = RESPONSE.Assignment
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     invalid = _invalid(request)
     if invalid:
         return _error(header, ErrorCode.INVALID_REQUEST, invalid)

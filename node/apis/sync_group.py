@@ -5,11 +5,17 @@ name (v5+). A classic-protocol member of a KIP-848 consumer group is answered at
 partitions the coordinator assigned it (node.groups.consumer_classic_members). A share group's id
 is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs READ on the group; what is refused
+gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
+
+from cluster.formats.acls import GROUP, READ
+from node.security import authorizer
 
 REQUEST = SyncGroupRequest
 RESPONSE = SyncGroupResponse
@@ -17,6 +23,9 @@ VERSIONS = (0, 5)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
     version = header.api_version
     owner = broker.groups.owns(request.group_id) or broker.groups.share_group_refusal(request.group_id)
     group = broker.groups.consumer_group(request.group_id) if not owner else None

@@ -12,6 +12,10 @@ is OFFSET_METADATA_TOO_LARGE for its partition; a producer epoch older than the 
 pending commits is INVALID_PRODUCER_EPOCH. A group that does not exist is created.
 A share group's id is answered GROUP_ID_NOT_FOUND, as Kafka answers it.
 
+With an authorizer (node.security.authorizer), the request needs WRITE on the transactional id, READ
+on the group, READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition); what is refused gets
+Kafka's *_AUTHORIZATION_FAILED.
+
 Differs from Kafka: the producer's transaction is not verified with its transaction coordinator
 before the write (KIP-890), and an older producer epoch is told apart from the producer's
 pending commits only, not from every batch the producer wrote to the partition.
@@ -23,9 +27,11 @@ import time
 
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
+from cluster.formats.acls import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from cluster.formats.errors import ErrorCode
 from node.groups.persistence import GroupError
 from node.groups.records import CommittedOffset
+from node.security import authorizer
 
 REQUEST = TxnOffsetCommitRequest
 RESPONSE = TxnOffsetCommitResponse
@@ -37,6 +43,11 @@ Topic = RESPONSE.TxnOffsetCommitResponseTopic
 
 async def handle(broker, header, request):
     version = header.api_version
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, WRITE, TRANSACTIONAL_ID, request.transactional_id) \
+        or authorizer.refusal(broker, header, request, RESPONSE, READ, GROUP, request.group_id)
+    if refusal is not None:
+        return refusal
+    denied = authorizer.denied(broker, header, READ, TOPIC, [t.name for t in request.topics])
     group_error = _group_error(broker, request, version)
     now = int(time.time() * 1000)
     max_metadata = broker.config.get_int("offset.metadata.max.bytes")
@@ -45,7 +56,8 @@ async def handle(broker, header, request):
     for topic in request.topics:
         codes = []
         for part in topic.partitions:
-            code = _unknown(broker, topic.name, part) or group_error or _too_large(part, max_metadata)
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied and topic.name in denied else \
+                _unknown(broker, topic.name, part) or group_error or _too_large(part, max_metadata)
             if not code:
                 accepted[(topic.name, part.partition_index)] = CommittedOffset(
                     part.committed_offset, part.committed_leader_epoch if version >= 2 else -1,

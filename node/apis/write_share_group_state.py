@@ -7,13 +7,18 @@ than the stored one is FENCED_LEADER_EPOCH, a state epoch older than the stored 
 FENCED_STATE_EPOCH; a topic or partition the metadata does not have is UNKNOWN_TOPIC_OR_PARTITION;
 a node that does not lead the state partition answers NOT_COORDINATOR.
 
+With an authorizer (node.security.authorizer), the request needs CLUSTER_ACTION on the cluster
+(nodes ask it of each other); what is refused gets Kafka's *_AUTHORIZATION_FAILED.
+
 Same as Kafka.
 """
 from __future__ import annotations
 
 from kafka.protocol.api_message import ApiMessage
 
+from cluster.formats.acls import CLUSTER_ACTION
 from node.apis import schemas
+from node.security import authorizer
 from node.share_coordinator.service import answer_each, build_response, error_fields
 from node.share_coordinator.state import ShareState, StateBatch
 
@@ -34,6 +39,9 @@ VERSIONS = (0, 0)
 
 
 async def handle(broker, header, request):
+    refusal = authorizer.refusal(broker, header, request, RESPONSE, CLUSTER_ACTION)
+    if refusal is not None:
+        return refusal
     async def answer(key, entry):
         state = ShareState(entry.state_epoch, entry.leader_epoch, entry.start_offset, [
             StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)

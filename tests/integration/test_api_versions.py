@@ -325,6 +325,22 @@ def requests_for(version_of, topic_id):
         return ShareAcknowledgeRequest[v](group_id="versions-share-fetch", member_id="versions-member",
                                           share_session_epoch=1, topics=[])
 
+    def describe_acls(v):
+        return admin_api.DescribeAclsRequest[v](resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                                principal_filter=None, host_filter=None, operation=1, permission_type=1)
+
+    def create_acls(v):
+        C = admin_api.CreateAclsRequest.AclCreation
+        return admin_api.CreateAclsRequest[v](creations=[C(resource_type=2, resource_name=TOPIC, resource_pattern_type=3,
+                                                           principal="User:alice", host="*", operation=3,
+                                                           permission_type=3)])
+
+    def delete_acls(v):
+        F = admin_api.DeleteAclsRequest.DeleteAclsFilter
+        return admin_api.DeleteAclsRequest[v](filters=[F(resource_type_filter=1, resource_name_filter=None,
+                                                         pattern_type_filter=1, principal_filter=None, host_filter=None,
+                                                         operation=1, permission_type=1)])
+
     def share_state(api, **partition_fields):
         def build(v):
             return api.REQUEST[v](group_id="versions-share", topics=[api.TOPIC(topic_id=topic_id, partitions=[
@@ -396,6 +412,8 @@ def requests_for(version_of, topic_id):
         69: (consumer_group_describe, ConsumerGroupDescribeResponse),
         76: (share_group_heartbeat, ShareGroupHeartbeatResponse), 77: (share_group_describe, ShareGroupDescribeResponse),
         78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
+        29: (describe_acls, admin_api.DescribeAclsResponse), 30: (create_acls, admin_api.CreateAclsResponse),
+        31: (delete_acls, admin_api.DeleteAclsResponse),
     }
 
 
@@ -415,6 +433,7 @@ EXPECTED_ERRORS = {
     # The share-state RPCs before anything created __share_group_state: no coordinator for them.
     83: {16}, 84: {16}, 85: {16}, 86: {16}, 87: {16},
     90: {69}, 91: {69}, 92: {69},  # the offset admin APIs of a group that is no share group
+    29: {54}, 30: {54}, 31: {54},  # the ACL APIs of a cluster with no authorizer: SECURITY_DISABLED
     78: {0, 100},  # ShareFetch of a topic id nobody has: UNKNOWN_TOPIC_ID (nothing to acknowledge: 0)
 }
 

@@ -31,6 +31,7 @@ class LeaderBroker:
         self.config = BrokerConfig({"node.id": str(NODE_ID), "offsets.topic.num.partitions": "1"})
         self.fetch_sessions = FetchSessionCache()
         self.replicas = OneReplica(partition_log, self)
+        self.authorizer = None
 
     def topic(self, name):
         return None

@@ -245,6 +245,7 @@ def describe(image: MetadataImage, components: list, strict: bool = False):
         pass
     broker = Broker()
     broker.image = image
+    broker.authorizer = None
     response = asyncio.run(describe_client_quotas.handle(broker, RequestHeader(48, 1, 1, "t"), request))
     if response.error_code:
         return response.error_code, response.error_message

@@ -150,7 +150,7 @@ def admin_broker(persister):
     topic = types.SimpleNamespace(topic_id=TOPIC_ID, partitions={0: None, 1: None, 2: None})
     groups = types.SimpleNamespace(owns=lambda group_id: ErrorCode.NONE, group=lambda group_id: group)
     return types.SimpleNamespace(groups=groups, topic=lambda name: topic if name == "t" else None,
-                                 share_persister=persister)
+                                 share_persister=persister, authorizer=None)
 
 
 def test_the_share_offset_admin_apis_ask_for_every_partition_at_once():
