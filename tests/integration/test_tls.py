@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType,
+)
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -448,3 +450,35 @@ def test_an_mtls_client_is_the_user_its_certificate_names(kraftwerk_cluster):
                 break
         throttled[user] = bool(times) and max(times) > 0
     assert throttled == {"alice": True, "bob": False}
+
+
+CUSTOM_RULES = {"ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1@kraftwerk/U",
+                "super.users": "User:ADMIN@KRAFTWERK;User:KRAFTWERK-NODE@KRAFTWERK"}
+
+
+@pytest.mark.parametrize("principal", [
+    pytest.param("User:alice", marks=pytest.mark.kraftwerk(nodes=1, security_protocol="SSL", super_user="admin"),
+                 id="up's rule"),
+    pytest.param("User:ALICE@KRAFTWERK", marks=pytest.mark.kraftwerk(
+        nodes=1, security_protocol="SSL", super_user="admin", config=CUSTOM_RULES), id="custom rule"),
+])
+def test_acls_hold_an_mtls_client_as_its_mapped_certificate_name(kraftwerk_cluster, principal):
+    cluster = kraftwerk_cluster
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config()})
+    for future in admin.create_topics([NewTopic("orders", 1, 1)]).values():
+        future.result(10)
+    grant = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, principal, "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW)
+    for future in admin.create_acls([grant]).values():
+        assert future.result(10) is None
+
+    def delivery_error(user: str) -> int | None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, **cluster.client_config(user),
+                             "message.timeout.ms": 5000})
+        outcome = []
+        producer.produce("orders", b"hello", on_delivery=lambda error, _m: outcome.append(error))
+        producer.flush(10)
+        return outcome[0] and outcome[0].code()
+
+    assert {user: delivery_error(user) for user in ("alice", "bob")} == {
+        "alice": None, "bob": KafkaError.TOPIC_AUTHORIZATION_FAILED}
