@@ -88,7 +88,9 @@ class ClientConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self._end()
-        return True  # (keep the transport open for the answers still owed)
+        # (keep the transport open for the answers still owed; TLS cannot half-close, and asyncio
+        # warns when asked to)
+        return not self.listener.uses_tls
 
     def pause_writing(self) -> None:
         self.writing_paused = True

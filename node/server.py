@@ -127,8 +127,13 @@ class KafkaServer:
         if listener.security_protocol == "SSL":  # (on SASL_SSL, SASL says who the client is)
             from node.security import tls
 
-            session.principal = tls.principal_of(transport.get_extra_info("ssl_object"),
-                                                 self.broker.config.get("ssl.principal.mapping.rules"))
+            rules = tls.setting(self.broker.config, listener.name, "ssl.principal.mapping.rules")
+            try:
+                session.principal = tls.principal_of(transport.get_extra_info("ssl_object"), rules)
+            except tls.NoMatchingRule as exc:  # Kafka fails the authentication and closes the connection
+                log.info("closing connection from %s: %s", session.client_host, exc)
+                session.authenticated = False
+                transport.abort()
         return session
 
     def _start_request(self, frame: memoryview, session: Session) -> asyncio.Task:
