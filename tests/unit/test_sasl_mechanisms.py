@@ -182,23 +182,32 @@ def bearer(token: str, authzid: str = "") -> bytes:
     return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01\x01".encode()
 
 
-NOW = int(time.time())
+def now() -> int:
+    """The time now, in seconds: asked by each test, since a suite may run for most of an hour after
+    this module is collected."""
+    return int(time.time())
+
+
+def timed(claims: dict) -> dict:
+    """Claims whose exp, iat and nbf are given as seconds from now."""
+    return {key: now() + value if key in ("exp", "iat", "nbf") else value for key, value in claims.items()}
 
 
 def test_an_unsecured_token_logs_in_as_its_subject_until_it_expires():
     node = broker(**{"connections.max.reauth.ms": "3600000"})
-    session, answers = login(node, "OAUTHBEARER", bearer(unsecured({"sub": "carol", "iat": NOW, "exp": NOW + 60})))
+    claims = timed({"sub": "carol", "iat": 0, "exp": 60})
+    session, answers = login(node, "OAUTHBEARER", bearer(unsecured(claims)))
     assert answers == [b""] and session.principal == "User:carol"
-    assert session.expires_ms == (NOW + 60) * 1000  # the token's expiry comes before max.reauth
+    assert session.expires_ms == claims["exp"] * 1000  # the token's expiry comes before max.reauth
 
 
 @pytest.mark.parametrize("claims, header, challenge", [
-    ({"sub": "carol", "exp": NOW - 10}, None, b'{"status":"invalid_token"}'),
+    ({"sub": "carol", "exp": -10}, None, b'{"status":"invalid_token"}'),
     ({"sub": "carol"}, None, b'{"status":"invalid_token"}'),
-    ({"exp": NOW + 60}, None, b'{"status":"invalid_token"}'),
-    ({"sub": "carol", "exp": NOW + 60, "iat": NOW + 600}, None, b'{"status":"invalid_token"}'),
-    ({"sub": "carol", "exp": NOW + 60}, {"alg": "RS256"}, b'{"status":"invalid_token"}'),
-    ({"sub": "carol", "exp": NOW + 60, "scope": "read"}, None,
+    ({"exp": 60}, None, b'{"status":"invalid_token"}'),
+    ({"sub": "carol", "exp": 60, "iat": 600}, None, b'{"status":"invalid_token"}'),
+    ({"sub": "carol", "exp": 60}, {"alg": "RS256"}, b'{"status":"invalid_token"}'),
+    ({"sub": "carol", "exp": 60, "scope": "read"}, None,
      b'{"status":"insufficient_scope", "scope":"[read, write]"}'),
 ])
 def test_a_bad_unsecured_token_gets_the_json_challenge_then_fails(claims, header, challenge):
@@ -206,7 +215,7 @@ def test_a_bad_unsecured_token_gets_the_json_challenge_then_fails(claims, header
             'unsecuredValidatorRequiredScope="read write";') if "scope" in claims else ""
     node = broker(**({"sasl.jaas.config": jaas} if jaas else {}))
     session = Session.opened(LISTENER, "")
-    _, answers = login(node, "OAUTHBEARER", bearer(unsecured(claims, header)), session=session)
+    _, answers = login(node, "OAUTHBEARER", bearer(unsecured(timed(claims), header)), session=session)
     assert answers == [challenge] and not session.authenticated
     with pytest.raises(SaslAuthenticationError) as refused:
         asyncio.run(sasl.authenticate(node, session, b"\x01"))
@@ -217,13 +226,13 @@ def test_clock_skew_and_principal_claim_options():
     jaas = ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
             'unsecuredValidatorPrincipalClaimName="user" unsecuredValidatorAllowableClockSkewMs="30000";')
     node = broker(**{"listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": jaas})
-    session, _ = login(node, "OAUTHBEARER", bearer(unsecured({"user": "dan", "exp": NOW - 5})))
+    session, _ = login(node, "OAUTHBEARER", bearer(unsecured(timed({"user": "dan", "exp": -5}))))
     assert session.principal == "User:dan"
 
 
 def test_an_authorization_id_must_be_the_tokens_principal():
     with pytest.raises(SaslAuthenticationError) as refused:
-        login(broker(), "OAUTHBEARER", bearer(unsecured({"sub": "carol", "exp": NOW + 60}), authzid="admin"))
+        login(broker(), "OAUTHBEARER", bearer(unsecured(timed({"sub": "carol", "exp": 60})), authzid="admin"))
     assert refused.value.message == ("Authentication failed: Client requested an authorization id (admin) that "
                                      "is different from the token's principal name (carol)")
 
@@ -260,7 +269,7 @@ def test_tokens_signed_by_a_jwks_key(tmp_path):
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk(rsa_key, "r1"), jwk(ec_key, "e1")]}))
     node = broker(**{"sasl.oauthbearer.jwks.endpoint.url": f"file://{tmp_path}/jwks.json",
                      "sasl.oauthbearer.expected.audience": "kafka"})
-    claims = {"sub": "svc", "exp": NOW + 60, "iat": NOW, "aud": "kafka"}
+    claims = timed({"sub": "svc", "exp": 60, "iat": 0, "aud": "kafka"})
     for key, alg, kid in ((rsa_key, "RS256", "r1"), (ec_key, "ES256", "e1")):
         session, answers = login(node, "OAUTHBEARER", bearer(signed(key, alg, kid, claims)))
         assert answers == [b""] and session.principal == "User:svc"
@@ -328,7 +337,7 @@ def test_a_malformed_jwks_refuses_the_token_not_the_node(tmp_path):
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{"kty": "RSA", "kid": "r1", "n": 5, "e": []}]}))
     node = broker(**{"sasl.oauthbearer.jwks.endpoint.url": f"file://{tmp_path}/jwks.json",
                      "sasl.oauthbearer.clock.skew.seconds": "not a number"})
-    token = f"{b64({'alg': 'RS256', 'kid': 'r1'})}.{b64({'sub': 'svc', 'exp': NOW + 60})}.{b64(b'sig')}"
+    token = f"{b64({'alg': 'RS256', 'kid': 'r1'})}.{b64({'sub': 'svc', 'exp': now() + 60})}.{b64(b'sig')}"
     session, answers = login(node, "OAUTHBEARER", bearer(token))
     assert answers == [b'{"status":"invalid_token"}'] and not session.authenticated
 
