@@ -22,6 +22,8 @@ from tests.integration.wire import exchange, exchange_once
 Address = tuple[str, int]
 
 NOT_LEADER_OR_FOLLOWER = 6
+# A leader just elected answers this until it knows its high watermark (KIP-207); clients retry.
+OFFSET_NOT_AVAILABLE = 78
 COORDINATOR_NOT_AVAILABLE = 15
 CONCURRENT_TRANSACTIONS = 51
 TRANSACTION_KEY_TYPE = 1
@@ -152,8 +154,8 @@ def last_stable_offset(address: Address, topic: str, partition: int) -> int:
         name=topic, partitions=[Topic.ListOffsetsPartition(partition_index=partition, current_leader_epoch=-1,
                                                            timestamp=-1)])])
     [answer] = exchange_once(address, request, ListOffsetsResponse, 5).topics[0].partitions
-    if answer.error_code == NOT_LEADER_OR_FOLLOWER:
-        raise NotLeader(f"{address} does not lead {topic}-{partition}")
+    if answer.error_code in (NOT_LEADER_OR_FOLLOWER, OFFSET_NOT_AVAILABLE):
+        raise NotLeader(f"{address} does not lead {topic}-{partition}, or has only begun to")
     assert answer.error_code == 0, answer
     return answer.offset
 
