@@ -22,6 +22,7 @@ from pathlib import Path
 from cluster.formats.config import BrokerConfig
 from cluster.formats.control import ControlServer
 from cluster.runtime import event_loop
+from cluster.runtime.tls import control_channel_tls
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
 from controller.bootstrap_records import BadScramArgument, first_records, parse_add_scram
@@ -47,8 +48,9 @@ def parse_args(argv):
     parser.add_argument("--add-scram", action="append", default=[], metavar="MECHANISM=[name=N,password=P]",
                         help="a SCRAM credential a new metadata log starts with, as kafka-storage.sh format adds it")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable "
-                             "and leader.imbalance.check.interval.seconds; others are ignored)")
+                        help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable, "
+                             "leader.imbalance.check.interval.seconds and the controller listener's TLS "
+                             "settings; others are ignored)")
     return parser.parse_args(argv)
 
 
@@ -101,11 +103,13 @@ async def run(args) -> None:
     # which would otherwise walk all of it and stall the event loop.
     gc.collect()
     gc.freeze()
+    config = config_from(args.set)
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
-                            args.heartbeat_timeout_ms, config_from(args.set))
+                            args.heartbeat_timeout_ms, config)
     server = ControlServer(controller.handlers())
-    port = await server.start(args.host, args.port)
+    tls = control_channel_tls(config)
+    port = await server.start(args.host, args.port, tls=tls.server if tls else None)
     fencing = asyncio.create_task(controller.fence_silent_brokers())
     balancing = asyncio.create_task(controller.balance_leaders())
     print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)

@@ -22,11 +22,10 @@ import re
 import ssl
 import tempfile
 from contextlib import contextmanager
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
+from dataclasses import dataclass
 
 from cluster.formats.config import BrokerConfig, ConfigError
+from cluster.formats.listeners import protocol_map
 
 PEM = "PEM"
 PKCS12 = "PKCS12"
@@ -159,14 +158,10 @@ def _load_keystore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str) -> 
     if password is None:
         raise ConfigError("SSL key store is specified, but key store password is not specified.")
     _refuse_jks(kind, "keystore")
-    store = _read_pkcs12(location, password, "keystore")
-    if store.key is None or store.cert is None:
+    key, own, others = _read_pkcs12(location, password, "keystore")
+    if key is None or own is None:
         raise ConfigError(f"ssl.keystore.location={location} holds no private key with its certificate")
-    blocks = [store.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()).decode()]
-    blocks += [c.public_bytes(serialization.Encoding.PEM).decode()
-               for c in [store.cert.certificate] + [c.certificate for c in store.additional_certs]]
-    with _private_file("".join(blocks)) as path:
+    with _private_file("".join([key, own, *others])) as path:
         _load_chain(ctx, path, None, f"ssl.keystore.location={location}")
     return True
 
@@ -196,12 +191,11 @@ def _load_truststore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str) -
         _load_trusted(ctx, cafile=location, what=f"ssl.truststore.location={location}")
         return True
     _refuse_jks(kind, "truststore")
-    store = _read_pkcs12(location, password, "truststore")
-    certificates = ([store.cert] if store.cert else []) + list(store.additional_certs)
+    _, own, others = _read_pkcs12(location, password, "truststore")
+    certificates = ([own] if own else []) + others
     if not certificates:
         raise ConfigError(f"ssl.truststore.location={location} holds no certificate")
-    _load_trusted(ctx, cadata="".join(c.certificate.public_bytes(serialization.Encoding.PEM).decode()
-                                      for c in certificates), what=f"ssl.truststore.location={location}")
+    _load_trusted(ctx, cadata="".join(certificates), what=f"ssl.truststore.location={location}")
     return True
 
 
@@ -214,15 +208,24 @@ def _refuse_jks(kind: str, store: str) -> None:
         raise ConfigError(f"ssl.{store}.type={kind}: must be PEM or PKCS12")
 
 
-def _read_pkcs12(location: str, password: str | None, store: str):
+def _read_pkcs12(location: str, password: str | None, store: str) -> tuple[str | None, str | None, list[str]]:
+    """A PKCS12 store as PEM: its private key (PKCS#8), the key's certificate, and the other certificates."""
+    from cryptography.hazmat.primitives import serialization  # (only PKCS12 stores need it)
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
     try:
         with open(location, "rb") as f:
-            return pkcs12.load_pkcs12(f.read(), password.encode() if password else None)
+            loaded = pkcs12.load_pkcs12(f.read(), password.encode() if password else None)
     except OSError as e:
         raise ConfigError(f"ssl.{store}.location={location}: {e.strerror}") from None
     except ValueError:
         raise ConfigError(f"Failed to load SSL {store} {location} of type PKCS12: not PKCS12, "
                           f"or ssl.{store}.password is wrong") from None
+    pem = serialization.Encoding.PEM
+    key = loaded.key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode() \
+        if loaded.key is not None else None
+    own = loaded.cert.certificate.public_bytes(pem).decode() if loaded.cert is not None else None
+    return key, own, [c.certificate.public_bytes(pem).decode() for c in loaded.additional_certs]
 
 
 def _load_chain(ctx: ssl.SSLContext, path: str, password: str | None, what: str) -> None:
@@ -269,3 +272,28 @@ def _private_file(text: str):
         yield path
     finally:
         os.unlink(path)
+
+
+# The control channel
+
+@dataclass(frozen=True)
+class ControlTls:
+    server: ssl.SSLContext  # what the controller's port and the nodes' admin ports serve with
+    client: ssl.SSLContext  # what a node connects to the controller with
+
+
+def control_channel_tls(config: BrokerConfig) -> ControlTls | None:
+    """Mutual TLS for the control channel when the controller listener (the first of
+    `controller.listener.names`) maps to SSL or SASL_SSL in `listener.security.protocol.map`, with
+    that listener's ssl.* settings; None when it is PLAINTEXT. The channel can stop nodes and
+    rewrite the metadata, so its servers admit only peers whose certificate the listener's
+    truststore trusts, whatever `ssl.client.auth` says."""
+    name = config.get("controller.listener.names").split(",")[0].strip()
+    if not name or not protocol_map(config).get(name.upper(), "PLAINTEXT").endswith("SSL"):
+        return None
+    server = server_context(config, name)
+    server.verify_mode = ssl.CERT_REQUIRED
+    if not _load_truststore(server, config, name):
+        raise ConfigError(f"the controller listener {name} serves TLS, which the control channel runs with mutual "
+                          f"authentication: set its ssl.truststore.location (or ssl.truststore.certificates)")
+    return ControlTls(server, client_context(config, name))
