@@ -16,9 +16,8 @@ from cryptography.x509.oid import NameOID
 from cluster.formats.config import BrokerConfig, ConfigError, is_sensitive
 from cluster.launch import certificates
 from cluster.launch.certificates import client_certificate, issue, make_certificates, new_ca, new_key
-from node.security.tls import (
-    PrincipalMapper, client_context, distinguished_name, openssl_cipher_name, principal_of, server_context,
-)
+from cluster.runtime.tls import client_context, openssl_cipher_name, server_context
+from node.security.tls import PrincipalMapper, distinguished_name, listener_context, principal_of
 
 
 @pytest.fixture
@@ -329,7 +328,7 @@ def test_pkcs12_keystore_and_truststore(certs, tmp_path):
 ])
 def test_settings_kafka_refuses_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
-        server_context(BrokerConfig(settings), "SSL")
+        listener_context(BrokerConfig(settings), "SSL")
 
 
 def test_a_node_s_client_context_trusts_the_truststore_and_checks_host_names(certs, tmp_path):
