@@ -98,3 +98,5 @@ class ErrorCode(IntEnum):
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
+    INCONSISTENT_VOTER_SET = 94  # KRaft: a Vote or BeginQuorumEpoch from outside the voter set
+    INCONSISTENT_CLUSTER_ID = 104  # KRaft: a quorum request carrying another cluster's id
