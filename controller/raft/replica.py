@@ -196,11 +196,18 @@ class RaftReplica:
     def _election_timeout(self) -> int:
         return self.config.election_timeout_ms + self.random.randrange(self.config.election_timeout_ms)
 
+    def _fetch_timeout(self) -> int:
+        """The fetch timeout plus up to a quarter election timeout of jitter. The leader answers
+        its followers' fetches together, so with Kafka's fixed timeout they all notice its death in
+        the same millisecond, campaign together and split the vote about half the time; a split
+        costs another election timeout."""
+        return self.config.fetch_timeout_ms + self.random.randrange(self.config.election_timeout_ms // 4 + 1)
+
     def _unattached(self, epoch: int, voted_id: int, now_ms: int) -> Unattached:
         return Unattached(epoch, now_ms + self._election_timeout(), voted_id)
 
     def _follower(self, epoch: int, leader_id: int, voted_id: int, now_ms: int) -> Follower:
-        return Follower(epoch, leader_id, now_ms + self.config.fetch_timeout_ms, voted_id)
+        return Follower(epoch, leader_id, now_ms + self._fetch_timeout(), voted_id)
 
     def _candidate(self, epoch: int, now_ms: int) -> Candidate:
         ballot = Ballot(self.voters)
@@ -337,13 +344,12 @@ class RaftReplica:
             self._send_if_ready(state.leader_id, self._fetch_request(), now_ms)
 
     def _poll_candidate(self, state: Candidate, now_ms: int) -> None:
-        if state.backoff_until is not None:
-            if now_ms >= state.backoff_until:
-                self._become_prospective(now_ms)
-        elif now_ms >= state.election_deadline:
+        if state.backoff_until is None and now_ms >= state.election_deadline:
             self._start_backoff(state, now_ms)
-        else:
+        if state.backoff_until is None:
             self._request_votes(state.ballot, now_ms, pre_vote=False)
+        elif now_ms >= state.backoff_until:
+            self._become_prospective(now_ms)
 
     def _start_backoff(self, state: Candidate, now_ms: int) -> None:
         """Kafka's binaryExponentialElectionBackoffMs."""
@@ -509,4 +515,4 @@ class RaftReplica:
             if high_watermark > self.high_watermark:
                 self.high_watermark = high_watermark
         state.last_leader_contact_ms = now_ms
-        state.fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        state.fetch_deadline = now_ms + self._fetch_timeout()

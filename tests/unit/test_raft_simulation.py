@@ -293,6 +293,10 @@ class Simulation:
                 if first[:last_match + 1] != second[:last_match + 1]:
                     raise InvariantViolation(f"log matching: logs agree at offset {last_match} but not before it")
 
+    def leaders(self) -> list[tuple[int, int]]:
+        return [(node_id, node.replica.epoch) for node_id, node in self.nodes.items()
+                if node.replica and node.replica.role is Role.LEADER]
+
     def committed_after_heal(self, first_new: int) -> bool:
         committed = {entry.payload for entry in self.history.committed[-64:]}
         return any(payload in committed for payload in self.proposals[first_new:])
@@ -348,3 +352,24 @@ def test_raft_simulation(voters, mix, seeds):
             raise AssertionError(f"seed {seed} ({voters} voters, {mix}): {error}; "
                                  f"again with RAFT_SEED={seed} python3 -m pytest -q "
                                  f"tests/unit/test_raft_simulation.py -k '{voters}-voters-{mix}'") from error
+
+
+@pytest.mark.parametrize("voters", [3, 5])
+def test_with_the_default_timeouts_a_new_leader_follows_a_dead_one_in_about_a_second(voters):
+    """The dev-cluster goal (Kafka's defaults would take two to three seconds): the fetch timeout
+    (1 s, less the time since the last answered fetch), then a pre-vote and a vote round."""
+    delays = []
+    for seed in range(40):
+        simulation = Simulation(seed, voters, Faults(0, 0, 2, crashes=False, partitions=False), RaftConfig())
+        for node_id in simulation.nodes:
+            simulation.start(node_id)
+        assert simulation.run_until(3000, lambda: simulation.leaders())
+        simulation.run_until(simulation.now + simulation.random.randint(0, 1000))
+        [(dead, epoch)] = simulation.leaders()
+        simulation.crash(dead)
+        died_at = simulation.now
+        assert simulation.run_until(died_at + 3000, lambda: any(later > epoch for _, later in simulation.leaders()))
+        delays.append(simulation.now - died_at)
+    delays.sort()
+    assert 750 < delays[len(delays) // 2] <= 1100, delays
+    assert delays[-1] <= 2000, delays
