@@ -22,12 +22,17 @@ is returned (a vote, an answer in a new epoch). `high_watermark`, `role`, `epoch
 `leader_id` can be read at any time.
 
 Differs from Kafka: one partition and one thread of control with no I/O of its own; requests are
-matched to responses by the envelope's correlation id (Kafka's RequestManager); responses to error
-answers back off `retry_backoff_ms`; a restarted replica that had voted for itself campaigns again
-in the same epoch (Kafka 3.7's CandidateState), one that led resigns (as Kafka's does); Vote and
-Fetch answers from a replica that believes in another leader for the same epoch are refused with
-INVALID_REQUEST rather than Kafka's IllegalStateException, so bad input never stops a replica.
-Request validation and answers are in controller/raft/answers.py.
+matched to responses by the envelope's correlation id (Kafka's RequestManager), and an answer with
+an error backs off `retry_backoff_ms` before the next request to that peer. A restarted replica
+that had voted for itself campaigns again in the same epoch (Kafka 3.7's CandidateState), one that
+led restarts resigned (as Kafka's does). Pre-vote follows Kafka 4.0: a follower whose fetch
+timeout expires, an unattached voter whose election timeout expires, a candidate after its backoff
+and a resigned leader after an election timeout all become prospective first. A follower's fetch
+timeout gets a little random jitter (see `_fetch_timeout`). Begin- and EndQuorumEpoch requests
+naming another leader for an epoch whose leader the replica knows get INVALID_REQUEST, and such
+responses are ignored, where Kafka throws IllegalStateException: bad input never stops a replica.
+The methods without a leading underscore below the public ones (`become_*`, `maybe_transition`,
+`record_fetch`, ...) are for controller/raft/answers.py, which validates and answers requests.
 """
 from __future__ import annotations
 
@@ -119,7 +124,9 @@ class RaftReplica:
 
     def handle(self, envelope: Envelope, now_ms: int) -> list[Envelope]:
         self._now = now_ms
-        if envelope.is_request:
+        if envelope.destination != self.node_id:
+            pass  # misrouted: nothing to answer
+        elif envelope.is_request:
             answer = answers.answer(self, envelope, now_ms)
             if answer is not None:
                 self._reply(envelope, answer)
@@ -135,7 +142,7 @@ class RaftReplica:
         """Appends in the leader's epoch; returns the last entry's offset, committed once the high
         watermark passes it. The fetches this completes go out with the next tick()."""
         if self._state.role is not Role.LEADER:
-            raise NotLeaderError(self.leader_id, self.epoch)
+            raise NotLeaderError(self.leader_id if self._state.role is not Role.RESIGNED else NO_ID, self.epoch)
         self._now = now_ms
         first = self.log.append_as_leader(payloads, self.epoch)
         self._leader_progress(now_ms)
