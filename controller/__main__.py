@@ -113,7 +113,8 @@ async def run(args) -> None:
     fencing = asyncio.create_task(controller.fence_silent_brokers())
     balancing = asyncio.create_task(controller.balance_leaders())
     print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)
-    log.info("controller of cluster %s serving on %s:%d", writer.image.cluster_id, args.host, port)
+    log.info("controller of cluster %s serving on %s:%d%s", writer.image.cluster_id, args.host, port,
+             " (mutual TLS)" if tls else "")
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
