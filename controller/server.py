@@ -218,7 +218,16 @@ class Controller:
         """Fence brokers whose heartbeats stopped, as Kafka's controller does after its session timeout."""
         interval = self.heartbeat_timeout_ms / 4000
         while True:
+            slept_since = time.monotonic()
             await asyncio.sleep(interval)
+            if time.monotonic() - slept_since > interval + self.heartbeat_timeout_ms / 2000:
+                # This controller did not run for a while (paused, stalled): the heartbeats it did not
+                # read are in its sockets, not missing. Each session starts its timeout afresh.
+                log.info("the controller did not run for %.1f s: heartbeat timeouts start again",
+                         time.monotonic() - slept_since - interval)
+                for session in self.sessions.values():
+                    session.last_heartbeat = time.monotonic()
+                continue
             for session in list(self.sessions.values()):
                 broker = self.image.brokers.get(session.node_id)
                 if broker and not broker.fenced and session.heartbeat_age_ms() > self.heartbeat_timeout_ms:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 
 from cluster.formats.control import ControlClient, ControlError
@@ -127,15 +128,26 @@ class MetadataSync:
             self.log.close()
 
     async def _run(self, host: str, port: int) -> None:
+        unreachable_since = None  # when the controller was first found unreachable, in this outage
         while True:
             try:
                 tls = self.broker.control_tls
                 self.client = ControlClient(host, port, tls=tls.client if tls else None)
                 await self.client.connect()
                 await self._register()
+                if unreachable_since is not None:
+                    log.info("registered with the controller at %s:%s again, after %.1f s",
+                             host, port, time.monotonic() - unreachable_since)
+                    unreachable_since = None
                 await self._serve_link()
             except (OSError, ControlError) as exc:
-                log.warning("cannot reach the controller at %s:%s: %s", host, port, exc)
+                # Once per outage: a controller that is down is tried again every few hundred ms.
+                if unreachable_since is None:
+                    unreachable_since = time.monotonic()
+                    log.warning("cannot reach the controller at %s:%s: %s (trying again until it answers)",
+                                host, port, exc)
+                else:
+                    log.debug("still cannot reach the controller at %s:%s: %s", host, port, exc)
             if self.client:
                 await self.client.close()
             await asyncio.sleep(RECONNECT_DELAY_S)
