@@ -4,6 +4,12 @@ The node registers with the controller, long-polls it for new record batches, ap
 to its own copy of the metadata log (so a restart replays locally first) and applies them
 to the image. Waiters (admin requests that must see their own change) are woken through a
 condition, never by polling.
+
+A node whose next offset is below the controller's log start (new, or down while the controller
+deleted the log before a snapshot) is sent the snapshot's id instead of records: it fetches the
+snapshot in chunks, keeps it as its own `.checkpoint`, restarts its copy of the log at the
+snapshot's end and rebuilds its image from it. At start-up it loads its latest valid snapshot,
+then its log after it.
 """
 from __future__ import annotations
 
@@ -13,16 +19,20 @@ import os
 import uuid
 
 from cluster.formats.control import ControlClient, ControlError
+from cluster.formats.image import MetadataImage
 from cluster.formats.listeners import SECURITY_PROTOCOL_IDS
 from cluster.formats.metadata_log import (
-    METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
+    METADATA_PARTITION_DIR, MetadataLogGap, load_snapshot_and_log, read_meta_properties, write_meta_properties,
+)
+from cluster.formats.snapshots import (
+    CorruptSnapshotError, SnapshotId, delete_snapshots_before, parse_snapshot, write_snapshot_file,
 )
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.records import iter_batch_headers
 from cluster.runtime.shutdown import cancel_and_wait, cancel_requested
-from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, freeze_long_lived
+from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -30,6 +40,7 @@ log = logging.getLogger(__name__)
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 FETCH_MAX_WAIT_MS = 5000
 RECONNECT_DELAY_S = 0.2
+SNAPSHOT_CHUNK_BYTES = 4 << 20
 
 
 class ControllerUnavailable(Exception):
@@ -68,8 +79,16 @@ class MetadataSync:
                      self.broker.log_dir)
             return
         self.log = PartitionLog(self.broker.log_dir / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
-        replay_partition_log(self.log, self.image)
-        log.info("replayed local metadata log up to offset %d", self.image.offset)
+        try:
+            snapshot_id = load_snapshot_and_log(self.log.directory, self.log, self.image)
+        except MetadataLogGap as exc:
+            log.warning("%s; fetching the metadata from the controller again", exc)
+            self.log.truncate_fully_and_start_at(0)
+            return
+        if snapshot_id:
+            log.info("loaded local metadata snapshot %s, then the log up to offset %d", snapshot_id, self.image.offset)
+        else:
+            log.info("replayed local metadata log up to offset %d", self.image.offset)
 
     @property
     def next_offset(self) -> int:
@@ -188,8 +207,59 @@ class MetadataSync:
                 "fetch_metadata", offset=self.next_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
-            if reply["data"]:
+            if reply.get("snapshot_id"):
+                await self._install_snapshot(SnapshotId(*reply["snapshot_id"]))
+            elif reply["data"]:
                 await self._apply_in_order(reply["data"])
+
+    async def _install_snapshot(self, snapshot_id: SnapshotId) -> None:
+        """Fetch the controller's snapshot, keep it, restart the local log after it and rebuild the image."""
+        data = await self._fetch_snapshot(snapshot_id)
+        if data is None:
+            return
+        try:
+            snapshot = parse_snapshot(data, snapshot_id, f"the controller's snapshot {snapshot_id}")
+        except CorruptSnapshotError as exc:
+            raise ControlError(str(exc)) from None
+        log.info("metadata offset %d is below the controller's log start: loading its snapshot %s (%d bytes)",
+                 self.next_offset, snapshot_id, len(data))
+        if self._applying is not None:
+            await asyncio.wait([self._applying])
+        image = MetadataImage(cluster_id=self.image.cluster_id)
+        async for _, name, fields in gently(snapshot.records(), TimeSlice()):
+            image.apply(snapshot_id.last_offset, name, fields)
+        image.offset = snapshot_id.last_offset
+        if self.log:
+            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+            self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+            delete_snapshots_before(self.log.directory, snapshot_id)
+        else:
+            self._fetched_end = snapshot_id.end_offset
+        self.image.replace_with(image)
+        await self.broker.replicas.reconcile(None)
+        self.applied_offset = self.image.offset
+        freeze_long_lived()
+        async with self.applied:
+            self.applied.notify_all()
+        self._heartbeat_now.set()
+
+    async def _fetch_snapshot(self, snapshot_id: SnapshotId) -> bytes | None:
+        """The snapshot's bytes, a chunk at a time; None if the controller replaced it meanwhile."""
+        data = bytearray()
+        while True:
+            reply = await self._call_through_faults(
+                "fetch_snapshot", end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch, position=len(data),
+                max_bytes=SNAPSHOT_CHUNK_BYTES)
+            if reply["error_code"]:
+                log.info("snapshot %s is no longer at the controller (error %d): asking again",
+                         snapshot_id, reply["error_code"])
+                return None
+            data += reply["data"]
+            if len(data) >= reply["size"]:
+                return bytes(data)
+            if not reply["data"]:
+                raise ControlError(f"the controller's snapshot {snapshot_id} ended at byte {len(data)} "
+                                   f"of {reply['size']}")
 
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000
