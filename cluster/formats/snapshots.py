@@ -19,14 +19,15 @@ import os
 import struct
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from cluster.formats.image import CONFIG_RESOURCE_TOPIC, MetadataImage
-from cluster.formats.metadata_records import encode_record, iter_metadata_records
+from cluster.formats.metadata_records import decode_record, encode_record
 from cluster.formats.records import (
-    ATTR_CONTROL, HEADER_SIZE, CorruptRecordError, encode_batch, frame_records, iter_records, read_header,
-    seal_batch, validate_batch,
+    ATTR_CONTROL, HEADER_SIZE, CorruptRecordError, encode_batch, frame_records, iter_batch_headers, iter_records,
+    read_header, seal_batch, validate_batch,
 )
 
 SUFFIX = ".checkpoint"
@@ -203,7 +204,7 @@ class Snapshot(NamedTuple):
 
     def records(self) -> Iterator[tuple[int, str, dict | None]]:
         """(offset within the snapshot, record type, fields) of every metadata record."""
-        return iter_metadata_records(self.data)
+        return _records_sharing_partition_tails(self.data)
 
 
 def read_snapshot_file(path) -> Snapshot:
@@ -262,6 +263,44 @@ def _control_value(view: memoryview, position: int, header, expected_type: int, 
     if control_type != expected_type or len(record.value) < layout.size:
         raise CorruptSnapshotError(f"{name}: expected the snapshot {what} record, found control type {control_type}")
     return layout.unpack_from(record.value)
+
+
+# A PartitionRecord's value: frame version 1, type 3, version, then partition id (int32) and topic id
+# (uuid) at fixed places; what follows (replicas, ISR, leader, epochs) repeats across partitions.
+_PARTITION_RECORD_PREFIX = b"\x01\x03"
+_PARTITION_TAIL = 2 + 1 + 4 + 16
+_PARTITION_ID = struct.Struct(">i")
+
+
+def _records_sharing_partition_tails(data) -> Iterator[tuple[int, str, dict | None]]:
+    """iter_metadata_records, decoding each distinct PartitionRecord tail once: the partitions of a
+    cluster share a handful of replica sets and epochs, and decoding them is most of a load's time."""
+    view = memoryview(data)
+    decoded_tails: dict[bytes, dict] = {}
+    topic_ids: dict[bytes, uuid.UUID] = {}
+    for position, header in iter_batch_headers(view):
+        if header.is_control:
+            continue
+        for record in iter_records(view[position:position + header.size]):
+            value = record.value
+            if value is None:
+                raise CorruptRecordError(f"metadata record at offset {record.offset} has no value")
+            if value[:2] != _PARTITION_RECORD_PREFIX or len(value) <= _PARTITION_TAIL:
+                name, _, fields = decode_record(value)
+                yield record.offset, name, fields
+                continue
+            tail = value[2:3] + value[_PARTITION_TAIL:]
+            shared = decoded_tails.get(tail)
+            if shared is None:
+                shared = decoded_tails[tail] = decode_record(value)[2]
+            fields = shared.copy()
+            fields["partition_id"] = _PARTITION_ID.unpack_from(value, 3)[0]
+            raw_id = value[7:_PARTITION_TAIL]
+            topic_id = topic_ids.get(raw_id)
+            if topic_id is None:
+                topic_id = topic_ids[raw_id] = uuid.UUID(bytes=raw_id)
+            fields["topic_id"] = topic_id
+            yield record.offset, "PartitionRecord", fields
 
 
 def replay_snapshot(snapshot: Snapshot, image: MetadataImage) -> None:
