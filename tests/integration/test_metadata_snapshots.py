@@ -16,6 +16,7 @@ from cluster.launch import Cluster
 
 SNAPSHOT_BYTES = 4096
 TOPICS = [f"snap-{i:02d}" for i in range(24)]
+LATER_TOPICS = [f"snap-later-{i:02d}" for i in range(24)]
 
 
 def metadata_dir(process_dir):
@@ -78,9 +79,22 @@ def test_snapshot_trims_the_log_serves_a_new_node_and_survives_a_restart(tmp_pat
         assert "loaded metadata snapshot SnapshotId(end_offset=" in controller_log
         assert " WARNING " not in controller_log and " ERROR " not in controller_log
 
+        # A node down while the log was trimmed again catches up from the newer snapshot.
+        restarted.stop_node(new_node)
+        before = list_snapshots(controller_dir)[-1]
+        admin = KafkaAdminClient(bootstrap_servers=restarted.address(restarted.nodes[1]))
+        try:
+            admin.create_topics([NewTopic(name, 2, 1) for name in LATER_TOPICS])
+        finally:
+            admin.close()
+        wait_for(lambda: list_snapshots(controller_dir)[-1] > before, what="a newer controller snapshot")
+        restarted.restart_node(new_node)
+        assert list_snapshots(node_dir)[-1] > before
+        assert topics_at(restarted.address(restarted.nodes[new_node])) == set(TOPICS + LATER_TOPICS)
+
     # The image the real cluster's snapshot and log make is recreated whole by a snapshot of it.
     image = load_metadata_image(data_dir / "controller")
-    assert {name for name in image.topics if name.startswith("snap-")} == set(TOPICS)
+    assert {name for name in image.topics if name.startswith("snap-")} == set(TOPICS + LATER_TOPICS)
     snapshot_id, data = snapshot_of(image, epoch=1)
     rebuilt = MetadataImage(cluster_id=image.cluster_id)
     replay_snapshot(parse_snapshot(data, snapshot_id), rebuilt)
