@@ -24,7 +24,6 @@ latest valid snapshot and the log after it.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import time
@@ -38,8 +37,8 @@ from cluster.formats.metadata_records import encode_record, iter_metadata_record
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import frame_records, seal_batch
 from cluster.formats.snapshots import (
-    SNAPSHOT_NOT_FOUND, POSITION_OUT_OF_RANGE, SnapshotBuilder, SnapshotId, delete_snapshots_before, image_records,
-    snapshot_path, write_snapshot_file,
+    POSITION_OUT_OF_RANGE, SNAPSHOT_NOT_FOUND, SnapshotId, delete_snapshots_before, encode_image_gently, snapshot_path,
+    snapshot_settings, write_snapshot_file,
 )
 from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 
@@ -49,9 +48,6 @@ METADATA_TOPIC_ID = uuid.UUID(int=1)
 CONTROLLER_EPOCH = 1
 # Records encoded between two chances for the event loop to run something else.
 ENCODE_SLICE = 100
-# Kafka's defaults for metadata.log.max.record.bytes.between.snapshots and metadata.log.max.snapshot.interval.ms.
-SNAPSHOT_BYTES_DEFAULT = 20 * 1024 * 1024
-SNAPSHOT_INTERVAL_MS_DEFAULT = 60 * 60 * 1000
 
 
 class MetadataWriter:
@@ -69,8 +65,7 @@ class MetadataWriter:
             log.info("loaded metadata snapshot %s, then the log up to offset %d", self.snapshot_id, self.image.offset)
         else:
             log.info("replayed the metadata log up to offset %d", self.image.offset)
-        self.snapshot_bytes = SNAPSHOT_BYTES_DEFAULT
-        self.snapshot_interval_s = SNAPSHOT_INTERVAL_MS_DEFAULT / 1000
+        self.snapshot_bytes, self.snapshot_interval_s = snapshot_settings(BrokerConfig())
         self.bytes_since_snapshot = self.log.size_bytes()
         self._last_append_ms = 0
         self._snapshot_task: asyncio.Task | None = None
@@ -78,10 +73,7 @@ class MetadataWriter:
 
     def configure_snapshots(self, config: BrokerConfig) -> None:
         """Take the snapshot settings from the controller's broker config (`--set`)."""
-        between = config.get("metadata.log.max.record.bytes.between.snapshots").strip()
-        interval = config.get("metadata.log.max.snapshot.interval.ms").strip()
-        self.snapshot_bytes = int(between) if between else SNAPSHOT_BYTES_DEFAULT
-        self.snapshot_interval_s = (int(interval) if interval else SNAPSHOT_INTERVAL_MS_DEFAULT) / 1000
+        self.snapshot_bytes, self.snapshot_interval_s = snapshot_settings(config)
 
     @property
     def log_start_offset(self) -> int:
@@ -143,7 +135,7 @@ class MetadataWriter:
                 snapshot_id = SnapshotId(self.end_offset, CONTROLLER_EPOCH)
                 if self.snapshot_id is not None and snapshot_id <= self.snapshot_id:
                     return None
-                data = await self._encode_snapshot(snapshot_id)
+                data = await encode_image_gently(self.image, snapshot_id, self._last_append_ms, ENCODE_SLICE)
                 # The next record starts a segment of its own: the ones before can go as a whole.
                 self.log.roll()
                 self.bytes_since_snapshot = 0
@@ -157,15 +149,6 @@ class MetadataWriter:
         except Exception as exc:  # the log stays whole; the next append tries again
             log.error("writing a metadata snapshot failed: %s", exc)
             return None
-
-    async def _encode_snapshot(self, snapshot_id: SnapshotId) -> bytes:
-        builder = SnapshotBuilder(snapshot_id, last_contained_log_timestamp=self._last_append_ms)
-        records = image_records(self.image)
-        time_slice = TimeSlice()
-        while chunk := list(itertools.islice(records, ENCODE_SLICE)):
-            builder.add(chunk)
-            await time_slice.give_way()
-        return builder.finish()
 
     def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> dict:
         """A chunk of a snapshot file, as Kafka's FetchSnapshot answers: its size and the bytes from position."""

@@ -15,6 +15,7 @@ begins with the header and ends with the footer, so one cut short or damaged is 
 """
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import tempfile
@@ -25,6 +26,7 @@ from typing import Iterator, NamedTuple
 
 from cluster.formats.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from cluster.formats.metadata_records import decode_record, encode_record
+from cluster.runtime.time_slices import TimeSlice
 from cluster.formats.records import (
     ATTR_CONTROL, HEADER_SIZE, CorruptRecordError, encode_batch, frame_records, iter_batch_headers, iter_records,
     read_header, seal_batch, validate_batch,
@@ -51,8 +53,21 @@ _FOOTER_VALUE = struct.Struct(">hB")  # version, no tagged fields
 SNAPSHOT_NOT_FOUND = 98
 POSITION_OUT_OF_RANGE = 99
 
+# Kafka's defaults for metadata.log.max.record.bytes.between.snapshots and metadata.log.max.snapshot.interval.ms.
+SNAPSHOT_BYTES_DEFAULT = 20 * 1024 * 1024
+SNAPSHOT_INTERVAL_MS_DEFAULT = 60 * 60 * 1000
+
 # Records per batch of a snapshot's body.
 RECORDS_PER_BATCH = 1000
+
+# A PartitionRecord's value: frame version 1, type 3, version, then partition id (int32) and topic id
+# (uuid) at fixed places; what follows (replicas, ISR, leader, epochs) repeats across partitions.
+_PARTITION_RECORD_PREFIX = b"\x01\x03"
+_PARTITION_TAIL = 2 + 1 + 4 + 16
+_PARTITION_ID = struct.Struct(">i")
+# The fields image_records gives a PartitionRecord.
+_PARTITION_FIELDS = {"partition_id", "topic_id", "replicas", "isr", "removing_replicas", "adding_replicas", "leader",
+                     "leader_recovery_state", "leader_epoch", "partition_epoch"}
 
 
 class SnapshotId(NamedTuple):
@@ -66,6 +81,15 @@ class SnapshotId(NamedTuple):
 
 class CorruptSnapshotError(Exception):
     """A snapshot file that is cut short, damaged or not a snapshot."""
+
+
+def snapshot_settings(config) -> tuple[int, float]:
+    """(bytes written between snapshots, seconds between snapshots) from a broker config's
+    metadata.log.max.record.bytes.between.snapshots and metadata.log.max.snapshot.interval.ms."""
+    between = config.get("metadata.log.max.record.bytes.between.snapshots").strip()
+    interval = config.get("metadata.log.max.snapshot.interval.ms").strip()
+    return (int(between) if between else SNAPSHOT_BYTES_DEFAULT,
+            (int(interval) if interval else SNAPSHOT_INTERVAL_MS_DEFAULT) / 1000)
 
 
 # --- file names ---
@@ -139,16 +163,31 @@ class SnapshotBuilder:
         self.next_offset = 1
         self._body = bytearray()
         self._count = 0
+        self._partition_tails: dict[tuple, tuple[bytes, bytes]] = {}
 
     def add(self, records: list[tuple[str, dict]]) -> None:
         start = 0
         while start < len(records):
             chunk = records[start:start + RECORDS_PER_BATCH - self._count]
-            frame_records([(None, encode_record(name, fields)) for name, fields in chunk], self._count, self._body)
+            frame_records([(None, self._encode(name, fields)) for name, fields in chunk], self._count, self._body)
             self._count += len(chunk)
             start += len(chunk)
             if self._count == RECORDS_PER_BATCH:
                 self._seal()
+
+    def _encode(self, name: str, fields: dict) -> bytes:
+        """encode_record, with the part of a PartitionRecord after its partition and topic ids encoded
+        once per distinct replica set and epochs (most of a large snapshot's encoding otherwise)."""
+        if name != "PartitionRecord" or fields.keys() != _PARTITION_FIELDS:
+            return encode_record(name, fields)
+        key = (tuple(fields["replicas"]), tuple(fields["isr"]), tuple(fields["removing_replicas"]),
+               tuple(fields["adding_replicas"]), fields["leader"], fields["leader_recovery_state"],
+               fields["leader_epoch"], fields["partition_epoch"])
+        parts = self._partition_tails.get(key)
+        if parts is None:
+            value = encode_record(name, fields)
+            parts = self._partition_tails[key] = (value[:3], value[_PARTITION_TAIL:])
+        return parts[0] + _PARTITION_ID.pack(fields["partition_id"]) + fields["topic_id"].bytes + parts[1]
 
     def _seal(self) -> None:
         if self._count:
@@ -265,13 +304,6 @@ def _control_value(view: memoryview, position: int, header, expected_type: int, 
     return layout.unpack_from(record.value)
 
 
-# A PartitionRecord's value: frame version 1, type 3, version, then partition id (int32) and topic id
-# (uuid) at fixed places; what follows (replicas, ISR, leader, epochs) repeats across partitions.
-_PARTITION_RECORD_PREFIX = b"\x01\x03"
-_PARTITION_TAIL = 2 + 1 + 4 + 16
-_PARTITION_ID = struct.Struct(">i")
-
-
 def _records_sharing_partition_tails(data) -> Iterator[tuple[int, str, dict | None]]:
     """iter_metadata_records, decoding each distinct PartitionRecord tail once: the partitions of a
     cluster share a handful of replica sets and epochs, and decoding them is most of a load's time."""
@@ -361,6 +393,19 @@ def _broker_fields(broker) -> dict:
                        for e in broker.endpoints],
         "rack": broker.rack, "fenced": broker.fenced, "in_controlled_shutdown": broker.in_controlled_shutdown,
     }
+
+
+async def encode_image_gently(image: MetadataImage, snapshot_id: SnapshotId, last_contained_log_timestamp: int = 0,
+                              slice_records: int = 100) -> bytes:
+    """The snapshot of image, encoded slice_records at a time with the event loop given its way
+    between slices; the caller keeps the image from changing meanwhile."""
+    builder = SnapshotBuilder(snapshot_id, last_contained_log_timestamp)
+    records = image_records(image)
+    time_slice = TimeSlice()
+    while chunk := list(itertools.islice(records, slice_records)):
+        builder.add(chunk)
+        await time_slice.give_way()
+    return builder.finish()
 
 
 def snapshot_of(image: MetadataImage, epoch: int, now_ms: int | None = None) -> tuple[SnapshotId, bytes]:

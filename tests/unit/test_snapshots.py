@@ -14,7 +14,8 @@ from cluster.formats.image import CONFIG_RESOURCE_GROUP, MetadataImage
 from cluster.formats.metadata_log import (
     METADATA_PARTITION_DIR, MetadataLogGap, load_metadata_image, load_snapshot_and_log,
 )
-from cluster.formats.metadata_records import encode_metadata_batch
+from cluster.formats.metadata_records import encode_metadata_batch, encode_record, iter_metadata_records
+from cluster.formats.records import iter_batch_headers, iter_records
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.snapshots import (
     CorruptSnapshotError, SnapshotBuilder, SnapshotId, delete_snapshots_before, footer_batch, header_batch,
@@ -240,6 +241,24 @@ def test_replaying_a_snapshot_recreates_the_image_it_was_taken_of():
     assert ("ConfigRecord", {"resource_type": 2, "resource_name": "gone"}) not in [
         (n, {k: f[k] for k in ("resource_type", "resource_name")}) for n, f in image_records(image)
         if n == "ConfigRecord" and f["resource_name"] == "gone"]
+
+
+def test_partition_records_sharing_a_tail_encode_and_decode_as_each_alone():
+    image = MetadataImage(offset=500)
+    for t in range(3):
+        topic_id = uuid.uuid4()
+        image.apply(0, "TopicRecord", {"name": f"t{t}", "topic_id": topic_id})
+        for p in range(40):
+            replicas = [(p + i) % 4 + 1 for i in range(3)]
+            image.apply(0, "PartitionRecord", {
+                "partition_id": p, "topic_id": topic_id, "replicas": replicas, "isr": replicas[:1 + p % 3],
+                "removing_replicas": [], "adding_replicas": [], "leader": replicas[p % 2], "leader_epoch": p % 5,
+                "partition_epoch": p % 7})
+    snapshot_id, data = snapshot_of(image, epoch=1, now_ms=NOW)
+    values = [record.value for position, header in iter_batch_headers(data) if not header.is_control
+              for record in iter_records(memoryview(data)[position:position + header.size])]
+    assert values == [encode_record(name, fields) for name, fields in image_records(image)]
+    assert list(parse_snapshot(data, snapshot_id).records()) == list(iter_metadata_records(data))
 
 
 def test_kafka_37_fixture_image_survives_a_snapshot(tmp_path):
