@@ -9,13 +9,17 @@ A node whose next offset is below the controller's log start (new, or down while
 deleted the log before a snapshot) is sent the snapshot's id instead of records: it fetches the
 snapshot in chunks, keeps it as its own `.checkpoint`, restarts its copy of the log at the
 snapshot's end and rebuilds its image from it. At start-up it loads its latest valid snapshot,
-then its log after it.
+then its log after it. Like a Kafka broker, it also snapshots its own image once
+`metadata.log.max.record.bytes.between.snapshots` bytes were fetched since the last snapshot (or
+`metadata.log.max.snapshot.interval.ms` passed, checked as batches arrive), and deletes its copy
+of the log before it.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import time
 import uuid
 
 from cluster.formats.control import ControlClient, ControlError
@@ -25,7 +29,8 @@ from cluster.formats.metadata_log import (
     METADATA_PARTITION_DIR, MetadataLogGap, load_snapshot_and_log, read_meta_properties, write_meta_properties,
 )
 from cluster.formats.snapshots import (
-    CorruptSnapshotError, SnapshotId, delete_snapshots_before, parse_snapshot, write_snapshot_file,
+    CorruptSnapshotError, SnapshotId, delete_snapshots_before, encode_image_gently, parse_snapshot, snapshot_settings,
+    write_snapshot_file,
 )
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.topic_ids import topic_id_to_kafka_string
@@ -61,6 +66,9 @@ class MetadataSync:
         self.applied = asyncio.Condition()
         self._applying: asyncio.Task | None = None
         self._fetched_end = 0  # without a copy of the log: the offset after the last batch fetched
+        self._snapshot_bytes, self._snapshot_interval_s = snapshot_settings(broker.config)
+        self._bytes_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
         self._heartbeat_now = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._registered = asyncio.Event()
@@ -85,6 +93,7 @@ class MetadataSync:
             log.warning("%s; fetching the metadata from the controller again", exc)
             self.log.truncate_fully_and_start_at(0)
             return
+        self._bytes_since_snapshot = self.log.size_bytes()
         if snapshot_id:
             log.info("loaded local metadata snapshot %s, then the log up to offset %d", snapshot_id, self.image.offset)
         else:
@@ -107,6 +116,34 @@ class MetadataSync:
             self._fetched_end = max(header.next_offset for _, header in iter_batch_headers(data))
         self._applying = asyncio.create_task(self._apply(data, self._applying))
         await asyncio.shield(self._applying)
+        if self.log:
+            self._bytes_since_snapshot += len(data)
+            if self._snapshot_due():
+                await self._snapshot_local_log()
+
+    def _snapshot_due(self) -> bool:
+        return self._bytes_since_snapshot >= self._snapshot_bytes or (
+            self._bytes_since_snapshot > 0 and time.monotonic() - self._last_snapshot >= self._snapshot_interval_s)
+
+    async def _snapshot_local_log(self) -> None:
+        """Snapshot the image at the local log's end and delete the log before it. Runs in the fetch
+        loop once every fetched batch is applied, so nothing changes the image while it is encoded."""
+        snapshot_id = SnapshotId(self.log.log_end_offset, self.log.latest_epoch or 0)
+        if self.image.offset != snapshot_id.last_offset:
+            return
+        data = await encode_image_gently(self.image, snapshot_id)
+        self.log.roll()
+        self._bytes_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        try:
+            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+        except OSError as exc:
+            log.error("writing a metadata snapshot failed: %s", exc)
+            return
+        self.log.advance_log_start_offset(snapshot_id.end_offset)
+        delete_snapshots_before(self.log.directory, snapshot_id)
+        log.info("metadata snapshot %s written (%d bytes); the local log now starts at offset %d",
+                 snapshot_id, len(data), self.log.log_start_offset)
 
     async def _apply(self, data: bytes, previous: asyncio.Task | None) -> None:
         """Apply fetched batches to the image and the hosted partitions, in slices that give way to
@@ -233,6 +270,8 @@ class MetadataSync:
             await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
             self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
             delete_snapshots_before(self.log.directory, snapshot_id)
+            self._bytes_since_snapshot = 0
+            self._last_snapshot = time.monotonic()
         else:
             self._fetched_end = snapshot_id.end_offset
         self.image.replace_with(image)

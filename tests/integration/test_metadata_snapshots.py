@@ -63,13 +63,18 @@ def test_snapshot_trims_the_log_serves_a_new_node_and_survives_a_restart(tmp_pat
 
         new_node = cluster.add_node()
         node_dir = metadata_dir(data_dir / f"node-{new_node}")
-        node_snapshots = list_snapshots(node_dir)
-        assert node_snapshots and node_snapshots[-1] >= snapshot
-        got = node_snapshots[-1]
-        # What the node keeps is the controller's file, byte for byte, and its log starts after it.
-        assert snapshot_path(node_dir, got).read_bytes() == snapshot_path(controller_dir, got).read_bytes()
-        assert log_bases(node_dir)[0] == got.end_offset
+        node_log = (data_dir / "logs" / f"node-{new_node}.log").read_text()
+        assert ("metadata offset 0 is below the controller's log start: loading its snapshot "
+                f"SnapshotId(end_offset={snapshot.end_offset}, epoch=1)") in node_log
+        # It keeps the snapshot (or a later one of its own) and its log starts after it.
+        kept = list_snapshots(node_dir)[-1]
+        assert kept >= snapshot and log_bases(node_dir)[0] == kept.end_offset
         assert topics_at(cluster.address(cluster.nodes[new_node])) == set(TOPICS)
+        # The first node, never behind, snapshotted its own copy of the log past the same byte limit.
+        first_node_dir = metadata_dir(data_dir / "node-1")
+        own = wait_for(lambda: list_snapshots(first_node_dir), what="node 1's own snapshot")[-1]
+        assert log_bases(first_node_dir)[0] == own.end_offset > 0
+        assert "loading its snapshot" not in (data_dir / "logs" / "node-1.log").read_text()
 
     with Cluster(nodes=2, data_dir=data_dir, node_config=config) as restarted:
         assert sorted(restarted.nodes) == [1, new_node]

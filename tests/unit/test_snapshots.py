@@ -310,3 +310,20 @@ def test_the_controller_snapshots_past_the_byte_limit_and_restarts_from_it(tmp_p
         assert comparable(reopened.image) == expected and len(reopened.image.topics) == 32
         reopened.close()
     asyncio.run(scenario())
+
+
+def test_the_controller_snapshots_after_the_interval_and_reads_its_settings(tmp_path):
+    from cluster.formats.config import BrokerConfig
+
+    async def scenario():
+        writer = MetadataWriter(tmp_path, "cluster-1")
+        assert (writer.snapshot_bytes, writer.snapshot_interval_s) == (20 * 1024 * 1024, 3600.0)
+        writer.configure_snapshots(BrokerConfig({"metadata.log.max.record.bytes.between.snapshots": "4096",
+                                                 "metadata.log.max.snapshot.interval.ms": "50"}))
+        assert (writer.snapshot_bytes, writer.snapshot_interval_s) == (4096, 0.05)
+        await write_topics(writer, 1)
+        assert writer.snapshot_id is None
+        await asyncio.sleep(0.3)
+        assert writer.snapshot_id == SnapshotId(2, 1) == list_snapshots(tmp_path / METADATA_PARTITION_DIR)[-1]
+        writer.close()
+    asyncio.run(scenario())
