@@ -11,9 +11,7 @@ from cluster.formats.config import parse_properties
 from cluster.formats.image import MetadataImage
 from cluster.formats.metadata_records import iter_metadata_records
 from cluster.formats.records import iter_batch_headers
-from cluster.formats.snapshots import (
-    CorruptSnapshotError, SnapshotId, list_snapshots, read_snapshot_file, replay_snapshot, snapshot_path,
-)
+from cluster.formats.snapshots import SnapshotId, latest_valid_snapshot, replay_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +51,29 @@ def replay_partition_log(log, image: MetadataImage, chunk_bytes: int = 8 << 20, 
         offset = max(header.next_offset for _, header in iter_batch_headers(chunk.records))
 
 
+def _refused(error: Exception) -> None:
+    log.warning("metadata snapshot refused, falling back to an older snapshot or the log: %s", error)
+
+
 def load_snapshot_and_log(directory, metadata_log, image: MetadataImage) -> SnapshotId | None:
     """Rebuild image from a metadata log directory: the latest valid snapshot the log continues from,
     then the log after it. A snapshot that is cut short or damaged is skipped with one WARNING line
     (an older one or the log from its start serves instead); when nothing can, MetadataLogGap.
     A log that ends before the snapshot (a crash between writing a fetched snapshot and resetting
     the log) restarts at the snapshot's end."""
-    directory = Path(directory)
-    for snapshot_id in reversed(list_snapshots(directory)):
-        if snapshot_id.end_offset < metadata_log.log_start_offset:
-            break
-        try:
-            snapshot = read_snapshot_file(snapshot_path(directory, snapshot_id))
-        except (CorruptSnapshotError, OSError) as exc:
-            log.warning("metadata snapshot refused, falling back to an older snapshot or the log: %s", exc)
-            continue
-        replay_snapshot(snapshot, image)
-        if metadata_log.log_end_offset < snapshot_id.end_offset:
-            metadata_log.truncate_fully_and_start_at(snapshot_id.end_offset)
-        replay_partition_log(metadata_log, image, start=snapshot_id.end_offset)
-        return snapshot_id
-    if metadata_log.log_start_offset > 0:
-        raise MetadataLogGap(f"the metadata log in {directory} starts at offset {metadata_log.log_start_offset} and no "
-                             f"valid snapshot reaches it: the metadata image cannot be rebuilt")
-    replay_partition_log(metadata_log, image)
-    return None
+    snapshot = latest_valid_snapshot(directory, metadata_log.log_start_offset, _refused)
+    if snapshot is None:
+        if metadata_log.log_start_offset > 0:
+            raise MetadataLogGap(f"the metadata log in {directory} starts at offset {metadata_log.log_start_offset} "
+                                 f"and no valid snapshot reaches it: the metadata image cannot be rebuilt")
+        replay_partition_log(metadata_log, image)
+        return None
+    snapshot_id = snapshot.snapshot_id
+    replay_snapshot(snapshot, image)
+    if metadata_log.log_end_offset < snapshot_id.end_offset:
+        metadata_log.truncate_fully_and_start_at(snapshot_id.end_offset)
+    replay_partition_log(metadata_log, image, start=snapshot_id.end_offset)
+    return snapshot_id
 
 
 def load_metadata_image(log_dir) -> MetadataImage:
@@ -86,15 +82,11 @@ def load_metadata_image(log_dir) -> MetadataImage:
     log_dir = Path(log_dir)
     image = MetadataImage(cluster_id=read_meta_properties(log_dir).get("cluster.id"))
     directory = log_dir / METADATA_PARTITION_DIR
+    snapshot = latest_valid_snapshot(directory, on_refused=_refused)
     start = 0
-    for snapshot_id in reversed(list_snapshots(directory)):
-        try:
-            replay_snapshot(read_snapshot_file(snapshot_path(directory, snapshot_id)), image)
-        except (CorruptSnapshotError, OSError) as exc:
-            log.warning("metadata snapshot refused, falling back to an older snapshot or the log: %s", exc)
-            continue
-        start = snapshot_id.end_offset
-        break
+    if snapshot is not None:
+        replay_snapshot(snapshot, image)
+        start = snapshot.snapshot_id.end_offset
     segments = sorted(directory.glob("*.log"), key=lambda p: int(p.stem))
     for segment in segments:
         data = segment.read_bytes()

@@ -254,6 +254,20 @@ def read_snapshot_file(path) -> Snapshot:
     return parse_snapshot(path.read_bytes(), snapshot_id, path.name)
 
 
+def latest_valid_snapshot(directory, min_end_offset: int = 0, on_refused=None) -> Snapshot | None:
+    """The newest snapshot of directory that reads whole, among those ending at min_end_offset or
+    later; on_refused(error) hears of each newer one skipped because it is cut short or damaged."""
+    for snapshot_id in reversed(list_snapshots(directory)):
+        if snapshot_id.end_offset < min_end_offset:
+            return None
+        try:
+            return read_snapshot_file(snapshot_path(directory, snapshot_id))
+        except (CorruptSnapshotError, OSError) as exc:
+            if on_refused is not None:
+                on_refused(exc)
+    return None
+
+
 def parse_snapshot(data, snapshot_id: SnapshotId, name: str = "snapshot") -> Snapshot:
     """Check a snapshot's bytes whole (every batch's CRC, offsets from 0, the header first, the
     footer last and nothing after it); a CorruptSnapshotError says what is wrong."""
