@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from cluster.formats.image import CONFIG_RESOURCE_TOPIC, MetadataImage
+from cluster.formats.image import MetadataImage
 from cluster.formats.metadata_records import decode_record, encode_record
 from cluster.runtime.time_slices import TimeSlice
 from cluster.formats.records import (
@@ -377,8 +377,6 @@ def image_records(image: MetadataImage) -> Iterator[tuple[str, dict]]:
                 "partition_epoch": partition.partition_epoch,
             }
     for (resource_type, resource_name), configs in list(image.configs.items()):
-        if resource_type == CONFIG_RESOURCE_TOPIC and resource_name not in image.topics:
-            continue
         for name, value in list(configs.items()):
             yield "ConfigRecord", {"resource_type": resource_type, "resource_name": resource_name, "name": name,
                                    "value": value}
