@@ -260,14 +260,22 @@ class MetadataSync:
             raise ControlError(str(exc)) from None
         log.info("metadata offset %d is below the controller's log start: loading its snapshot %s (%d bytes)",
                  self.next_offset, snapshot_id, len(data))
-        if self._applying is not None:
-            await asyncio.wait([self._applying])
         image = MetadataImage(cluster_id=self.image.cluster_id)
         async for _, name, fields in gently(snapshot.records(), TimeSlice()):
             image.apply(snapshot_id.last_offset, name, fields)
         image.offset = snapshot_id.last_offset
         if self.log:
             await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+        # From here on, as for fetched batches, a failing controller link does not cut the switch short.
+        self._applying = asyncio.create_task(self._adopt_snapshot(snapshot_id, image, self._applying))
+        await asyncio.shield(self._applying)
+
+    async def _adopt_snapshot(self, snapshot_id: SnapshotId, image: MetadataImage,
+                              previous: asyncio.Task | None) -> None:
+        """Restart the local log at the snapshot's end and take its image, after whatever was being applied."""
+        if previous is not None:
+            await asyncio.wait([previous])
+        if self.log:
             self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
             delete_snapshots_before(self.log.directory, snapshot_id)
             self._bytes_since_snapshot = 0
