@@ -365,7 +365,7 @@ class Controller:
         """A chunk of the snapshot args names, from args["position"] (Kafka's FetchSnapshot over the
         control channel): SNAPSHOT_NOT_FOUND once a newer snapshot replaced it."""
         snapshot_id = SnapshotId(args["end_offset"], args["epoch"])
-        max_bytes = min(args.get("max_bytes") or FETCH_SNAPSHOT_MAX_BYTES, FETCH_SNAPSHOT_MAX_BYTES)
+        max_bytes = max(1, min(args.get("max_bytes") or FETCH_SNAPSHOT_MAX_BYTES, FETCH_SNAPSHOT_MAX_BYTES))
         return await asyncio.to_thread(self.writer.read_snapshot, snapshot_id, args["position"], max_bytes)
 
     # --- admin ---

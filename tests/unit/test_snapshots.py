@@ -329,3 +329,34 @@ def test_the_controller_snapshots_after_the_interval_and_reads_its_settings(tmp_
         assert writer.snapshot_id == SnapshotId(2, 1) == list_snapshots(tmp_path / METADATA_PARTITION_DIR)[-1]
         writer.close()
     asyncio.run(scenario())
+
+
+def test_a_fetch_below_the_log_start_is_answered_with_the_snapshot_in_chunks(tmp_path):
+    from controller.server import Controller
+
+    async def scenario():
+        writer = MetadataWriter(tmp_path, "cluster-1")
+        controller = Controller(writer, {}, 2000)
+        handlers = controller.handlers()
+        await write_topics(writer, 5)
+        snapshot_id = await writer.take_snapshot()
+        await write_topics(writer, 1, start=5)
+        below = await handlers["fetch_metadata"]({"offset": 0, "max_wait_ms": 0}, None)
+        assert below == {"data": b"", "high_watermark": writer.end_offset, "snapshot_id": [10, 1]}
+        at_start = await handlers["fetch_metadata"]({"offset": 10, "max_wait_ms": 0}, None)
+        assert [name for _, name, _ in iter_metadata_records(at_start["data"])] == ["TopicRecord", "PartitionRecord"]
+        whole = snapshot_path(tmp_path / METADATA_PARTITION_DIR, snapshot_id).read_bytes()
+        chunks, position = [], 0
+        while position < len(whole):
+            reply = await handlers["fetch_snapshot"](
+                {"end_offset": 10, "epoch": 1, "position": position, "max_bytes": 100}, None)
+            assert reply["size"] == len(whole) and reply["position"] == position
+            chunks.append(reply["data"])
+            position += len(reply["data"])
+        assert b"".join(chunks) == whole and len(chunks[0]) == 100
+        assert (await handlers["fetch_snapshot"]({"end_offset": 10, "epoch": 1, "position": -1, "max_bytes": -5},
+                                                 None)) == {"error_code": 99, "size": len(whole)}
+        assert (await handlers["fetch_snapshot"]({"end_offset": 9, "epoch": 1, "position": 0, "max_bytes": None},
+                                                 None)) == {"error_code": 98}
+        writer.close()
+    asyncio.run(scenario())
