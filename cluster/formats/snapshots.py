@@ -29,7 +29,7 @@ from cluster.formats.metadata_records import decode_record, encode_record
 from cluster.runtime.time_slices import TimeSlice
 from cluster.formats.records import (
     ATTR_CONTROL, HEADER_SIZE, CorruptRecordError, encode_batch, frame_records, iter_batch_headers, iter_records,
-    read_header, seal_batch, validate_batch,
+    read_header, read_varint, seal_batch, validate_batch,
 )
 
 SUFFIX = ".checkpoint"
@@ -321,32 +321,73 @@ def _control_value(view: memoryview, position: int, header, expected_type: int, 
 def _records_sharing_partition_tails(data) -> Iterator[tuple[int, str, dict | None]]:
     """iter_metadata_records, decoding each distinct PartitionRecord tail once: the partitions of a
     cluster share a handful of replica sets and epochs, and decoding them is most of a load's time."""
-    view = memoryview(data)
     decoded_tails: dict[bytes, dict] = {}
     topic_ids: dict[bytes, uuid.UUID] = {}
-    for position, header in iter_batch_headers(view):
+    for offset, value in _record_values(data):
+        if value[:2] != _PARTITION_RECORD_PREFIX or len(value) <= _PARTITION_TAIL:
+            name, _, fields = decode_record(value)
+            yield offset, name, fields
+            continue
+        tail = value[2:3] + value[_PARTITION_TAIL:]
+        shared = decoded_tails.get(tail)
+        if shared is None:
+            shared = decoded_tails[tail] = decode_record(value)[2]
+        fields = shared.copy()
+        fields["partition_id"] = _PARTITION_ID.unpack_from(value, 3)[0]
+        raw_id = value[7:_PARTITION_TAIL]
+        topic_id = topic_ids.get(raw_id)
+        if topic_id is None:
+            topic_id = topic_ids[raw_id] = uuid.UUID(bytes=raw_id)
+        fields["topic_id"] = topic_id
+        yield offset, "PartitionRecord", fields
+
+
+def _record_values(data) -> Iterator[tuple[int, bytes]]:
+    """(offset, value) of every record of the data batches, read with the one-byte varints that
+    frame metadata records inline (iter_records builds a Record with timestamp, key and headers for
+    each, a third of a load's time). Compressed batches go through iter_records."""
+    whole = bytes(data)
+    for position, header in iter_batch_headers(whole):
         if header.is_control:
             continue
-        for record in iter_records(view[position:position + header.size]):
-            value = record.value
-            if value is None:
-                raise CorruptRecordError(f"metadata record at offset {record.offset} has no value")
-            if value[:2] != _PARTITION_RECORD_PREFIX or len(value) <= _PARTITION_TAIL:
-                name, _, fields = decode_record(value)
-                yield record.offset, name, fields
-                continue
-            tail = value[2:3] + value[_PARTITION_TAIL:]
-            shared = decoded_tails.get(tail)
-            if shared is None:
-                shared = decoded_tails[tail] = decode_record(value)[2]
-            fields = shared.copy()
-            fields["partition_id"] = _PARTITION_ID.unpack_from(value, 3)[0]
-            raw_id = value[7:_PARTITION_TAIL]
-            topic_id = topic_ids.get(raw_id)
-            if topic_id is None:
-                topic_id = topic_ids[raw_id] = uuid.UUID(bytes=raw_id)
-            fields["topic_id"] = topic_id
-            yield record.offset, "PartitionRecord", fields
+        if header.compression:
+            for record in iter_records(memoryview(whole)[position:position + header.size]):
+                if record.value is None:
+                    raise CorruptRecordError(f"metadata record at offset {record.offset} has no value")
+                yield record.offset, record.value
+            continue
+        try:
+            yield from _batch_values(whole, position + HEADER_SIZE, position + header.size, header)
+        except IndexError:
+            raise CorruptRecordError(f"a record of the batch at offset {header.base_offset} runs past its end") from None
+
+
+def _batch_values(data: bytes, pos: int, end: int, header) -> Iterator[tuple[int, bytes]]:
+    base_offset = header.base_offset
+    for _ in range(header.record_count):
+        length, pos = _short_varint(data, pos)
+        record_end = pos + length
+        _, cursor = _short_varint(data, pos + 1)  # after the attributes: the timestamp delta
+        offset_delta, cursor = _short_varint(data, cursor)
+        key_length, cursor = _short_varint(data, cursor)
+        value_length, cursor = _short_varint(data, cursor + max(key_length, 0))
+        if value_length < 0 or cursor + value_length > record_end or record_end > end:
+            raise CorruptRecordError(f"metadata record at offset {base_offset + offset_delta} has no value "
+                                     f"within its bounds")
+        yield base_offset + offset_delta, data[cursor:cursor + value_length]
+        pos = record_end
+
+
+def _short_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """read_varint, with the one- and two-byte varints that frame records read inline."""
+    first = data[pos]
+    if first < 0x80:
+        return (first >> 1) ^ -(first & 1), pos + 1
+    second = data[pos + 1]
+    if second < 0x80:
+        raw = (first & 0x7F) | (second << 7)
+        return (raw >> 1) ^ -(raw & 1), pos + 2
+    return read_varint(data, pos)
 
 
 def replay_snapshot(snapshot: Snapshot, image: MetadataImage) -> None:

@@ -360,3 +360,15 @@ def test_a_fetch_below_the_log_start_is_answered_with_the_snapshot_in_chunks(tmp
                                                  None)) == {"error_code": 98}
         writer.close()
     asyncio.run(scenario())
+
+
+def test_a_snapshot_with_compressed_batches_reads_as_kafka_may_write_it():
+    from cluster.formats.records import encode_records
+
+    records = [feature(f"f{i}", i) for i in range(5)]
+    compressed = encode_records([(NOW, None, encode_record(name, fields), ()) for name, fields in records],
+                                compression=1, base_offset=1, leader_epoch=2)
+    data = header_batch(2, NOW, NOW) + compressed + footer_batch(6, 2, NOW)
+    snapshot = parse_snapshot(data, SnapshotId(40, 2))
+    assert [(offset, fields["name"]) for offset, _, fields in snapshot.records()] == [
+        (i + 1, f"f{i}") for i in range(5)]
