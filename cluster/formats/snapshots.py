@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from cluster.formats.compression import decompress
 from cluster.formats.image import MetadataImage
 from cluster.formats.metadata_records import decode_record, encode_record
 from cluster.runtime.time_slices import TimeSlice
@@ -345,19 +346,17 @@ def _records_sharing_partition_tails(data) -> Iterator[tuple[int, str, dict | No
 def _record_values(data) -> Iterator[tuple[int, bytes]]:
     """(offset, value) of every record of the data batches, read with the one-byte varints that
     frame metadata records inline (iter_records builds a Record with timestamp, key and headers for
-    each, a third of a load's time). Compressed batches go through iter_records."""
+    each, a third of a load's time). Kafka may write a snapshot's batches compressed."""
     whole = bytes(data)
     for position, header in iter_batch_headers(whole):
         if header.is_control:
             continue
+        start, end, batch = position + HEADER_SIZE, position + header.size, whole
         if header.compression:
-            for record in iter_records(memoryview(whole)[position:position + header.size]):
-                if record.value is None:
-                    raise CorruptRecordError(f"metadata record at offset {record.offset} has no value")
-                yield record.offset, record.value
-            continue
+            batch = decompress(header.compression, memoryview(whole)[start:end])
+            start, end = 0, len(batch)
         try:
-            yield from _batch_values(whole, position + HEADER_SIZE, position + header.size, header)
+            yield from _batch_values(batch, start, end, header)
         except IndexError:
             raise CorruptRecordError(f"a record of the batch at offset {header.base_offset} runs past its end") from None
 
