@@ -370,9 +370,10 @@ def _batch_values(data: bytes, pos: int, end: int, header) -> Iterator[tuple[int
         offset_delta, cursor = _short_varint(data, cursor)
         key_length, cursor = _short_varint(data, cursor)
         value_length, cursor = _short_varint(data, cursor + max(key_length, 0))
-        if value_length < 0 or cursor + value_length > record_end or record_end > end:
-            raise CorruptRecordError(f"metadata record at offset {base_offset + offset_delta} has no value "
-                                     f"within its bounds")
+        if record_end > end or cursor + value_length > record_end:
+            raise CorruptRecordError(f"metadata record at offset {base_offset + offset_delta} runs past its batch")
+        if value_length < 0:
+            raise CorruptRecordError(f"metadata record at offset {base_offset + offset_delta} has no value")
         yield base_offset + offset_delta, data[cursor:cursor + value_length]
         pos = record_end
 

@@ -372,3 +372,15 @@ def test_a_snapshot_with_compressed_batches_reads_as_kafka_may_write_it():
     snapshot = parse_snapshot(data, SnapshotId(40, 2))
     assert [(offset, fields["name"]) for offset, _, fields in snapshot.records()] == [
         (i + 1, f"f{i}") for i in range(5)]
+
+
+def test_a_record_running_past_its_batch_is_refused_not_read_beyond():
+    from cluster.formats.records import CorruptRecordError, seal_batch
+
+    body = bytearray()
+    write_varint(200, body)  # a record claiming 200 bytes, with 10 behind it
+    body += bytes(10)
+    data = header_batch(1, NOW, NOW) + seal_batch(body, 1, base_offset=1, timestamp=NOW) + footer_batch(2, 1, NOW)
+    snapshot = parse_snapshot(data, SnapshotId(3, 1))
+    with pytest.raises(CorruptRecordError, match="^metadata record at offset 1 runs past its batch$"):
+        list(snapshot.records())
