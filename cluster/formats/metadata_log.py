@@ -11,7 +11,7 @@ from cluster.formats.config import parse_properties
 from cluster.formats.image import MetadataImage
 from cluster.formats.metadata_records import iter_metadata_records
 from cluster.formats.records import iter_batch_headers
-from cluster.formats.snapshots import SnapshotId, latest_valid_snapshot, replay_snapshot
+from cluster.formats.snapshots import SnapshotId, load_latest_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +61,15 @@ def load_snapshot_and_log(directory, metadata_log, image: MetadataImage) -> Snap
     (an older one or the log from its start serves instead); when nothing can, MetadataLogGap.
     A log that ends before the snapshot (a crash between writing a fetched snapshot and resetting
     the log) restarts at the snapshot's end."""
-    snapshot = latest_valid_snapshot(directory, metadata_log.log_start_offset, _refused)
-    if snapshot is None:
+    loaded = load_latest_snapshot(directory, metadata_log.log_start_offset, _refused)
+    if loaded is None:
         if metadata_log.log_start_offset > 0:
             raise MetadataLogGap(f"the metadata log in {directory} starts at offset {metadata_log.log_start_offset} "
                                  f"and no valid snapshot reaches it: the metadata image cannot be rebuilt")
         replay_partition_log(metadata_log, image)
         return None
-    snapshot_id = snapshot.snapshot_id
-    replay_snapshot(snapshot, image)
+    snapshot_id, snapshot_image = loaded
+    image.replace_with(snapshot_image)
     if metadata_log.log_end_offset < snapshot_id.end_offset:
         metadata_log.truncate_fully_and_start_at(snapshot_id.end_offset)
     replay_partition_log(metadata_log, image, start=snapshot_id.end_offset)
@@ -82,11 +82,11 @@ def load_metadata_image(log_dir) -> MetadataImage:
     log_dir = Path(log_dir)
     image = MetadataImage(cluster_id=read_meta_properties(log_dir).get("cluster.id"))
     directory = log_dir / METADATA_PARTITION_DIR
-    snapshot = latest_valid_snapshot(directory, on_refused=_refused)
+    loaded = load_latest_snapshot(directory, on_refused=_refused)
     start = 0
-    if snapshot is not None:
-        replay_snapshot(snapshot, image)
-        start = snapshot.snapshot_id.end_offset
+    if loaded is not None:
+        image.replace_with(loaded[1])
+        start = loaded[0].end_offset
     segments = sorted(directory.glob("*.log"), key=lambda p: int(p.stem))
     for segment in segments:
         data = segment.read_bytes()

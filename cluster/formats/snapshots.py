@@ -255,17 +255,25 @@ def read_snapshot_file(path) -> Snapshot:
     return parse_snapshot(path.read_bytes(), snapshot_id, path.name)
 
 
-def latest_valid_snapshot(directory, min_end_offset: int = 0, on_refused=None) -> Snapshot | None:
-    """The newest snapshot of directory that reads whole, among those ending at min_end_offset or
-    later; on_refused(error) hears of each newer one skipped because it is cut short or damaged."""
+def load_latest_snapshot(directory, min_end_offset: int = 0,
+                         on_refused=None) -> tuple[SnapshotId, MetadataImage] | None:
+    """The newest snapshot of directory that reads whole (every batch and record), among those ending
+    at min_end_offset or later, replayed into a new image; on_refused(error) hears of each newer one
+    skipped because it is cut short or damaged."""
     for snapshot_id in reversed(list_snapshots(directory)):
         if snapshot_id.end_offset < min_end_offset:
             return None
+        path = snapshot_path(directory, snapshot_id)
         try:
-            return read_snapshot_file(snapshot_path(directory, snapshot_id))
+            image = MetadataImage()
+            replay_snapshot(read_snapshot_file(path), image)
+            return snapshot_id, image
         except (CorruptSnapshotError, OSError) as exc:
-            if on_refused is not None:
-                on_refused(exc)
+            error = exc
+        except CorruptRecordError as exc:
+            error = CorruptSnapshotError(f"{path.name}: {exc}")
+        if on_refused is not None:
+            on_refused(error)
     return None
 
 

@@ -384,3 +384,21 @@ def test_a_record_running_past_its_batch_is_refused_not_read_beyond():
     snapshot = parse_snapshot(data, SnapshotId(3, 1))
     with pytest.raises(CorruptRecordError, match="^metadata record at offset 1 runs past its batch$"):
         list(snapshot.records())
+
+
+def test_start_up_falls_back_from_a_snapshot_whose_records_do_not_decode(tmp_path, caplog):
+    from cluster.formats.records import seal_batch
+
+    directory = tmp_path / METADATA_PARTITION_DIR
+    log = metadata_log_with(directory, [[feature("a", 1)], [feature("b", 2)]])
+    body = bytearray()
+    write_varint(200, body)
+    body += bytes(10)
+    bad = header_batch(1, NOW, NOW) + seal_batch(body, 1, base_offset=1, timestamp=NOW) + footer_batch(2, 1, NOW)
+    write_snapshot_file(directory, SnapshotId(1, 1), bad)
+    image = MetadataImage()
+    assert load_snapshot_and_log(directory, log, image) is None
+    assert image.features == {"a": 1, "b": 2} and image.offset == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "metadata snapshot refused, falling back to an older snapshot or the log: "
+        "00000000000000000001-0000000001.checkpoint: metadata record at offset 1 runs past its batch"]
