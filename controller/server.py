@@ -17,6 +17,7 @@ from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
     iter_leaderless_partition_changes, move_leadership, register_broker_record,
 )
+from cluster.formats.snapshots import SnapshotId
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
 from controller.quorum_status import Voter, describe_quorum
@@ -26,6 +27,8 @@ from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
+# The most a fetch_snapshot answer carries (a node asks for the rest, position by position).
+FETCH_SNAPSHOT_MAX_BYTES = 4 << 20
 PRODUCER_ID_BLOCK = 1000
 FENCE_CHANGES_LOGGED = 100
 # How long a topic or partition creation waits for every live node to open the new logs.
@@ -41,6 +44,7 @@ ARGUMENTS = {
     "register": {"node_id": int, "incarnation_id": str, "host": str, "port": int, "pid": (int, type(None))},
     "heartbeat": {"node_id": int, "broker_epoch": int, "applied_offset": int},
     "fetch_metadata": {"offset": int, "max_wait_ms": (int, float, type(None))},
+    "fetch_snapshot": {"end_offset": int, "epoch": int, "position": int, "max_bytes": (int, type(None))},
     "create_topics": {"topics": list},
     "delete_topics": {"topics": list},
     "create_partitions": {"topics": list},
@@ -87,6 +91,7 @@ class Controller:
         self.defaults = defaults
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.config = config or BrokerConfig()
+        writer.configure_snapshots(self.config)
         # Brokers the log says are unfenced get a session as of now, as Kafka's controller does when it
         # takes over: one that never heartbeats to us is fenced after the timeout like any other.
         self.sessions: dict[int, Session] = {
@@ -105,6 +110,7 @@ class Controller:
             "register": self.register,
             "heartbeat": self.heartbeat,
             "fetch_metadata": self.fetch_metadata,
+            "fetch_snapshot": self.fetch_snapshot,
             "create_topics": self.create_topics,
             "delete_topics": self.delete_topics,
             "create_partitions": self.create_partitions,
@@ -354,11 +360,22 @@ class Controller:
         return True
 
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
+        """Record batches from args["offset"]; below the log start (the log before the latest snapshot
+        is deleted), the id of that snapshot instead, which the node fetches with fetch_snapshot."""
         offset = args["offset"]
+        if offset < self.writer.log_start_offset and self.writer.snapshot_id is not None:
+            return {"data": b"", "high_watermark": self.writer.end_offset, "snapshot_id": list(self.writer.snapshot_id)}
         if offset >= self.writer.end_offset:
             await self.writer.wait_for_records_from(offset, (args.get("max_wait_ms") or 0) / 1000)
         data = self.writer.read(offset, FETCH_MAX_BYTES) if offset < self.writer.end_offset else b""
         return {"data": data, "high_watermark": self.writer.end_offset}
+
+    async def fetch_snapshot(self, args: dict, conn: ControlConnection) -> dict:
+        """A chunk of the snapshot args names, from args["position"] (Kafka's FetchSnapshot over the
+        control channel): SNAPSHOT_NOT_FOUND once a newer snapshot replaced it."""
+        snapshot_id = SnapshotId(args["end_offset"], args["epoch"])
+        max_bytes = max(1, min(args.get("max_bytes") or FETCH_SNAPSHOT_MAX_BYTES, FETCH_SNAPSHOT_MAX_BYTES))
+        return await asyncio.to_thread(self.writer.read_snapshot, snapshot_id, args["position"], max_bytes)
 
     # --- admin ---
 
