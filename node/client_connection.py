@@ -26,7 +26,7 @@ from typing import Callable
 from cluster.formats.segment import FileRegion
 from cluster.runtime import timeline
 from node.security.session import PLAINTEXT_LISTENER, ListenerInfo, Session
-from node.socket_writes import write_pieces
+from node.socket_writes import tls_buffers, write_pieces
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class ClientConnection(asyncio.Protocol):
         if buffers and not self.lost:
             if timeline.ENABLED:
                 timeline.mark("answer writing")
-            self.transport.writelines(buffers)
+            self.transport.writelines(tls_buffers(buffers) if self.listener.uses_tls else buffers)
             if timeline.ENABLED:
                 timeline.mark("answer written")
         if self.session.failed and not self.ending:
