@@ -22,10 +22,13 @@ from pathlib import Path
 from cluster.formats.config import BrokerConfig
 from cluster.formats.control import ControlServer
 from cluster.runtime import event_loop
+from cluster.runtime.tls import control_channel_tls
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 from controller.bootstrap_records import BadScramArgument, first_records, parse_add_scram
 from controller.metadata_writer import MetadataWriter
+from controller.quorum_status import Voter
 from controller.server import Controller
 
 log = logging.getLogger("controller")
@@ -47,8 +50,9 @@ def parse_args(argv):
     parser.add_argument("--add-scram", action="append", default=[], metavar="MECHANISM=[name=N,password=P]",
                         help="a SCRAM credential a new metadata log starts with, as kafka-storage.sh format adds it")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable "
-                             "and leader.imbalance.check.interval.seconds; others are ignored)")
+                        help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable, "
+                             "leader.imbalance.check.interval.seconds and the controller listener's TLS "
+                             "settings; others are ignored)")
     return parser.parse_args(argv)
 
 
@@ -79,6 +83,14 @@ def load_cluster_id(data_dir: Path, requested: str | None, node_id: int) -> str:
     return cluster_id
 
 
+def _directory_id(data_dir: Path) -> uuid.UUID:
+    """The log dir's directory.id (meta.properties), as Kafka names a voter's replica directory."""
+    try:
+        return topic_id_from_kafka_string(read_meta_properties(data_dir)["directory.id"])
+    except (KeyError, ValueError):  # a log dir formatted before directory ids: Kafka's "no directory"
+        return uuid.UUID(int=0)
+
+
 def exit_with_parent(parent_pid: int) -> None:
     """Have the kernel send SIGTERM when the parent exits (even by SIGKILL); exit now if it already has."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -101,15 +113,19 @@ async def run(args) -> None:
     # which would otherwise walk all of it and stall the event loop.
     gc.collect()
     gc.freeze()
+    config = config_from(args.set)
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
-                            args.heartbeat_timeout_ms, config_from(args.set))
+                            args.heartbeat_timeout_ms, config)
     server = ControlServer(controller.handlers())
-    port = await server.start(args.host, args.port)
+    tls = control_channel_tls(config)
+    port = await server.start(args.host, args.port, tls=tls.server if tls else None)
+    controller.voter = Voter(args.node_id, _directory_id(data_dir), ("CONTROLLER", args.host, port))
     fencing = asyncio.create_task(controller.fence_silent_brokers())
     balancing = asyncio.create_task(controller.balance_leaders())
     print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)
-    log.info("controller of cluster %s serving on %s:%d", writer.image.cluster_id, args.host, port)
+    log.info("controller of cluster %s serving on %s:%d%s", writer.image.cluster_id, args.host, port,
+             " (mutual TLS)" if tls else "")
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)

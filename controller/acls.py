@@ -24,7 +24,7 @@ _CODES = ("resource_type", "pattern_type", "operation", "permission_type")
 async def create_acls(image: MetadataImage, creations: list) -> Outcome:
     if len(expect_list(creations, "creations")) > MAX_RECORDS_PER_USER_OP:
         return refuse_too_large()
-    existing = {_binding_of(acl) for acl in image.acls.values()}
+    existing = set(image.acls.values())
     outcome = Outcome()
     async for creation in gently(creations):
         acl = _binding(creation)
@@ -50,12 +50,13 @@ async def delete_acls(image: MetadataImage, filters: list) -> Outcome:
             outcome.results.append({"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": error,
                                     "matching_acls": []})
             continue
-        matching = [acl async for acl in gently(list(image.acls.values())) if acl_filter.matches(acl)]
-        removed.update(acl.id for acl in matching)
+        matching = [(acl_id, acl) async for acl_id, acl in gently(list(image.acls.items()))
+                    if acl_filter.matches(acl)]
+        removed.update(acl_id for acl_id, _ in matching)
         if len(removed) > MAX_RECORDS_PER_USER_OP:
             return refuse_too_large()
         outcome.results.append({"error_code": 0, "error_message": None,
-                                "matching_acls": [dataclasses.asdict(_binding_of(acl)) for acl in matching]})
+                                "matching_acls": [dataclasses.asdict(acl) for _, acl in matching]})
     outcome.records = [("RemoveAccessControlEntryRecord", {"id": acl_id}) for acl_id in sorted(removed)]
     return outcome
 
@@ -68,7 +69,7 @@ def describe_acls(image: MetadataImage, acl_filter: dict) -> dict:
     if error is not None:
         return {"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": error, "acls": []}
     return {"error_code": 0, "error_message": None, "acls": sorted(
-        (dataclasses.asdict(_binding_of(acl)) for acl in image.acls.values() if parsed.matches(acl)),
+        (dataclasses.asdict(acl) for acl in image.acls.values() if parsed.matches(acl)),
         key=lambda acl: tuple(acl.values()))}
 
 
@@ -77,11 +78,6 @@ def _new_id(image: MetadataImage) -> uuid.UUID:
         acl_id = uuid.uuid4()
         if acl_id not in image.acls:
             return acl_id
-
-
-def _binding_of(acl) -> AclBinding:
-    return AclBinding(acl.resource_type, acl.resource_name, acl.pattern_type, acl.principal, acl.host,
-                      acl.operation, acl.permission_type)
 
 
 def _binding(creation) -> AclBinding:

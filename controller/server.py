@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 
-from cluster.formats.control import BadControlRequest, ControlConnection
+from cluster.formats.control import BadControlRequest, ControlConnection, ControlError
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
@@ -19,6 +19,7 @@ from controller.brokers import (
 )
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
+from controller.quorum_status import Voter, describe_quorum
 from controller import client_quotas, reassignment, scram_credentials
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
@@ -93,6 +94,7 @@ class Controller:
                                heard_from=False)
             for b in self.image.brokers.values() if not b.fenced}
         self.process_watch = ProcessWatch(self._fence_dead_incarnation)
+        self.voter: Voter | None = None  # who this controller is in the quorum, once it serves
         self._process_table = process_table_id()
 
     def handlers(self) -> dict:
@@ -124,6 +126,7 @@ class Controller:
             "create_acls": lambda a, _: self._decide_and_apply(lambda: acls.create_acls(self.image, a["creations"])),
             "delete_acls": lambda a, _: self._decide_and_apply(lambda: acls.delete_acls(self.image, a["filters"])),
             "describe_acls": self._describe_acls,
+            "describe_quorum": self._describe_quorum,
             "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
                 scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
             "alter_client_quotas": lambda args, conn: self._decide_and_apply(lambda: client_quotas.alter_client_quotas(
@@ -132,6 +135,11 @@ class Controller:
 
     async def _describe_acls(self, args: dict, conn) -> dict:
         return acls.describe_acls(self.image, args["filter"])
+
+    async def _describe_quorum(self, args: dict, conn) -> dict:
+        if self.voter is None:
+            raise ControlError("this controller is not serving yet")
+        return describe_quorum(self, self.voter)
 
     def unfenced_brokers(self) -> list[int]:
         return sorted(b.node_id for b in self.image.brokers.values() if not b.fenced)
@@ -187,6 +195,8 @@ class Controller:
         session.last_heartbeat = time.monotonic()
         session.heard_from = True
         session.applied_offset = args["applied_offset"]
+        if session.applied_offset >= self.writer.last_offset:
+            session.caught_up_ms = int(time.time() * 1000)
         if self._may_unfence(session):
             async with self.writer.exclusive:
                 if self._may_unfence(session):

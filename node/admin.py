@@ -57,7 +57,8 @@ class AdminServer:
         self.probe = StallProbe()
 
     async def start(self, host: str, port: int = 0) -> int:
-        return await self.server.start(host, port)
+        tls = self.broker.control_tls
+        return await self.server.start(host, port, tls=tls.server if tls else None)
 
     async def close(self) -> None:
         await self.probe.stop()

@@ -4,11 +4,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
 from cluster.formats.config import BrokerConfig
 from cluster.formats.listeners import ListenerSpec, inter_broker_listener_name
 from cluster.formats.image import MetadataImage, PartitionInfo, TopicInfo
+from cluster.runtime.tls import control_channel_tls
 from node.security.authorizer import Authorizer
 from node.faults import Faults
 from node.fetch_sessions import FetchSessionCache
@@ -71,6 +71,9 @@ class Broker:
         self.listeners: dict[str, ListenerSpec] = {}
         self.inter_broker_listener = inter_broker_listener_name(config)
         self.peer_links = PeerLinks(config, self.inter_broker_listener)
+        # Mutual TLS on the control channel (the controller link, the admin port) when the
+        # controller listener is secured, else None.
+        self.control_tls = control_channel_tls(config)
         # node.security.authorizer: Kafka's StandardAuthorizer when authorizer.class.name is set, else None
         self.authorizer = Authorizer.from_config(config)
         self.metadata_answers = {}  # node.apis.metadata's encoded answers, by listener

@@ -129,7 +129,8 @@ class MetadataSync:
     async def _run(self, host: str, port: int) -> None:
         while True:
             try:
-                self.client = ControlClient(host, port)
+                tls = self.broker.control_tls
+                self.client = ControlClient(host, port, tls=tls.client if tls else None)
                 await self.client.connect()
                 await self._register()
                 await self._serve_link()

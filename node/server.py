@@ -125,9 +125,10 @@ class KafkaServer:
         peer = transport.get_extra_info("peername")
         session = Session.opened(listener, peer[0] if peer else "")
         if listener.security_protocol == "SSL":  # (on SASL_SSL, SASL says who the client is)
+            from cluster.runtime.tls import setting
             from node.security import tls
 
-            rules = tls.setting(self.broker.config, listener.name, "ssl.principal.mapping.rules")
+            rules = setting(self.broker.config, listener.name, "ssl.principal.mapping.rules")
             try:
                 session.principal = tls.principal_of(transport.get_extra_info("ssl_object"), rules)
             except tls.NoMatchingRule as exc:  # Kafka fails the authentication and closes the connection
@@ -226,4 +227,4 @@ class KafkaServer:
 def _tls_context(config, listener_name: str):
     from node.security import tls  # (only nodes with a TLS listener load the ssl machinery)
 
-    return tls.server_context(config, listener_name)
+    return tls.listener_context(config, listener_name)

@@ -3,7 +3,7 @@ types, binding filters as DescribeAcls and DeleteAcls match them, and the checks
 
 An ACL binding is a resource pattern (type, name, pattern type) and an entry (principal, host,
 operation, permission). Kept as AccessControlEntryRecords in the metadata log, and in the image as
-`cluster.formats.image.AclEntry`, whose fields are these codes.
+AclBindings keyed by their record's id.
 """
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ class AclFilter:
     operation: int
     permission_type: int
 
-    def matches(self, acl) -> bool:
-        """Whether an ACL (anything with AclBinding's fields) is one this filter selects."""
+    def matches(self, acl: AclBinding) -> bool:
+        """Whether this filter selects an ACL."""
         return self._matches_pattern(acl) and self._matches_entry(acl)
 
     def _matches_pattern(self, acl) -> bool:

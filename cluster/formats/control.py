@@ -6,6 +6,9 @@ Frames are a 4-byte big-endian length followed by a msgpack map. A request is
 requests may be in flight on one connection; replies may come back in any order and are
 matched by id. Oversized or undecodable frames close the connection; an unknown op gets
 an error reply.
+
+When the cluster's controller listener is secured, the channel runs over mutual TLS
+(`cluster.runtime.tls.control_channel_tls`): servers and clients pass their SSL contexts as `tls`.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 import struct
 from typing import Any, Awaitable, Callable
 
@@ -101,8 +105,8 @@ class ControlServer:
         self._tasks: set[asyncio.Task] = set()
         self._connections: set[ControlConnection] = set()
 
-    async def start(self, host: str, port: int) -> int:
-        self.server = await asyncio.start_server(self._serve, host, port)
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        self.server = await asyncio.start_server(self._serve, host, port, ssl=tls)
         return self.server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -163,9 +167,10 @@ class ControlServer:
 class ControlClient:
     """Asyncio client with many requests in flight on one connection."""
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None):
         self.host = host
         self.port = port
+        self.tls = tls
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -174,7 +179,8 @@ class ControlClient:
         self.closed: asyncio.Event = asyncio.Event()
 
     async def connect(self) -> None:
-        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        secured = {"ssl": self.tls, "server_hostname": self.host} if self.tls else {}
+        self._reader, self._writer = await asyncio.open_connection(self.host, self.port, **secured)
         self.closed.clear()
         self._reader_task = asyncio.create_task(self._read_replies())
 
@@ -220,9 +226,11 @@ class ControlClient:
             self.closed.set()
 
 
-def call_sync(host: str, port: int, op: str, /, timeout: float = 30.0, **args: Any) -> dict:
+def call_sync(host: str, port: int, op: str, /, timeout: float = 30.0, tls: ssl.SSLContext | None = None,
+              **args: Any) -> dict:
     """One blocking request, for the CLI and the launcher."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as plain, \
+            (tls.wrap_socket(plain, server_hostname=host) if tls else plain) as sock:
         sock.sendall(encode_frame({"v": PROTOCOL_VERSION, "id": 1, "op": op, **args}))
         stream = sock.makefile("rb")
         header = stream.read(4)

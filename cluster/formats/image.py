@@ -9,6 +9,7 @@ import copy
 import uuid
 from dataclasses import dataclass, field
 
+from cluster.formats.acls import AclBinding
 from cluster.runtime.time_slices import TimeSlice, gently
 
 
@@ -60,19 +61,6 @@ class ScramCredential:
     iterations: int
 
 
-@dataclass(frozen=True)
-class AclEntry:
-    """One access control entry (Kafka's AccessControlEntryRecord); the enums are Kafka's codes."""
-    id: uuid.UUID
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission_type: int
-
-
 # A client quota entity: ((entity type, name or None for the default), ...) sorted by type.
 QuotaEntity = tuple[tuple[str, "str | None"], ...]
 
@@ -96,7 +84,8 @@ class MetadataImage:
     next_producer_id: int = 0
     # user name -> {SCRAM mechanism code (1: SHA-256, 2: SHA-512): credential}
     scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
-    acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
+    # AccessControlEntryRecord id -> the ACL it holds
+    acls: dict[uuid.UUID, AclBinding] = field(default_factory=dict)
     acl_changes: int = 0  # bumped by every ACL record: what was derived from `acls` may be stale
     # entity -> {quota key, e.g. producer_byte_rate: value}
     client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
@@ -300,8 +289,8 @@ def _apply_remove_scram_credential(image: "MetadataImage", r: dict) -> None:
 
 def _apply_acl(image: "MetadataImage", r: dict) -> None:
     image.acl_changes += 1
-    image.acls[r["id"]] = AclEntry(r["id"], r["resource_type"], r["resource_name"], r["pattern_type"],
-                                   r["principal"], r["host"], r["operation"], r["permission_type"])
+    image.acls[r["id"]] = AclBinding(r["resource_type"], r["resource_name"], r["pattern_type"], r["principal"],
+                                     r["host"], r["operation"], r["permission_type"])
 
 
 def _apply_remove_acl(image: "MetadataImage", r: dict) -> None:

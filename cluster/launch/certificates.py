@@ -9,6 +9,11 @@ gives the nodes one principal (User:CN=kraftwerk-node) to name in `super.users` 
 authenticate to each other with it. The certificate is made again when a host is missing from it,
 when another CA signed it, or when it nears its end.
 
+`make_control_certificates(data_dir, hosts)` does the same for the control channel (the controller's
+port and the nodes' admin ports) with a CA of its own (`<data_dir>/tls/control-ca.pem`): the
+controller, the nodes and the launcher all present its one certificate (CN=kraftwerk-control), and
+the channel trusts that CA only, so no client certificate made for a Kafka user opens it.
+
 `client_certificate(data_dir, common_name)` makes a client certificate (subject CN=<common_name>,
 so its Kafka principal is User:CN=<common_name> before `ssl.principal.mapping.rules`) signed by
 the same CA.
@@ -38,6 +43,12 @@ TLS_DIR = "tls"
 CA_KEY_FILE = "ca.key"
 NODE_KEYSTORE_FILE = "node.pem"  # key, certificate and CA in one file: a PEM keystore as Kafka reads it
 NODE_COMMON_NAME = "kraftwerk-node"
+CA_NAME = "kraftwerk CA"
+CONTROL_CA_NAME = "kraftwerk control CA"
+CONTROL_CA_FILE = "control-ca.pem"  # in TLS_DIR, beside its key
+CONTROL_CA_KEY_FILE = "control-ca.key"
+CONTROL_KEYSTORE_FILE = "control.pem"
+CONTROL_COMMON_NAME = "kraftwerk-control"
 ALWAYS_NAMED = ("localhost", "127.0.0.1", "::1")
 CA_DAYS = 3650
 # Long enough for any development cluster; within the 825 days macOS accepts for a server certificate.
@@ -52,23 +63,37 @@ class NodeCertificates:
     ca: Path  # what clients trust: librdkafka's ssl.ca.location, kafka-python's ssl_cafile
     keystore: Path  # the nodes' key, certificate and the CA's certificate, in PEM
 
-    def broker_settings(self) -> dict[str, str]:
-        """The ssl.* broker settings that serve with these certificates and trust their CA."""
-        return {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.keystore),
-                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca)}
+    def broker_settings(self, listener: str | None = None) -> dict[str, str]:
+        """The ssl.* broker settings that serve with these certificates and trust their CA: for every
+        listener, or as `listener.name.<listener>.` overrides for one."""
+        prefix = f"listener.name.{listener.lower()}." if listener else ""
+        return {f"{prefix}ssl.keystore.type": "PEM", f"{prefix}ssl.keystore.location": str(self.keystore),
+                f"{prefix}ssl.truststore.type": "PEM", f"{prefix}ssl.truststore.location": str(self.ca)}
 
 
 def make_certificates(data_dir: Path, hosts: list[str]) -> NodeCertificates:
     """The cluster's CA (made once) and the nodes' certificate naming `hosts` (made when needed)."""
     data_dir = Path(data_dir)
-    ca_cert, ca_key = certificate_authority(data_dir)
-    keystore = data_dir / TLS_DIR / NODE_KEYSTORE_FILE
+    return _server_certificate(data_dir / CA_FILE, data_dir / TLS_DIR / CA_KEY_FILE, CA_NAME,
+                               data_dir / TLS_DIR / NODE_KEYSTORE_FILE, NODE_COMMON_NAME, hosts)
+
+
+def make_control_certificates(data_dir: Path, hosts: list[str]) -> NodeCertificates:
+    """The control channel's CA (made once) and its certificate naming `hosts` (made when needed)."""
+    tls_dir = Path(data_dir) / TLS_DIR
+    return _server_certificate(tls_dir / CONTROL_CA_FILE, tls_dir / CONTROL_CA_KEY_FILE, CONTROL_CA_NAME,
+                               tls_dir / CONTROL_KEYSTORE_FILE, CONTROL_COMMON_NAME, hosts)
+
+
+def _server_certificate(ca_path: Path, ca_key_path: Path, ca_name: str, keystore: Path, common_name: str,
+                        hosts: list[str]) -> NodeCertificates:
+    ca_cert, ca_key = _authority(ca_path, ca_key_path, ca_name)
     names = list(dict.fromkeys([*hosts, *ALWAYS_NAMED]))
     if not _still_good(keystore, ca_cert, names):
         key = new_key()
-        cert = issue(ca_cert, ca_key, key, NODE_COMMON_NAME, names, server=True, days=LEAF_DAYS)
+        cert = issue(ca_cert, ca_key, key, common_name, names, server=True, days=LEAF_DAYS)
         _write_private(keystore, _key_pem(key) + _cert_pem(cert) + _cert_pem(ca_cert))
-    return NodeCertificates(data_dir / CA_FILE, keystore)
+    return NodeCertificates(ca_path, keystore)
 
 
 def client_certificate(data_dir: Path, common_name: str) -> tuple[Path, Path]:
@@ -86,15 +111,18 @@ def client_certificate(data_dir: Path, common_name: str) -> tuple[Path, Path]:
 
 def certificate_authority(data_dir: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """The CA of the cluster in `data_dir`: read when there is one, else made."""
-    cert_path, key_path = data_dir / CA_FILE, data_dir / TLS_DIR / CA_KEY_FILE
+    return _authority(Path(data_dir) / CA_FILE, Path(data_dir) / TLS_DIR / CA_KEY_FILE, CA_NAME)
+
+
+def _authority(cert_path: Path, key_path: Path, name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     if cert_path.exists() != key_path.exists():
         raise ClusterError(f"{cert_path} and {key_path} go together and one of them is missing; "
-                           f"remove the other to make a new CA (clients must then trust the new {CA_FILE})")
+                           f"remove the other to make a new CA (clients must then trust the new {cert_path.name})")
     if cert_path.exists():
         return (x509.load_pem_x509_certificate(cert_path.read_bytes()),
                 serialization.load_pem_private_key(key_path.read_bytes(), password=None))
     key = new_key()
-    cert = new_ca(key, "kraftwerk CA")
+    cert = new_ca(key, name)
     _write_private(key_path, _key_pem(key))
     _write_private(cert_path, _cert_pem(cert), mode=0o644)
     return cert, key

@@ -14,13 +14,16 @@ them.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
+import ssl
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from cluster.formats.config import BrokerConfig
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.files import write_atomically
 from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, NodeProcess, recorded_state
@@ -28,6 +31,7 @@ from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
 from cluster.launch.local_backend import LocalProcessBackend
 from cluster.launch.security import Security, kafka_python_config
+from cluster.runtime.tls import control_channel_tls
 from cluster.tools import membership, reassignment
 from cluster.tools.errors import ClusterError
 
@@ -91,16 +95,18 @@ class Cluster:
         settings = ["--num-partitions", self.node_config.get("num.partitions", "1"),
                     "--default-replication-factor", self.node_config["default.replication.factor"],
                     "--heartbeat-timeout-ms", self.node_config.get("broker.session.timeout.ms", "2000")]
-        for key, value in self.node_config.items():
-            settings += ["--set", f"{key}={value}"]  # it reads the leader-balancing ones
+        for key, value in self._every_node_config().items():
+            settings += ["--set", f"{key}={value}"]  # it reads the leader-balancing and control channel ones
         for credential in self.security.scram_bootstrap():
             settings += ["--add-scram", credential]
         return settings
 
     def _spawn_node(self, node_id: int) -> object:
         rack = self.racks.get(node_id)
-        return self.runner.spawn_node(node_id, {**self.security_config, **self.node_config,
-                                                **({"broker.rack": rack} if rack else {})})
+        return self.runner.spawn_node(node_id, {**self._every_node_config(), **({"broker.rack": rack} if rack else {})})
+
+    def _every_node_config(self) -> dict[str, str]:
+        return {**self.security_config, **self.node_config}
 
     def launch_node(self, node_id: int) -> NodeProcess:
         """Start node node_id (a new one, or one that is not running) and wait until it serves;
@@ -188,14 +194,21 @@ class Cluster:
 
     def control(self, op: str, timeout: float = 30, **args) -> dict:
         """Ask the controller, through its control channel (cluster/formats/control.py)."""
-        return call_sync(self.runner.controller_host, self.controller_port, op, timeout=timeout, **args)
+        return call_sync(self.runner.controller_host, self.controller_port, op, timeout=timeout,
+                         tls=self._control_tls, **args)
+
+    @functools.cached_property
+    def _control_tls(self) -> ssl.SSLContext | None:
+        """What the launcher presents on the control channel: the nodes' own settings say whether it is secured."""
+        tls = control_channel_tls(BrokerConfig(self._every_node_config()))
+        return tls.client if tls else None
 
     def node_control(self, node_id: int, op: str, timeout: float = 10, **args) -> dict:
         """Ask a running node, through its admin port; ClusterError when it is not running."""
         node = self.nodes[node_id]
         if not node.alive():
             raise ClusterError(f"node {node_id} is not running")
-        return call_sync(self.node_host(node), node.admin_port, op, timeout=timeout, **args)
+        return call_sync(self.node_host(node), node.admin_port, op, timeout=timeout, tls=self._control_tls, **args)
 
     def status(self) -> dict:
         return self.control("status")

@@ -16,6 +16,7 @@ from cluster.tools.errors import ClusterError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+CONTROLLER_LISTENER = "CONTROLLER"  # controller.listener.names' default
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 # A client certificate's principal is its common name (User:alice, not User:CN=alice).
 CN_RULE = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"
@@ -84,6 +85,7 @@ class Security:
         config = {"listeners": f"{self.protocol}://{host}:0"}
         if self.uses_tls:
             config.update(_tls_node_config(data_dir, host))
+            config.update(control_channel_config(data_dir, host))
         if self.uses_sasl:
             config.update(self._sasl_node_config())
         if self.super_user:
@@ -141,6 +143,15 @@ def jaas_config(login_module: str, options: dict[str, str]) -> str:
     """Kafka's sasl.jaas.config syntax: `Module required key="value" ...;`."""
     quoted = " ".join(f'{key}="{value}"' for key, value in options.items())
     return f"{login_module} required {quoted};"
+
+
+def control_channel_config(data_dir: Path, host: str) -> dict[str, str]:
+    """Mutual TLS on the control channel, in Kafka's words: the controller listener maps to SSL, with
+    the control channel's own certificate and CA as that listener's keystore and truststore."""
+    from cluster.launch.certificates import make_control_certificates
+
+    return {"listener.security.protocol.map": f"{CONTROLLER_LISTENER}:SSL",
+            **make_control_certificates(Path(data_dir), [host]).broker_settings(CONTROLLER_LISTENER)}
 
 
 def _tls_node_config(data_dir: Path, host: str) -> dict[str, str]:

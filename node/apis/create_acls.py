@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import CreateAclsRequest, CreateAclsResponse
 
-from cluster.formats.acls import ALTER, LITERAL
-from cluster.formats.errors import ErrorCode
+from cluster.formats.acls import LITERAL
 from node.security import authorizer
 
 REQUEST = CreateAclsRequest
@@ -24,23 +23,19 @@ Result = RESPONSE.AclCreationResult
 
 
 async def handle(broker, header, request):
-    if not authorizer.allowed(broker, header, ALTER):
-        return _every(header, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    if broker.authorizer is None:
-        return _every(header, request, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
-    creations = [{
-        "resource_type": c.resource_type, "resource_name": c.resource_name,
-        "pattern_type": c.resource_pattern_type if header.api_version >= 1 else LITERAL,
-        "principal": c.principal, "host": c.host, "operation": c.operation, "permission_type": c.permission_type,
-    } for c in request.creations]
-    try:
-        reply = await broker.call_controller("create_acls", creations=creations)
-    except Exception as exc:
-        return _every(header, request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
+    reply = await authorizer.forward_acl_change(broker, header, "create_acls", creations=_creations(header, request))
     if reply.get("error_code"):
         return _every(header, request, reply["error_code"], reply.get("error_message"))
     return RESPONSE[header.api_version](throttle_time_ms=0, results=[
         Result(error_code=r["error_code"], error_message=r["error_message"]) for r in reply["results"]])
+
+
+def _creations(header, request) -> list[dict]:
+    return [{
+        "resource_type": c.resource_type, "resource_name": c.resource_name,
+        "pattern_type": c.resource_pattern_type if header.api_version >= 1 else LITERAL,
+        "principal": c.principal, "host": c.host, "operation": c.operation, "permission_type": c.permission_type,
+    } for c in request.creations]
 
 
 def _every(header, request, code: int, message: str | None):

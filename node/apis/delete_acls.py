@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DeleteAclsRequest, DeleteAclsResponse
 
-from cluster.formats.acls import ALTER, LITERAL
-from cluster.formats.errors import ErrorCode
 from node.security import authorizer
 
 REQUEST = DeleteAclsRequest
@@ -26,20 +24,8 @@ MatchingAcl = FilterResult.DeleteAclsMatchingAcl
 
 
 async def handle(broker, header, request):
-    if not authorizer.allowed(broker, header, ALTER):
-        return _every(header, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    if broker.authorizer is None:
-        return _every(header, request, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
-    filters = [{
-        "resource_type": f.resource_type_filter, "resource_name": f.resource_name_filter,
-        "pattern_type": f.pattern_type_filter if header.api_version >= 1 else LITERAL,
-        "principal": f.principal_filter, "host": f.host_filter, "operation": f.operation,
-        "permission_type": f.permission_type,
-    } for f in request.filters]
-    try:
-        reply = await broker.call_controller("delete_acls", filters=filters)
-    except Exception as exc:
-        return _every(header, request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
+    filters = [authorizer.filter_fields(header, f) for f in request.filters]
+    reply = await authorizer.forward_acl_change(broker, header, "delete_acls", filters=filters)
     if reply.get("error_code"):
         return _every(header, request, reply["error_code"], reply.get("error_message"))
     return RESPONSE[header.api_version](throttle_time_ms=0, filter_results=[

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
 
-from cluster.formats.acls import DESCRIBE, LITERAL, AclFilter
+from cluster.formats.acls import DESCRIBE, AclFilter
 from cluster.formats.errors import ErrorCode
 from node.security import authorizer
 
@@ -24,13 +24,10 @@ Description = Resource.AclDescription
 
 
 async def handle(broker, header, request):
-    if not authorizer.allowed(broker, header, DESCRIBE):
-        return _refused(header, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    if broker.authorizer is None:
-        return _refused(header, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
-    acl_filter = AclFilter(request.resource_type_filter, request.resource_name_filter,
-                           request.pattern_type_filter if header.api_version >= 1 else LITERAL,
-                           request.principal_filter, request.host_filter, request.operation, request.permission_type)
+    refused = authorizer.acl_api_refusal(broker, header, DESCRIBE, "No Authorizer is configured on the broker")
+    if refused is not None:
+        return _refused(header, *refused)
+    acl_filter = AclFilter(**authorizer.filter_fields(header, request))
     error = acl_filter.unknown_error()
     if error is not None:
         return _refused(header, ErrorCode.INVALID_REQUEST, error)

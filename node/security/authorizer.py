@@ -22,7 +22,8 @@ built.
 API modules call `allowed`, `denied` (the names of several resources refused), `denied_topic_ids`,
 `refusal` (the whole request answered with the resource type's *_AUTHORIZATION_FAILED, as Kafka's
 getErrorResponse), `config_refusal`, `allowed_by_type` and `authorized_operations` with the
-request's header; that is all they know of ACLs. The principal is the header's session's
+request's header; that is all they know of ACLs. The ACL APIs themselves share `acl_api_refusal`,
+`forward_acl_change` and `filter_fields`. The principal is the header's session's
 (User:ANONYMOUS on a PLAINTEXT listener), the host its client's address.
 """
 from __future__ import annotations
@@ -30,9 +31,9 @@ from __future__ import annotations
 import logging
 
 from cluster.formats.acls import (
-    ALL, ALLOW, CLUSTER, CLUSTER_NAME, DESCRIBE, DESCRIBE_CONFIGS, GROUP, IMPLIES_DESCRIBE, IMPLIES_DESCRIBE_CONFIGS,
-    LITERAL, OPERATIONS, PREFIXED, RESOURCE_TYPES, SUPPORTED_OPERATIONS, TOPIC, TRANSACTIONAL_ID, WILDCARD,
-    WILDCARD_PRINCIPAL, name_of,
+    ALL, ALLOW, ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, DESCRIBE_CONFIGS, GROUP, IMPLIES_DESCRIBE,
+    IMPLIES_DESCRIBE_CONFIGS, LITERAL, OPERATIONS, PREFIXED, RESOURCE_TYPES, SUPPORTED_OPERATIONS, TOPIC,
+    TRANSACTIONAL_ID, WILDCARD, WILDCARD_PRINCIPAL, name_of,
 )
 from cluster.formats.config import ConfigError
 from cluster.formats.errors import ErrorCode
@@ -263,3 +264,42 @@ def denied_topic_ids(broker, header, operation: int, topic_ids) -> set:
     names = {topic_id: info.name for topic_id in set(topic_ids) if (info := broker.topic_by_id(topic_id))}
     denied_names = denied(broker, header, operation, TOPIC, names.values())
     return {topic_id for topic_id, name in names.items() if name in denied_names}
+
+
+# --- what CreateAcls, DescribeAcls and DeleteAcls share (Kafka's AclApis) ---
+
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+def acl_api_refusal(broker, header, operation: int, disabled_message: str = NO_AUTHORIZER) -> tuple[int, str] | None:
+    """The error and message a whole ACL request is answered with, in Kafka's order:
+    CLUSTER_AUTHORIZATION_FAILED when the principal may not do `operation` to the cluster, then
+    SECURITY_DISABLED when no authorizer is configured; None when neither."""
+    if not allowed(broker, header, operation):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    if broker.authorizer is None:
+        return ErrorCode.SECURITY_DISABLED, disabled_message
+    return None
+
+
+async def forward_acl_change(broker, header, op: str, **args) -> dict:
+    """A CreateAcls or DeleteAcls (which need ALTER on the cluster) forwarded to the controller as `op`:
+    its reply, or {"error_code", "error_message"} when the whole request is refused, here or by the
+    controller (REQUEST_TIMED_OUT when it cannot be reached)."""
+    refused = acl_api_refusal(broker, header, ALTER)
+    if refused is not None:
+        code, message = refused
+        return {"error_code": code, "error_message": message}
+    try:
+        return await broker.call_controller(op, **args)
+    except Exception as exc:
+        return {"error_code": ErrorCode.REQUEST_TIMED_OUT, "error_message": str(exc)}
+
+
+def filter_fields(header, acl_filter) -> dict:
+    """A DescribeAcls request's filter, or one of a DeleteAcls', in AclFilter's fields (v0 filters
+    have no pattern type: LITERAL)."""
+    return {"resource_type": acl_filter.resource_type_filter, "resource_name": acl_filter.resource_name_filter,
+            "pattern_type": acl_filter.pattern_type_filter if header.api_version >= 1 else LITERAL,
+            "principal": acl_filter.principal_filter, "host": acl_filter.host_filter,
+            "operation": acl_filter.operation, "permission_type": acl_filter.permission_type}

@@ -30,7 +30,7 @@ class PeerLinks:
         self.ssl: ssl.SSLContext | None = None
         self.login: tuple[str, str, str] | None = None
         if protocol.endswith("SSL"):
-            from node.security import tls
+            from cluster.runtime import tls
 
             self.ssl = tls.client_context(config, listener_name)
         if protocol.startswith("SASL_"):

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from cluster.cli.quotas import alter_client_quotas
+from cluster.formats.control import ControlError, call_sync
 from cluster.launch import Cluster
 from cluster.launch.certificates import (
     certificate_authority, client_certificate, issue, make_certificates, new_key,
@@ -422,6 +423,30 @@ def test_a_tls_cluster_replicates_over_tls_through_a_node_s_restart(kraftwerk_cl
         read += [(r.key, r.value, r.offset) for records in batches.values() for r in records]
     consumer.close()
     assert read == exact("before") + [(k, v, o + MESSAGES) for k, v, o in exact("during")]
+
+
+@pytest.mark.kraftwerk(nodes=2, tls=True)
+def test_a_tls_cluster_s_control_channel_admits_only_the_control_certificate(kraftwerk_cluster):
+    """The controller's port and the nodes' admin ports speak mutual TLS with the control channel's own
+    CA: kraftwerk's commands work; a plaintext request, and a TLS one presenting no certificate or a
+    Kafka user's certificate from the cluster's CA, are closed unanswered."""
+    cluster = kraftwerk_cluster
+    assert [b["node_id"] for b in cluster.control("status")["brokers"]] == [1, 2]
+    assert cluster.node_control(1, "faults")["isolated_from"] == []
+    user_cert = client_certificate(cluster.data_dir, "alice")
+    trusting_the_channel = str(cluster.data_dir / "tls" / "control-ca.pem")
+    strangers = {"plaintext": None, "no certificate": ssl.create_default_context(cafile=trusting_the_channel),
+                 "a user's certificate": ssl.create_default_context(cafile=trusting_the_channel)}
+    strangers["a user's certificate"].load_cert_chain(*map(str, user_cert))
+    ports = {"controller": cluster.controller_port, "node 1's admin port": cluster.nodes[1].admin_port}
+    for what, port in ports.items():
+        for who, context in strangers.items():
+            with pytest.raises((ControlError, ssl.SSLError, ConnectionError), match=r"closed|alert|reset|EOF"):
+                call_sync("127.0.0.1", port, "status" if what == "controller" else "faults", timeout=5, tls=context)
+    cluster.restart_node(2)  # re-registers over the secured channel
+    cluster.wait_ready()
+    cluster.create_topic("after-restart", partitions=2, replication_factor=2)
+    assert cluster.wait_in_sync("after-restart")
 
 
 @pytest.mark.kraftwerk(nodes=1, security_protocol="SSL", super_user="admin")

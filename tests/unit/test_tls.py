@@ -16,9 +16,8 @@ from cryptography.x509.oid import NameOID
 from cluster.formats.config import BrokerConfig, ConfigError, is_sensitive
 from cluster.launch import certificates
 from cluster.launch.certificates import client_certificate, issue, make_certificates, new_ca, new_key
-from node.security.tls import (
-    PrincipalMapper, client_context, distinguished_name, openssl_cipher_name, principal_of, server_context,
-)
+from cluster.runtime.tls import client_context, control_channel_tls, openssl_cipher_name, server_context
+from node.security.tls import PrincipalMapper, distinguished_name, listener_context, principal_of
 
 
 @pytest.fixture
@@ -329,7 +328,7 @@ def test_pkcs12_keystore_and_truststore(certs, tmp_path):
 ])
 def test_settings_kafka_refuses_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
-        server_context(BrokerConfig(settings), "SSL")
+        listener_context(BrokerConfig(settings), "SSL")
 
 
 def test_a_node_s_client_context_trusts_the_truststore_and_checks_host_names(certs, tmp_path):
@@ -376,3 +375,26 @@ def test_new_ca_is_a_ca():
     key = new_key()
     constraints = new_ca(key, "test").extensions.get_extension_for_class(x509.BasicConstraints).value
     assert constraints.ca and constraints.path_length == 0
+
+
+def test_the_control_channel_is_mutual_tls_exactly_when_the_controller_listener_is_secured(tmp_path):
+    control = certificates.make_control_certificates(tmp_path, ["controller.example"])
+    assert control_channel_tls(BrokerConfig({})) is None
+    assert control_channel_tls(BrokerConfig({"listener.security.protocol.map": "CONTROLLER:PLAINTEXT"})) is None
+    secured = {"listener.security.protocol.map": "CONTROLLER:SSL", "ssl.client.auth": "none",
+               **control.broker_settings("CONTROLLER")}
+    tls = control_channel_tls(BrokerConfig(secured))
+    assert tls.server.verify_mode == ssl.CERT_REQUIRED  # whatever ssl.client.auth says
+    assert handshake(tls.server, tls.client, hostname="controller.example")[0][2] == "User:CN=kraftwerk-control"
+    assert isinstance(handshake(tls.server, trusting(control), hostname="controller.example")[0], ssl.SSLError)
+    cluster_ca = make_certificates(tmp_path, [])  # a Kafka client's certificate is not the channel's
+    user_cert = client_certificate(tmp_path, "alice")
+    assert isinstance(handshake(tls.server, trusting(control, cert=user_cert), hostname="controller.example")[0],
+                      ssl.SSLError)
+    assert cluster_ca.ca != control.ca
+    without_truststore = {k: v for k, v in secured.items() if "truststore" not in k}
+    with pytest.raises(ConfigError, match="mutual authentication"):
+        control_channel_tls(BrokerConfig(without_truststore))
+    renamed = {"controller.listener.names": "CTL,CONTROLLER", "listener.security.protocol.map": "CTL:SSL",
+               **control.broker_settings("CTL")}  # the first controller listener names the settings
+    assert control_channel_tls(BrokerConfig(renamed)).server.verify_mode == ssl.CERT_REQUIRED
