@@ -25,8 +25,10 @@ from cluster.runtime import event_loop
 from cluster.runtime.tls import control_channel_tls
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
+from cluster.formats.topic_ids import topic_id_from_kafka_string
 from controller.bootstrap_records import BadScramArgument, first_records, parse_add_scram
 from controller.metadata_writer import MetadataWriter
+from controller.quorum_status import Voter
 from controller.server import Controller
 
 log = logging.getLogger("controller")
@@ -81,6 +83,14 @@ def load_cluster_id(data_dir: Path, requested: str | None, node_id: int) -> str:
     return cluster_id
 
 
+def _directory_id(data_dir: Path) -> uuid.UUID:
+    """The log dir's directory.id (meta.properties), as Kafka names a voter's replica directory."""
+    try:
+        return topic_id_from_kafka_string(read_meta_properties(data_dir)["directory.id"])
+    except (KeyError, ValueError):  # a log dir formatted before directory ids: Kafka's "no directory"
+        return uuid.UUID(int=0)
+
+
 def exit_with_parent(parent_pid: int) -> None:
     """Have the kernel send SIGTERM when the parent exits (even by SIGKILL); exit now if it already has."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -110,10 +120,12 @@ async def run(args) -> None:
     server = ControlServer(controller.handlers())
     tls = control_channel_tls(config)
     port = await server.start(args.host, args.port, tls=tls.server if tls else None)
+    controller.voter = Voter(args.node_id, _directory_id(data_dir), ("CONTROLLER", args.host, port))
     fencing = asyncio.create_task(controller.fence_silent_brokers())
     balancing = asyncio.create_task(controller.balance_leaders())
     print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)
-    log.info("controller of cluster %s serving on %s:%d", writer.image.cluster_id, args.host, port)
+    log.info("controller of cluster %s serving on %s:%d%s", writer.image.cluster_id, args.host, port,
+             " (mutual TLS)" if tls else "")
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)

@@ -25,6 +25,8 @@ class Session:
     shutting_down: bool = False  # fenced by a controlled shutdown: stays fenced until it registers again
     # False for a session this controller only inferred from the log when it started.
     heard_from: bool = True
+    # Wall-clock ms of the last heartbeat that reported the log end applied (-1: none yet).
+    caught_up_ms: int = -1
 
     def heartbeat_age_ms(self) -> int:
         return int((time.monotonic() - self.last_heartbeat) * 1000)

@@ -12,20 +12,34 @@ writes: whoever calls `append` holds `exclusive` from reading the image to writi
 records, so that an operation built over several slices of the event loop never sees
 another's half-applied batch. Encoding and applying a batch give way to the event loop
 every few milliseconds; the fsync runs in a thread.
+
+Snapshots (KIP-630): once the batches written since the last snapshot pass
+`metadata.log.max.record.bytes.between.snapshots` (or some were written and
+`metadata.log.max.snapshot.interval.ms` passed), the image is written as a `.checkpoint` file and
+the log segments before it are deleted, so the log starts at the latest snapshot as Kafka keeps
+it. The records are encoded under `exclusive` (no write changes the image meanwhile), a slice at
+a time; the file is written and fsynced in a thread. At start-up the image is rebuilt from the
+latest valid snapshot and the log after it.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
 
 from cluster.formats.image import MetadataImage
-from cluster.formats.metadata_log import METADATA_PARTITION_DIR, replay_partition_log
+from cluster.formats.config import BrokerConfig
+from cluster.formats.metadata_log import METADATA_PARTITION_DIR, MetadataLogGap, load_snapshot_and_log
 from cluster.formats.metadata_records import encode_record, iter_metadata_records
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import frame_records, seal_batch
+from cluster.formats.snapshots import (
+    POSITION_OUT_OF_RANGE, SNAPSHOT_NOT_FOUND, SnapshotId, delete_snapshots_before, encode_image_gently, snapshot_path,
+    snapshot_settings, write_snapshot_file,
+)
 from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 
 log = logging.getLogger(__name__)
@@ -43,8 +57,27 @@ class MetadataWriter:
         self.changed = asyncio.Condition()
         self.appended = asyncio.Condition()
         self.exclusive = asyncio.Lock()
-        replay_partition_log(self.log, self.image)
-        log.info("replayed the metadata log up to offset %d", self.image.offset)
+        try:
+            self.snapshot_id = load_snapshot_and_log(self.log.directory, self.log, self.image)
+        except MetadataLogGap as exc:
+            raise SystemExit(f"cannot start: {exc}") from None
+        if self.snapshot_id:
+            log.info("loaded metadata snapshot %s, then the log up to offset %d", self.snapshot_id, self.image.offset)
+        else:
+            log.info("replayed the metadata log up to offset %d", self.image.offset)
+        self.snapshot_bytes, self.snapshot_interval_s = snapshot_settings(BrokerConfig())
+        self.bytes_since_snapshot = self.log.size_bytes()
+        self._last_append_ms = 0
+        self._snapshot_task: asyncio.Task | None = None
+        self._snapshot_timer: asyncio.TimerHandle | None = None
+
+    def configure_snapshots(self, config: BrokerConfig) -> None:
+        """Take the snapshot settings from the controller's broker config (`--set`)."""
+        self.snapshot_bytes, self.snapshot_interval_s = snapshot_settings(config)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
 
     @property
     def end_offset(self) -> int:
@@ -65,6 +98,8 @@ class MetadataWriter:
         batch = await self._encode(records)
         self.log.append_as_follower(batch)
         await asyncio.to_thread(self.log.flush)
+        self.bytes_since_snapshot += len(batch)
+        self._last_append_ms = int(time.time() * 1000)
         async with self.appended:
             self.appended.notify_all()
         async for offset, name, fields in gently(iter_metadata_records(batch)):
@@ -73,7 +108,61 @@ class MetadataWriter:
             freeze_long_lived()
         async with self.changed:
             self.changed.notify_all()
+        self._maybe_snapshot()
         return self.last_offset
+
+    # --- snapshots ---
+
+    def _maybe_snapshot(self) -> None:
+        """Start a snapshot when enough bytes were written since the last one; otherwise make sure
+        the interval timer runs while some were."""
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        if self.bytes_since_snapshot >= self.snapshot_bytes:
+            self._snapshot_task = asyncio.create_task(self.take_snapshot())
+        elif self.bytes_since_snapshot and self._snapshot_timer is None and self.snapshot_interval_s > 0:
+            self._snapshot_timer = asyncio.get_running_loop().call_later(self.snapshot_interval_s, self._on_interval)
+
+    def _on_interval(self) -> None:
+        self._snapshot_timer = None
+        if self.bytes_since_snapshot and (self._snapshot_task is None or self._snapshot_task.done()):
+            self._snapshot_task = asyncio.create_task(self.take_snapshot())
+
+    async def take_snapshot(self) -> SnapshotId | None:
+        """Write the image as a snapshot at the log end, then delete the log and the snapshots before it."""
+        try:
+            async with self.exclusive:
+                snapshot_id = SnapshotId(self.end_offset, CONTROLLER_EPOCH)
+                if self.snapshot_id is not None and snapshot_id <= self.snapshot_id:
+                    return None
+                data = await encode_image_gently(self.image, snapshot_id, self._last_append_ms, ENCODE_SLICE)
+                # The next record starts a segment of its own: the ones before can go as a whole.
+                self.log.roll()
+                self.bytes_since_snapshot = 0
+            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+            self.snapshot_id = snapshot_id
+            self.log.advance_log_start_offset(snapshot_id.end_offset)
+            delete_snapshots_before(self.log.directory, snapshot_id)
+            log.info("metadata snapshot %s written (%d bytes); the log now starts at offset %d",
+                     snapshot_id, len(data), self.log.log_start_offset)
+            return snapshot_id
+        except Exception as exc:  # the log stays whole; the next append tries again
+            log.error("writing a metadata snapshot failed: %s", exc)
+            return None
+
+    def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> dict:
+        """A chunk of a snapshot file, as Kafka's FetchSnapshot answers: its size and the bytes from position."""
+        if snapshot_id != self.snapshot_id:
+            return {"error_code": SNAPSHOT_NOT_FOUND}
+        try:
+            with open(snapshot_path(self.log.directory, snapshot_id), "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                if not 0 <= position <= size:
+                    return {"error_code": POSITION_OUT_OF_RANGE, "size": size}
+                file.seek(position)
+                return {"error_code": 0, "size": size, "position": position, "data": file.read(max_bytes)}
+        except FileNotFoundError:
+            return {"error_code": SNAPSHOT_NOT_FOUND}
 
     async def _encode(self, records: list[tuple[str, dict]]) -> bytes:
         body = bytearray()
@@ -101,6 +190,8 @@ class MetadataWriter:
         return self.log.read(offset, max_bytes, max_offset=self.log.log_end_offset).records
 
     def close(self) -> None:
+        if self._snapshot_timer is not None:
+            self._snapshot_timer.cancel()
         self.log.flush()
         self.log.close()
 

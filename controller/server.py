@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 
-from cluster.formats.control import BadControlRequest, ControlConnection
+from cluster.formats.control import BadControlRequest, ControlConnection, ControlError
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
@@ -17,14 +17,18 @@ from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
     iter_leaderless_partition_changes, move_leadership, register_broker_record,
 )
+from cluster.formats.snapshots import SnapshotId
 from controller.metadata_writer import MetadataWriter
 from controller.process_watch import ProcessWatch
+from controller.quorum_status import Voter, describe_quorum
 from controller import client_quotas, reassignment, scram_credentials
 from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
+# The most a fetch_snapshot answer carries (a node asks for the rest, position by position).
+FETCH_SNAPSHOT_MAX_BYTES = 4 << 20
 PRODUCER_ID_BLOCK = 1000
 FENCE_CHANGES_LOGGED = 100
 # How long a topic or partition creation waits for every live node to open the new logs.
@@ -40,6 +44,7 @@ ARGUMENTS = {
     "register": {"node_id": int, "incarnation_id": str, "host": str, "port": int, "pid": (int, type(None))},
     "heartbeat": {"node_id": int, "broker_epoch": int, "applied_offset": int},
     "fetch_metadata": {"offset": int, "max_wait_ms": (int, float, type(None))},
+    "fetch_snapshot": {"end_offset": int, "epoch": int, "position": int, "max_bytes": (int, type(None))},
     "create_topics": {"topics": list},
     "delete_topics": {"topics": list},
     "create_partitions": {"topics": list},
@@ -86,6 +91,7 @@ class Controller:
         self.defaults = defaults
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.config = config or BrokerConfig()
+        writer.configure_snapshots(self.config)
         # Brokers the log says are unfenced get a session as of now, as Kafka's controller does when it
         # takes over: one that never heartbeats to us is fenced after the timeout like any other.
         self.sessions: dict[int, Session] = {
@@ -93,6 +99,7 @@ class Controller:
                                heard_from=False)
             for b in self.image.brokers.values() if not b.fenced}
         self.process_watch = ProcessWatch(self._fence_dead_incarnation)
+        self.voter: Voter | None = None  # who this controller is in the quorum, once it serves
         self._process_table = process_table_id()
 
     def handlers(self) -> dict:
@@ -103,6 +110,7 @@ class Controller:
             "register": self.register,
             "heartbeat": self.heartbeat,
             "fetch_metadata": self.fetch_metadata,
+            "fetch_snapshot": self.fetch_snapshot,
             "create_topics": self.create_topics,
             "delete_topics": self.delete_topics,
             "create_partitions": self.create_partitions,
@@ -124,6 +132,7 @@ class Controller:
             "create_acls": lambda a, _: self._decide_and_apply(lambda: acls.create_acls(self.image, a["creations"])),
             "delete_acls": lambda a, _: self._decide_and_apply(lambda: acls.delete_acls(self.image, a["filters"])),
             "describe_acls": self._describe_acls,
+            "describe_quorum": self._describe_quorum,
             "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
                 scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
             "alter_client_quotas": lambda args, conn: self._decide_and_apply(lambda: client_quotas.alter_client_quotas(
@@ -132,6 +141,11 @@ class Controller:
 
     async def _describe_acls(self, args: dict, conn) -> dict:
         return acls.describe_acls(self.image, args["filter"])
+
+    async def _describe_quorum(self, args: dict, conn) -> dict:
+        if self.voter is None:
+            raise ControlError("this controller is not serving yet")
+        return describe_quorum(self, self.voter)
 
     def unfenced_brokers(self) -> list[int]:
         return sorted(b.node_id for b in self.image.brokers.values() if not b.fenced)
@@ -187,6 +201,8 @@ class Controller:
         session.last_heartbeat = time.monotonic()
         session.heard_from = True
         session.applied_offset = args["applied_offset"]
+        if session.applied_offset >= self.writer.last_offset:
+            session.caught_up_ms = int(time.time() * 1000)
         if self._may_unfence(session):
             async with self.writer.exclusive:
                 if self._may_unfence(session):
@@ -208,7 +224,16 @@ class Controller:
         """Fence brokers whose heartbeats stopped, as Kafka's controller does after its session timeout."""
         interval = self.heartbeat_timeout_ms / 4000
         while True:
+            slept_since = time.monotonic()
             await asyncio.sleep(interval)
+            if time.monotonic() - slept_since > interval + self.heartbeat_timeout_ms / 2000:
+                # This controller did not run for a while (paused, stalled): the heartbeats it did not
+                # read are in its sockets, not missing. Each session starts its timeout afresh.
+                log.info("the controller did not run for %.1f s: heartbeat timeouts start again",
+                         time.monotonic() - slept_since - interval)
+                for session in self.sessions.values():
+                    session.last_heartbeat = time.monotonic()
+                continue
             for session in list(self.sessions.values()):
                 broker = self.image.brokers.get(session.node_id)
                 if broker and not broker.fenced and session.heartbeat_age_ms() > self.heartbeat_timeout_ms:
@@ -335,11 +360,22 @@ class Controller:
         return True
 
     async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
+        """Record batches from args["offset"]; below the log start (the log before the latest snapshot
+        is deleted), the id of that snapshot instead, which the node fetches with fetch_snapshot."""
         offset = args["offset"]
+        if offset < self.writer.log_start_offset and self.writer.snapshot_id is not None:
+            return {"data": b"", "high_watermark": self.writer.end_offset, "snapshot_id": list(self.writer.snapshot_id)}
         if offset >= self.writer.end_offset:
             await self.writer.wait_for_records_from(offset, (args.get("max_wait_ms") or 0) / 1000)
         data = self.writer.read(offset, FETCH_MAX_BYTES) if offset < self.writer.end_offset else b""
         return {"data": data, "high_watermark": self.writer.end_offset}
+
+    async def fetch_snapshot(self, args: dict, conn: ControlConnection) -> dict:
+        """A chunk of the snapshot args names, from args["position"] (Kafka's FetchSnapshot over the
+        control channel): SNAPSHOT_NOT_FOUND once a newer snapshot replaced it."""
+        snapshot_id = SnapshotId(args["end_offset"], args["epoch"])
+        max_bytes = max(1, min(args.get("max_bytes") or FETCH_SNAPSHOT_MAX_BYTES, FETCH_SNAPSHOT_MAX_BYTES))
+        return await asyncio.to_thread(self.writer.read_snapshot, snapshot_id, args["position"], max_bytes)
 
     # --- admin ---
 

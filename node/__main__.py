@@ -92,8 +92,19 @@ def controller_command(config: BrokerConfig, parent_pid: int | None = None) -> l
                "--heartbeat-timeout-ms", config.get("broker.session.timeout.ms"),
                "--num-partitions", config.get("num.partitions"),
                "--default-replication-factor", config.get("default.replication.factor")]
-    command += [arg for key in CONTROLLER_SETTINGS for arg in ("--set", f"{key}={config.get(key)}")]
+    settings = {key: config.get(key) for key in CONTROLLER_SETTINGS}
+    settings.update(_control_channel_settings(config))
+    command += [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
     return command + (["--exit-with-parent", str(parent_pid)] if parent_pid else [])
+
+
+def _control_channel_settings(config: BrokerConfig) -> dict[str, str]:
+    """What secures the control channel (cluster.runtime.tls.control_channel_tls): the controller
+    listener's protocol and its ssl.* settings, given for every listener or for it alone."""
+    listener = config.get("controller.listener.names").split(",")[0].strip().lower()
+    wanted = ("controller.listener.names", "listener.security.protocol.map")
+    return {key: value for key, value in config.values.items()
+            if key in wanted or key.startswith(("ssl.", f"listener.name.{listener}.ssl."))}
 
 
 class LocalController:

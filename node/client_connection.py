@@ -26,7 +26,7 @@ from typing import Callable
 from cluster.formats.segment import FileRegion
 from cluster.runtime import timeline
 from node.security.session import PLAINTEXT_LISTENER, ListenerInfo, Session
-from node.socket_writes import write_pieces
+from node.socket_writes import tls_buffers, write_pieces
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.session = self.open_session(self.listener, transport)
+        self.session.mute = self.throttle
         self.connections.add(self)
         if self.admit is not None:
             self.admit(self, self.session.client_host)
@@ -152,6 +153,8 @@ class ClientConnection(asyncio.Protocol):
 
     def throttle(self, delay_ms: int) -> None:
         """Read no request from this client for delay_ms, as Kafka mutes a throttled client's channel."""
+        if self.lost:
+            return
         self.throttles += 1
         self._pause_reading()
         asyncio.get_running_loop().call_later(delay_ms / 1000, self._throttle_ended)
@@ -211,7 +214,7 @@ class ClientConnection(asyncio.Protocol):
         if buffers and not self.lost:
             if timeline.ENABLED:
                 timeline.mark("answer writing")
-            self.transport.writelines(buffers)
+            self.transport.writelines(tls_buffers(buffers) if self.listener.uses_tls else buffers)
             if timeline.ENABLED:
                 timeline.mark("answer written")
         if self.session.failed and not self.ending:

@@ -4,25 +4,40 @@ The node registers with the controller, long-polls it for new record batches, ap
 to its own copy of the metadata log (so a restart replays locally first) and applies them
 to the image. Waiters (admin requests that must see their own change) are woken through a
 condition, never by polling.
+
+A node whose next offset is below the controller's log start (new, or down while the controller
+deleted the log before a snapshot) is sent the snapshot's id instead of records: it fetches the
+snapshot in chunks, keeps it as its own `.checkpoint`, restarts its copy of the log at the
+snapshot's end and rebuilds its image from it. At start-up it loads its latest valid snapshot,
+then its log after it. Like a Kafka broker, it also snapshots its own image once
+`metadata.log.max.record.bytes.between.snapshots` bytes were fetched since the last snapshot (or
+`metadata.log.max.snapshot.interval.ms` passed, checked as batches arrive), and deletes its copy
+of the log before it.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import time
 import uuid
 
 from cluster.formats.control import ControlClient, ControlError
+from cluster.formats.image import MetadataImage
 from cluster.formats.listeners import SECURITY_PROTOCOL_IDS
 from cluster.formats.metadata_log import (
-    METADATA_PARTITION_DIR, read_meta_properties, replay_partition_log, write_meta_properties,
+    METADATA_PARTITION_DIR, MetadataLogGap, load_snapshot_and_log, read_meta_properties, write_meta_properties,
+)
+from cluster.formats.snapshots import (
+    CorruptSnapshotError, SnapshotId, delete_snapshots_before, encode_image_gently, parse_snapshot, snapshot_settings,
+    write_snapshot_file,
 )
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.records import iter_batch_headers
 from cluster.runtime.shutdown import cancel_and_wait, cancel_requested
-from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, freeze_long_lived
+from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 from node.faults import CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -30,6 +45,7 @@ log = logging.getLogger(__name__)
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 FETCH_MAX_WAIT_MS = 5000
 RECONNECT_DELAY_S = 0.2
+SNAPSHOT_CHUNK_BYTES = 4 << 20
 
 
 class ControllerUnavailable(Exception):
@@ -50,6 +66,9 @@ class MetadataSync:
         self.applied = asyncio.Condition()
         self._applying: asyncio.Task | None = None
         self._fetched_end = 0  # without a copy of the log: the offset after the last batch fetched
+        self._snapshot_bytes, self._snapshot_interval_s = snapshot_settings(broker.config)
+        self._bytes_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
         self._heartbeat_now = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._registered = asyncio.Event()
@@ -68,8 +87,17 @@ class MetadataSync:
                      self.broker.log_dir)
             return
         self.log = PartitionLog(self.broker.log_dir / METADATA_PARTITION_DIR, topic_id=METADATA_TOPIC_ID)
-        replay_partition_log(self.log, self.image)
-        log.info("replayed local metadata log up to offset %d", self.image.offset)
+        try:
+            snapshot_id = load_snapshot_and_log(self.log.directory, self.log, self.image)
+        except MetadataLogGap as exc:
+            log.warning("%s; fetching the metadata from the controller again", exc)
+            self.log.truncate_fully_and_start_at(0)
+            return
+        self._bytes_since_snapshot = self.log.size_bytes()
+        if snapshot_id:
+            log.info("loaded local metadata snapshot %s, then the log up to offset %d", snapshot_id, self.image.offset)
+        else:
+            log.info("replayed local metadata log up to offset %d", self.image.offset)
 
     @property
     def next_offset(self) -> int:
@@ -88,6 +116,34 @@ class MetadataSync:
             self._fetched_end = max(header.next_offset for _, header in iter_batch_headers(data))
         self._applying = asyncio.create_task(self._apply(data, self._applying))
         await asyncio.shield(self._applying)
+        if self.log:
+            self._bytes_since_snapshot += len(data)
+            if self._snapshot_due():
+                await self._snapshot_local_log()
+
+    def _snapshot_due(self) -> bool:
+        return self._bytes_since_snapshot >= self._snapshot_bytes or (
+            self._bytes_since_snapshot > 0 and time.monotonic() - self._last_snapshot >= self._snapshot_interval_s)
+
+    async def _snapshot_local_log(self) -> None:
+        """Snapshot the image at the local log's end and delete the log before it. Runs in the fetch
+        loop once every fetched batch is applied, so nothing changes the image while it is encoded."""
+        snapshot_id = SnapshotId(self.log.log_end_offset, self.log.latest_epoch or 0)
+        if self.image.offset != snapshot_id.last_offset:
+            return
+        data = await encode_image_gently(self.image, snapshot_id)
+        self.log.roll()
+        self._bytes_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        try:
+            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+        except OSError as exc:
+            log.error("writing a metadata snapshot failed: %s", exc)
+            return
+        self.log.advance_log_start_offset(snapshot_id.end_offset)
+        delete_snapshots_before(self.log.directory, snapshot_id)
+        log.info("metadata snapshot %s written (%d bytes); the local log now starts at offset %d",
+                 snapshot_id, len(data), self.log.log_start_offset)
 
     async def _apply(self, data: bytes, previous: asyncio.Task | None) -> None:
         """Apply fetched batches to the image and the hosted partitions, in slices that give way to
@@ -127,15 +183,26 @@ class MetadataSync:
             self.log.close()
 
     async def _run(self, host: str, port: int) -> None:
+        unreachable_since = None  # when the controller was first found unreachable, in this outage
         while True:
             try:
                 tls = self.broker.control_tls
                 self.client = ControlClient(host, port, tls=tls.client if tls else None)
                 await self.client.connect()
                 await self._register()
+                if unreachable_since is not None:
+                    log.info("registered with the controller at %s:%s again, after %.1f s",
+                             host, port, time.monotonic() - unreachable_since)
+                    unreachable_since = None
                 await self._serve_link()
             except (OSError, ControlError) as exc:
-                log.warning("cannot reach the controller at %s:%s: %s", host, port, exc)
+                # Once per outage: a controller that is down is tried again every few hundred ms.
+                if unreachable_since is None:
+                    unreachable_since = time.monotonic()
+                    log.warning("cannot reach the controller at %s:%s: %s (trying again until it answers)",
+                                host, port, exc)
+                else:
+                    log.debug("still cannot reach the controller at %s:%s: %s", host, port, exc)
             if self.client:
                 await self.client.close()
             await asyncio.sleep(RECONNECT_DELAY_S)
@@ -188,8 +255,69 @@ class MetadataSync:
                 "fetch_metadata", offset=self.next_offset, max_wait_ms=FETCH_MAX_WAIT_MS,
                 timeout=FETCH_MAX_WAIT_MS / 1000 + 10,
             )
-            if reply["data"]:
+            if reply.get("snapshot_id"):
+                await self._install_snapshot(SnapshotId(*reply["snapshot_id"]))
+            elif reply["data"]:
                 await self._apply_in_order(reply["data"])
+
+    async def _install_snapshot(self, snapshot_id: SnapshotId) -> None:
+        """Fetch the controller's snapshot, keep it, restart the local log after it and rebuild the image."""
+        data = await self._fetch_snapshot(snapshot_id)
+        if data is None:
+            return
+        try:
+            snapshot = parse_snapshot(data, snapshot_id, f"the controller's snapshot {snapshot_id}")
+        except CorruptSnapshotError as exc:
+            raise ControlError(str(exc)) from None
+        log.info("metadata offset %d is below the controller's log start: loading its snapshot %s (%d bytes)",
+                 self.next_offset, snapshot_id, len(data))
+        image = MetadataImage(cluster_id=self.image.cluster_id)
+        async for _, name, fields in gently(snapshot.records(), TimeSlice()):
+            image.apply(snapshot_id.last_offset, name, fields)
+        image.offset = snapshot_id.last_offset
+        if self.log:
+            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+        # From here on, as for fetched batches, a failing controller link does not cut the switch short.
+        self._applying = asyncio.create_task(self._adopt_snapshot(snapshot_id, image, self._applying))
+        await asyncio.shield(self._applying)
+
+    async def _adopt_snapshot(self, snapshot_id: SnapshotId, image: MetadataImage,
+                              previous: asyncio.Task | None) -> None:
+        """Restart the local log at the snapshot's end and take its image, after whatever was being applied."""
+        if previous is not None:
+            await asyncio.wait([previous])
+        if self.log:
+            self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+            delete_snapshots_before(self.log.directory, snapshot_id)
+            self._bytes_since_snapshot = 0
+            self._last_snapshot = time.monotonic()
+        else:
+            self._fetched_end = snapshot_id.end_offset
+        self.image.replace_with(image)
+        await self.broker.replicas.reconcile(None)
+        self.applied_offset = self.image.offset
+        freeze_long_lived()
+        async with self.applied:
+            self.applied.notify_all()
+        self._heartbeat_now.set()
+
+    async def _fetch_snapshot(self, snapshot_id: SnapshotId) -> bytes | None:
+        """The snapshot's bytes, a chunk at a time; None if the controller replaced it meanwhile."""
+        data = bytearray()
+        while True:
+            reply = await self._call_through_faults(
+                "fetch_snapshot", end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch, position=len(data),
+                max_bytes=SNAPSHOT_CHUNK_BYTES)
+            if reply["error_code"]:
+                log.info("snapshot %s is no longer at the controller (error %d): asking again",
+                         snapshot_id, reply["error_code"])
+                return None
+            data += reply["data"]
+            if len(data) >= reply["size"]:
+                return bytes(data)
+            if not reply["data"]:
+                raise ControlError(f"the controller's snapshot {snapshot_id} ended at byte {len(data)} "
+                                   f"of {reply['size']}")
 
     async def _heartbeat_loop(self) -> None:
         interval = self.broker.config.get_int("broker.heartbeat.interval.ms") / 1000

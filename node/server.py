@@ -172,8 +172,10 @@ class KafkaServer:
             response = await handler.handle(self.broker, header, request)
         else:
             throttle_ms, response = await self.quotas.handle(limits, handler, self.broker, header, request)
-            if throttle_ms:
-                self._mute(header.session, throttle_ms)
+            if throttle_ms and header.session.mute is not None:
+                # KIP-219: the answer (carrying throttle_time_ms) goes out at once; the client's
+                # connection is muted for the throttle time.
+                header.session.mute(throttle_ms)
         if faults.holds_response(party):
             await faults.before_response(party)
         if response is None:
@@ -183,13 +185,6 @@ class KafkaServer:
         else:
             body = [response.encode(version=header.api_version)]
         return self._frame_response(header.correlation_id, body, handler.response_header_is_flexible(header.api_version))
-
-    def _mute(self, session: Session, throttle_ms: int) -> None:
-        """KIP-219: the answer (carrying throttle_time_ms) goes out at once; the client's connection is
-        muted for the throttle time. (Searched for only when a client is throttled.)"""
-        for connection in self.connections:
-            if connection.session is session:
-                connection.throttle(throttle_ms)
 
     def _gate(self, frame: memoryview, session: Session) -> asyncio.Task | None:
         """What a SASL connection may send before it is authenticated, or once its authentication

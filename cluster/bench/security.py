@@ -84,3 +84,22 @@ def table(rows: list[SecurityRow], nodes: int, replication_factor: int, messages
         shown = (lambda v: f"{v:,.0f}") if row.unit == "msg/s" else (lambda v: f"{v:.1f}")
         result.add_row(row.what, row.unit, shown(row.plaintext), shown(row.secured), f"{row.ratio:.2f}x")
     return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Only the security rows: `python -m cluster.bench.security [--nodes 3] [--messages 200000]`."""
+    import argparse
+
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--replication-factor", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=200_000)
+    args = parser.parse_args(argv)
+    rows = measure(args.nodes, args.replication_factor, args.messages)
+    Console().print(table(rows, args.nodes, args.replication_factor, args.messages))
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,8 @@ import click
 from rich.table import Table
 
 from cluster.cli.app import attached, console, data_dir_option, json_option, parse_pairs, print_json
+from cluster.formats.control import ControlError
+from cluster.formats.metadata_log import read_meta_properties
 from cluster.launch.cluster import CLUSTER_CLASSES, Cluster, ClusterError, DockerCluster, cluster_class
 from cluster.launch.security import SASL_MECHANISMS, SECURITY_PROTOCOLS, Security
 
@@ -125,7 +127,7 @@ def down(data_dir):
 def status(data_dir, transactional_ids, as_json):
     """Nodes, their processes and ports, and who leads what."""
     cluster = attached(data_dir)
-    document = status_document(cluster.status(), cluster)
+    document = status_document(controller_view(cluster), cluster)
     if transactional_ids:
         document["transaction_coordinators"] = [cluster.transaction_coordinator(t) for t in transactional_ids]
     if as_json:
@@ -134,8 +136,22 @@ def status(data_dir, transactional_ids, as_json):
         console.print(status_tables(document))
 
 
-def status_document(state: dict, cluster: Cluster) -> dict:
-    """The cluster's nodes and partitions as `kraftwerk status --json` prints them (docs/cli.md shows the shape)."""
+def controller_view(cluster: Cluster) -> dict | None:
+    """The controller's status answer with its quorum's; None when it is down, paused or does not answer."""
+    if cluster.controller_state() != "running":
+        return None
+    try:
+        return {**cluster.status(), "quorum": cluster.control("describe_quorum", timeout=5)}
+    except (ControlError, OSError):
+        return None
+
+
+def status_document(state: dict | None, cluster: Cluster) -> dict:
+    """The cluster's controller, nodes and partitions as `kraftwerk status --json` prints them (docs/cli.md
+    shows the shape); without a controller's answer (state None), what the processes say, and no partitions."""
+    answered = state is not None
+    state = state or {"cluster_id": read_meta_properties(cluster.data_dir / "controller").get("cluster.id"),
+                      "metadata_offset": None, "brokers": [], "topics": []}
     led: dict[int, int] = {}
     for topic in state["topics"]:
         for partition in topic["partitions"]:
@@ -144,15 +160,25 @@ def status_document(state: dict, cluster: Cluster) -> dict:
     nodes = [{"node_id": node_id, "pid": node.pid, "host": cluster.node_host(node), "port": node.port,
               "address": cluster.address(node), **_internal_address(cluster, node), "admin_port": node.admin_port,
               "process": _process_state(node),
-              "fenced": brokers.get(node_id, {}).get("fenced", True), "partitions_led": led.get(node_id, 0)}
+              "fenced": brokers.get(node_id, {}).get("fenced", True) if answered else None,
+              "partitions_led": led.get(node_id, 0)}
              for node_id, node in sorted(cluster.nodes.items())]
     offsets = replica_offsets(cluster.replica_states(timeout=0.5))
     topics = [{"name": topic["name"], "topic_id": topic["topic_id"],
                "partitions": [_partition_facts(p, offsets.get((topic["name"], p["partition"]), {}))
                               for p in topic["partitions"]]}
               for topic in state["topics"]]
-    return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"], "nodes": nodes,
-            "topics": topics}
+    return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"],
+            "controllers": [_controller_facts(cluster, state.get("quorum"))], "nodes": nodes, "topics": topics}
+
+
+def _controller_facts(cluster: Cluster, quorum: dict | None) -> dict:
+    """The controller's process and, when it answered, its place in the quorum: role, epoch, lag."""
+    voter = next((v for v in quorum["voters"] if v["replica_id"] == quorum["leader_id"]), None) if quorum else None
+    return {"node_id": cluster.controller_id, "pid": cluster.controller_pid, "address": cluster.controller_address,
+            "process": cluster.controller_state(), "role": "leader" if voter else None,
+            "leader_epoch": quorum["leader_epoch"] if quorum else None,
+            "lag": quorum["high_watermark"] - voter["log_end_offset"] if voter else None}
 
 
 def _internal_address(cluster: Cluster, node) -> dict:
@@ -175,16 +201,22 @@ def _partition_facts(partition: dict, known: dict[int, dict]) -> dict:
 def status_tables(document: dict):
     from rich.console import Group
 
-    nodes = Table(title=f"cluster {document['cluster_id']}")
+    controllers = Table(title=f"cluster {document['cluster_id']}")
+    for column in ("controller", "pid", "address", "process", "role", "epoch", "lag"):
+        controllers.add_column(column)
+    process_styles = {"dead": "[red]dead[/]", "paused": "[yellow]paused[/]", "running": "[green]running[/]"}
+    for c in document["controllers"]:
+        controllers.add_row(str(c["node_id"]), str(c["pid"]), c["address"], process_styles[c["process"]],
+                            c["role"] or "?", _unknown(c["leader_epoch"]), _unknown(c["lag"]))
+    nodes = Table(title="nodes")
     internal = any("internal_address" in node for node in document["nodes"])
     for column in ("node", "pid", "address", *(("internal address",) if internal else ()), "process", "state",
                    "partitions led"):
         nodes.add_column(column)
-    process_styles = {"dead": "[red]dead[/]", "paused": "[yellow]paused[/]", "running": "[green]running[/]"}
     for node in document["nodes"]:
         nodes.add_row(str(node["node_id"]), str(node["pid"]), node["address"],
                       *((node.get("internal_address", ""),) if internal else ()), process_styles[node["process"]],
-                      "fenced" if node["fenced"] else "unfenced",
+                      "?" if node["fenced"] is None else "fenced" if node["fenced"] else "unfenced",
                       str(node["partitions_led"]))
     compacted = any(p["cleaned_up_to"] is not None for topic in document["topics"] for p in topic["partitions"])
     topics = Table(title="partitions", caption="hw: high watermark; lag: messages each replica's log is behind "
@@ -206,8 +238,8 @@ def status_tables(document: dict):
                              if compacted else ()),
                            " ".join(f"{node}:{_unknown(lag)}" for node, lag in p["lag"].items()))
     if "transaction_coordinators" not in document:
-        return Group(nodes, topics)
-    return Group(nodes, topics, _coordinators_table(document["transaction_coordinators"]))
+        return Group(controllers, nodes, topics)
+    return Group(controllers, nodes, topics, _coordinators_table(document["transaction_coordinators"]))
 
 
 def _coordinators_table(placements: list[dict]) -> Table:

@@ -143,6 +143,16 @@ class MetadataImage:
     def copy(self) -> "MetadataImage":
         return copy.deepcopy(self)
 
+    def replace_with(self, other: "MetadataImage") -> None:
+        """Take every field of other (an image rebuilt from a snapshot) in place, so that whoever holds
+        this image sees the new one; the change counters move forward so nothing derived stays cached."""
+        changes, acl_changes, cluster_id = self.changes, self.acl_changes, self.cluster_id
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(other, name))
+        self.cluster_id = other.cluster_id or cluster_id
+        self.changes = max(changes, other.changes) + 1
+        self.acl_changes = max(acl_changes, other.acl_changes) + 1
+
 
 @dataclass
 class MetadataDelta:

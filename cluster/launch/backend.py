@@ -104,7 +104,11 @@ class Backend(ABC):
 
     @abstractmethod
     def running(self) -> bool:
-        """True while the cluster's controller runs."""
+        """True while any process of the cluster runs (the controller or a node)."""
+
+    @abstractmethod
+    def controller_running(self) -> bool:
+        """True while the controller's process lives, paused or not."""
 
     # --- faults on one node ---
 
@@ -140,6 +144,32 @@ class Backend(ABC):
     @abstractmethod
     def faults(self, node: NodeProcess) -> dict:
         """The faults the node is under."""
+
+    # --- faults on the controller ---
+
+    @abstractmethod
+    def restart_controller(self, settings: list[str]) -> None:
+        """Start the controller again, on its port and data dir, while the nodes run on; returns once it serves."""
+
+    @abstractmethod
+    def kill_controller(self) -> None:
+        """Kill the controller as a crash would; returns once it is gone."""
+
+    @abstractmethod
+    def stop_controller(self) -> None:
+        """Stop the controller (SIGTERM), paused or not; returns once it is gone."""
+
+    @abstractmethod
+    def pause_controller(self) -> None:
+        """Freeze the controller: it lives on but answers nothing."""
+
+    @abstractmethod
+    def resume_controller(self) -> None:
+        """Let a paused controller run again."""
+
+    @abstractmethod
+    def controller_paused(self) -> bool:
+        """True while the controller is frozen by pause_controller."""
 
     # --- the whole cluster ---
 

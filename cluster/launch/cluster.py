@@ -311,6 +311,50 @@ class Cluster:
     def node_faults(self, node_id: int) -> dict:
         return self.runner.faults(self.nodes[node_id])
 
+    # --- faults on the controller: the nodes serve on with the metadata they have; nothing that
+    # needs the controller (a new topic, a leader for a dead node's partitions) happens until it is back
+
+    def kill_controller(self) -> None:
+        """Kill the controller, as a crash would."""
+        self.runner.kill_controller()
+
+    def stop_controller(self) -> None:
+        """Stop the controller gracefully."""
+        self.runner.stop_controller()
+
+    def pause_controller(self) -> None:
+        """The controller lives on but answers nothing, like one stuck in a long pause."""
+        self.runner.pause_controller()
+
+    def resume_controller(self) -> None:
+        self.runner.resume_controller()
+
+    def start_controller(self) -> None:
+        """Start the controller again on its port and data dir; returns once every running node is
+        registered with it again and caught up."""
+        self.runner.restart_controller(self._controller_settings())
+        running = [node_id for node_id, node in self.nodes.items() if node.alive()]
+        if running:
+            self.wait_ready(running)
+        self.write_state()
+
+    def restart_controller(self) -> None:
+        """Stop the controller (when it runs) and start it again."""
+        if self.runner.controller_running():
+            self.stop_controller()
+        self.start_controller()
+
+    @property
+    def controller_id(self) -> int:
+        """The controller's node id: its log dir is formatted as node 0, apart from the nodes' 1..N."""
+        return 0
+
+    def controller_state(self) -> str:
+        """running, paused or dead."""
+        if not self.runner.controller_running():
+            return "dead"
+        return "paused" if self.runner.controller_paused() else "running"
+
     def restart_node(self, node_id: int) -> None:
         """Start a node again with the same id, data dir and address; a running one is stopped first."""
         if self.nodes[node_id].alive():

@@ -214,7 +214,15 @@ class DockerBackend(Backend):
         return ",".join(self.internal_address(node) for _, node in sorted(self.cluster.nodes.items()))
 
     def running(self) -> bool:
-        return self._container_status(f"{self.name}-controller") == "running"
+        return any(c.status in ("running", "paused")
+                   for c in self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self.name}"}))
+
+    def controller_running(self) -> bool:
+        return self._container_status(self._controller_name) in ("running", "paused")
+
+    @property
+    def _controller_name(self) -> str:
+        return f"{self.name}-controller"
 
     def _container_status(self, name: str) -> str | None:
         import docker.errors
@@ -257,6 +265,10 @@ class DockerBackend(Backend):
 
     def start_controller(self, settings: list[str]) -> None:
         self._create_network()
+        self.restart_controller(settings)
+
+    def restart_controller(self, settings: list[str]) -> None:
+        """A fresh controller container at the controller's address, on the network the nodes are on."""
         command = ["controller", "--data-dir", f"{MOUNT}/controller", "--host", "0.0.0.0",
                    "--port", str(CONTROLLER_PORT), *settings]
         container = self._run_container("controller", command, self.controller_ip)
@@ -384,18 +396,28 @@ class DockerBackend(Backend):
 
     def kill(self, node: DockerNode) -> None:
         """`docker kill`: SIGKILL to every process of the container."""
-        container = self._container(node)
-        if container.status == "paused":
-            container.unpause()  # a frozen cgroup takes no signal: kill the running process, as on a crash
-        container.kill()
-        container.wait(timeout=STOP_GRACE_S)
+        _kill_container(self._container(node))
 
     def stop(self, node: DockerNode) -> None:
         """`docker stop`: SIGTERM (tini passes it on), so the node hands over its leaderships and exits."""
-        container = self._container(node)
-        if container.status == "paused":
-            container.unpause()
-        container.stop(timeout=STOP_GRACE_S)
+        _stop_container(self._container(node))
+
+    # The controller's faults: the same container operations on its container.
+
+    def kill_controller(self) -> None:
+        _kill_container(self.docker.containers.get(self._controller_name))
+
+    def stop_controller(self) -> None:
+        _stop_container(self.docker.containers.get(self._controller_name))
+
+    def pause_controller(self) -> None:
+        self.docker.containers.get(self._controller_name).pause()
+
+    def resume_controller(self) -> None:
+        self.docker.containers.get(self._controller_name).unpause()
+
+    def controller_paused(self) -> bool:
+        return self._container_status(self._controller_name) == "paused"
 
     def pause(self, node: DockerNode) -> None:
         """`docker pause`: the cgroup freezer stops the node; the controller fences it after the session timeout."""
@@ -518,3 +540,16 @@ def remove_labelled(name: str | None = None, client=None) -> None:
         container.remove(force=True)
     for network in client.networks.list(filters={"label": label}):
         network.remove()
+
+
+def _kill_container(container) -> None:
+    if container.status == "paused":
+        container.unpause()  # a frozen cgroup takes no signal: kill the running process, as on a crash
+    container.kill()
+    container.wait(timeout=STOP_GRACE_S)
+
+
+def _stop_container(container) -> None:
+    if container.status == "paused":
+        container.unpause()
+    container.stop(timeout=STOP_GRACE_S)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
-from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive, recorded_state
+from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive, process_state, recorded_state
 from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
 from cluster.tools.errors import ClusterError
 
@@ -95,6 +95,10 @@ class LocalProcessBackend(Backend):
     def bind(self, cluster) -> None:
         super().bind(cluster)
         self.kept = KeptPorts() if cluster.owns_data_dir else KeptPorts.read(cluster.data_dir)
+        # The group every process of the cluster is in: the first controller's pid, kept when that
+        # controller is restarted (its successor joins the group the nodes are still in).
+        state = None if cluster.owns_data_dir else recorded_state(cluster.data_dir)
+        self.process_group: int | None = (state or {}).get("process_group")
 
     # --- starting ---
 
@@ -104,16 +108,25 @@ class LocalProcessBackend(Backend):
             raise ClusterError(f"a cluster is already running in {self.cluster.data_dir} (kraftwerk down stops it)")
 
     def start_controller(self, settings: list[str]) -> None:
+        # Its own process group, which every node joins: one killpg stops them all.
+        self._start_controller(settings, self.kept.controller, lead_group=True)
+
+    def restart_controller(self, settings: list[str]) -> None:
+        """The controller again, on its port, in the group of the nodes still running (a new group when none is)."""
+        alive = any(self._in_group(node.pid) for node in self.cluster.nodes.values())
+        self._start_controller(settings, self.cluster.controller_port or self.kept.controller, lead_group=not alive)
+
+    def _start_controller(self, settings: list[str], port: int, lead_group: bool) -> None:
         cluster = self.cluster
         log_path = cluster.data_dir / "logs" / "controller.log"
-        port = self.kept.controller
         ensure_port_free(cluster.host, port, "the controller")
         argv = ["--data-dir", str(cluster.data_dir / "controller"), "--host", cluster.host, "--port", str(port),
                 *settings]
-        # Its own process group, which every node joins: one killpg stops them all.
-        process = self._fork("controller", argv, log_path, lead_group=True)
+        process = self._fork("controller", argv, log_path, lead_group=lead_group)
         cluster.controller_pid = process.pid
-        self.started_group = True
+        if lead_group:
+            self.process_group = process.pid
+            self.started_group = True
         cluster.controller_port = read_ready_line(process, log_path, cluster.startup_timeout)["port"]
 
     def spawn_node(self, node_id: int, settings: dict[str, str]) -> tuple[ForkedProcess, Path]:
@@ -158,7 +171,7 @@ class LocalProcessBackend(Backend):
         restart`, say), in the cluster's group, for nodes only."""
         if self.fork_server is None or not self.fork_server.alive():
             self._close_fork_server()
-            programs, group = (["controller", "node"], 0) if new_group else (["node"], self.cluster.controller_pid)
+            programs, group = (["controller", "node"], 0) if new_group else (["node"], self.process_group)
             self.fork_server = ForkServer.start(programs, self.cluster.data_dir / "logs" / "fork-server.log", group)
         return self.fork_server
 
@@ -177,7 +190,13 @@ class LocalProcessBackend(Backend):
         return self.cluster.host
 
     def running(self) -> bool:
-        return self.cluster.controller_pid is not None and pid_alive(self.cluster.controller_pid)
+        return any(pid and self._in_group(pid) for pid in self._pids())
+
+    def controller_running(self) -> bool:
+        return self.cluster.controller_pid is not None and self._in_group(self.cluster.controller_pid)
+
+    def _pids(self) -> list[int]:
+        return [self.cluster.controller_pid, *(node.pid for node in self.cluster.nodes.values())]
 
     # --- faults ---
 
@@ -213,6 +232,26 @@ class LocalProcessBackend(Backend):
     def faults(self, node: NodeProcess) -> dict:
         return self.cluster.node_control(node.node_id, "faults")
 
+    # --- faults on the controller: the same signals ---
+
+    def kill_controller(self) -> None:
+        self._signal(self.cluster.controller_pid, signal.SIGKILL)
+        self._reap(self.cluster.controller_pid, STOP_GRACE_S)
+
+    def stop_controller(self) -> None:
+        self._signal(self.cluster.controller_pid, signal.SIGCONT)
+        self._signal(self.cluster.controller_pid, signal.SIGTERM)
+        self._reap(self.cluster.controller_pid, STOP_GRACE_S)
+
+    def pause_controller(self) -> None:
+        self._signal(self.cluster.controller_pid, signal.SIGSTOP)
+
+    def resume_controller(self) -> None:
+        self._signal(self.cluster.controller_pid, signal.SIGCONT)
+
+    def controller_paused(self) -> bool:
+        return self.controller_running() and process_state(self.cluster.controller_pid) == "T"
+
     # --- stopping ---
 
     def _in_group(self, pid: int) -> bool:
@@ -220,9 +259,9 @@ class LocalProcessBackend(Backend):
         return self._group_holds(pid) and _runs_kraftwerk_process(pid)
 
     def _group_holds(self, pid: int) -> bool:
-        controller_pid = self.cluster.controller_pid
+        group = self.process_group or self.cluster.controller_pid
         try:
-            return controller_pid is not None and os.getpgid(pid) == controller_pid
+            return group is not None and os.getpgid(pid) == group
         except ProcessLookupError:
             return False
 
@@ -233,9 +272,9 @@ class LocalProcessBackend(Backend):
     def stop_all(self) -> None:
         """SIGTERM to every node then the controller; anything left in the group is killed."""
         controller_pid, nodes = self.cluster.controller_pid, self.cluster.nodes
+        group = self.process_group or controller_pid
         # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
-        group_is_ours = self.started_group or any(
-            self._in_group(pid) for pid in [controller_pid, *(n.pid for n in nodes.values())] if pid)
+        group_is_ours = self.started_group or any(self._in_group(pid) for pid in self._pids() if pid)
         for node in nodes.values():
             self._signal(node.pid, signal.SIGCONT)  # a paused node must run to stop gracefully
             self._signal(node.pid, signal.SIGTERM)
@@ -243,10 +282,12 @@ class LocalProcessBackend(Backend):
         for node in nodes.values():
             self._reap(node.pid, deadline - time.monotonic())
         if controller_pid and group_is_ours:
+            self._signal(controller_pid, signal.SIGCONT)
             self._signal(controller_pid, signal.SIGTERM)
             self._reap(controller_pid, deadline - time.monotonic())
+        if group and group_is_ours:
             try:
-                os.killpg(controller_pid, signal.SIGKILL)
+                os.killpg(group, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         self._close_fork_server()
@@ -265,8 +306,7 @@ class LocalProcessBackend(Backend):
 
     def state(self, shared: dict) -> dict:
         cluster = self.cluster
-        return {**shared, "process_group": cluster.controller_pid,
-                "pids": [cluster.controller_pid, *(n.pid for n in cluster.nodes.values())]}
+        return {**shared, "process_group": self.process_group or cluster.controller_pid, "pids": self._pids()}
 
     def node_from_state(self, node_id: int, recorded: dict) -> NodeProcess:
         return NodeProcess(node_id, recorded["pid"], recorded["port"], Path(recorded["data_dir"]),

@@ -96,6 +96,7 @@ API_MODULES = (
     "describe_client_quotas",
     "alter_client_quotas",
     "describe_acls", "create_acls", "delete_acls",
+    "describe_quorum",
 )
 
 

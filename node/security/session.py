@@ -11,7 +11,8 @@ served, and anything else closes the connection, as Kafka does.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -48,6 +49,8 @@ class Session:
     expires_ms: int | None = None
     # Authentication failed: the connection closes once the answer saying so is written.
     failed: bool = False
+    # Mutes the connection for a quota's throttle time, in ms (its ClientConnection.throttle).
+    mute: Callable[[int], None] | None = field(default=None, repr=False)
 
     @classmethod
     def opened(cls, listener: ListenerInfo, client_host: str) -> "Session":

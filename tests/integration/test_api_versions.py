@@ -253,6 +253,11 @@ def requests_for(version_of, topic_id):
             entity=[E.EntityData(entity_type="client-id", entity_name="versions")],
             ops=[E.OpData(key="producer_byte_rate", value=1024.0, remove=False)])])
 
+    def describe_quorum(v):
+        T = admin_api.DescribeQuorumRequest[v].TopicData
+        return admin_api.DescribeQuorumRequest[v](topics=[T(topic_name="__cluster_metadata",
+                                                             partitions=[T.PartitionData(partition_index=0)])])
+
     def describe_log_dirs(v):
         T = admin_api.DescribeLogDirsRequest[v].DescribableLogDirTopic
         return admin_api.DescribeLogDirsRequest[v](topics=[T(topic=TOPIC, partitions=[0])])
@@ -414,6 +419,7 @@ def requests_for(version_of, topic_id):
         78: (share_fetch, ShareFetchResponse), 79: (share_acknowledge, ShareAcknowledgeResponse),
         29: (describe_acls, admin_api.DescribeAclsResponse), 30: (create_acls, admin_api.CreateAclsResponse),
         31: (delete_acls, admin_api.DeleteAclsResponse),
+        55: (describe_quorum, admin_api.DescribeQuorumResponse),
     }
 
 

@@ -46,7 +46,7 @@ def test_up_use_down_up_again(data_dir):
     assert "bootstrap servers: 127.0.0.1:" in started.stdout
 
     status = kraftwerk("status", data_dir=data_dir).stdout
-    assert status.count("running") == 3 and status.count("unfenced") == 3
+    assert status.count("running") == 4 and status.count("unfenced") == 3  # the controller and 3 nodes
 
     # No --replication-factor: the cluster's default.replication.factor, min(3, nodes), as Kafka clients get.
     created = kraftwerk("topic", "create", "greetings", "--partitions", "3", data_dir=data_dir).stdout
@@ -225,7 +225,7 @@ def test_node_fault_commands(data_dir):
     leaders = [line.split("│")[3].strip() for line in status.splitlines() if "│ faults " in line]
     assert len(leaders) == 3 and "1" not in leaders
     kraftwerk("node", "restart", "1", data_dir=data_dir)
-    assert kraftwerk("status", data_dir=data_dir).stdout.count("running") == 3
+    assert kraftwerk("status", data_dir=data_dir).stdout.count("running") == 4  # the controller and 3 nodes
     # Node 1 takes its preferred leaderships back (leader.imbalance.check.interval.seconds, 5 s): write
     # once it has, or a new leader may not know yet that its followers have both messages when asked.
     wait_for_preferred_leaders(data_dir, "faults")

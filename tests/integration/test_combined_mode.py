@@ -7,6 +7,7 @@ node leads the partitions a real Kafka 3.7 broker left there and serves their re
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
+from cluster.formats.control import ControlError, call_sync
+from cluster.launch.certificates import make_control_certificates
 from tests.integration.test_kafka_fixture import FIXTURE, copy_fixture, start_process
 
 TIMESTAMPS = [1769792698283, 1769793423115, 1769793578165]
@@ -141,6 +144,23 @@ def test_a_combined_node_on_a_fresh_log_dir(tmp_path, nodes, formatted):
     assert f"cluster.id={cluster_id}\n" in meta and "node.id=1\n" in meta
     if formatted:
         assert cluster_id == "MkU3OEVBNTcwNTJENDM2Qk"
+    assert nodes[0].stop() == 0
+    assert_no_errors(tmp_path / "node.log")
+
+
+def test_a_combined_node_whose_controller_listener_is_ssl_talks_to_its_controller_over_mutual_tls(tmp_path, nodes):
+    control = make_control_certificates(tmp_path / "certs", [])
+    properties = combined_properties(tmp_path / "server.properties", tmp_path / "logs",
+                                     **{"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT",
+                                        **control.broker_settings("CONTROLLER")})
+    nodes.append(Node(properties, tmp_path / "node.log"))
+    producer = KafkaProducer(bootstrap_servers=nodes[0].bootstrap, acks="all")
+    assert producer.send("secured", b"one").get(30).offset == 0  # the topic was created through the controller
+    producer.close()
+    serving = re.search(r"serving on 127\.0\.0\.1:(\d+) \(mutual TLS\)", (tmp_path / "node.log").read_text())
+    assert serving, (tmp_path / "node.log").read_text()
+    with pytest.raises(ControlError, match="closed"):
+        call_sync("127.0.0.1", int(serving.group(1)), "status", timeout=5)
     assert nodes[0].stop() == 0
     assert_no_errors(tmp_path / "node.log")
 

@@ -14,7 +14,7 @@ from cluster.formats.partition_log import LogConfig, PartitionLog
 from cluster.formats.records import encode_batch, iter_batch_headers
 from cluster.formats.segment import FileRegion
 from cluster.runtime.event_loop import run
-from node.socket_writes import SPILL_BYTES, write_pieces
+from node.socket_writes import SPILL_BYTES, TLS_RECORD_BYTES, tls_buffers, write_pieces
 
 VALUE_BYTES = 300_000
 
@@ -132,3 +132,12 @@ def test_a_region_that_cannot_be_sent_closes_the_connection_and_its_descriptor()
     finally:
         os.close(readable)
         os.close(writable)
+
+
+def test_on_tls_an_answers_small_buffers_are_joined_and_big_ones_left_alone():
+    big = b"b" * TLS_RECORD_BYTES
+    other = memoryview(b"c" * (TLS_RECORD_BYTES + 1))
+    joined = tls_buffers([b"size", b"header", memoryview(b"body"), big, b"x", other, b"tail1", b"tail2"])
+    assert joined == [b"sizeheaderbody", big, b"x", other, b"tail1tail2"]
+    assert joined[1] is big and joined[3] is other  # (not copied)
+    assert tls_buffers([b"alone"]) == [b"alone"] and tls_buffers([]) == []
