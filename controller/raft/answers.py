@@ -6,7 +6,8 @@ Kafka's error codes: INCONSISTENT_CLUSTER_ID for another cluster's id; INVALID_R
 impossible offsets or epochs; FENCED_LEADER_EPOCH for an epoch older than the replica's;
 UNKNOWN_LEADER_EPOCH for a Fetch in an epoch the replica has not reached; NOT_LEADER_OR_FOLLOWER
 for a Fetch to a replica that does not lead. Every answer carries the replica's epoch and the
-leader it knows, which is how peers learn of a new epoch or leader.
+leader it knows, which is how peers learn of a new epoch or leader. Every function here takes the
+answering `RaftReplica` (controller/raft/replica.py, which imports this module, hence no import back).
 
 Differs from Kafka: requests from outside the voter set (a Vote from an observer, a Begin- or
 EndQuorumEpoch from a replica that is no voter, or any of them sent to an observer) get Kafka 3.x's
@@ -17,8 +18,6 @@ leader has not answered it for a fetch timeout (KIP-996's rule).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cluster.formats.errors import ErrorCode
 from controller.raft.election_state import NO_ID
 from controller.raft.log import OffsetAndEpoch, validate_fetch_position
@@ -28,11 +27,8 @@ from controller.raft.messages import (
 )
 from controller.raft.roles import Follower, Leader, Prospective, Resigned, Unattached
 
-if TYPE_CHECKING:
-    from controller.raft.replica import RaftReplica
 
-
-def answer(replica: "RaftReplica", envelope: Envelope, now_ms: int) -> Response | None:
+def answer(replica, envelope: Envelope, now_ms: int) -> Response | None:
     """The response to send back now, or None when a fetch waits at the leader for new entries."""
     request = envelope.body
     if isinstance(request, VoteRequest):
@@ -44,7 +40,7 @@ def answer(replica: "RaftReplica", envelope: Envelope, now_ms: int) -> Response 
     return _answer_fetch(replica, envelope, now_ms)
 
 
-def _answer_vote(replica: "RaftReplica", request: VoteRequest, now_ms: int) -> VoteResponse:
+def _answer_vote(replica, request: VoteRequest, now_ms: int) -> VoteResponse:
     if request.cluster_id != replica.cluster_id:
         return VoteResponse(ErrorCode.INCONSISTENT_CLUSTER_ID)
     last_epoch = request.last_offset_epoch
@@ -65,7 +61,7 @@ def _answer_vote(replica: "RaftReplica", request: VoteRequest, now_ms: int) -> V
     return _vote_response(replica, ErrorCode.NONE, granted)
 
 
-def _can_grant(replica: "RaftReplica", candidate_id: int, up_to_date: bool, pre_vote: bool, now_ms: int) -> bool:
+def _can_grant(replica, candidate_id: int, up_to_date: bool, pre_vote: bool, now_ms: int) -> bool:
     """Kafka's canGrantVote of each state."""
     state = replica.state
     if isinstance(state, (Leader, Resigned)):
@@ -83,11 +79,11 @@ def _can_grant(replica: "RaftReplica", candidate_id: int, up_to_date: bool, pre_
     return False
 
 
-def _vote_response(replica: "RaftReplica", error: ErrorCode, granted: bool = False) -> VoteResponse:
+def _vote_response(replica, error: ErrorCode, granted: bool = False) -> VoteResponse:
     return VoteResponse(error, replica.leader_id, replica.epoch, granted)
 
 
-def _answer_begin_quorum_epoch(replica: "RaftReplica", request: BeginQuorumEpochRequest,
+def _answer_begin_quorum_epoch(replica, request: BeginQuorumEpochRequest,
                                now_ms: int) -> BeginQuorumEpochResponse:
     if request.cluster_id != replica.cluster_id:
         return BeginQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID)
@@ -103,7 +99,7 @@ def _answer_begin_quorum_epoch(replica: "RaftReplica", request: BeginQuorumEpoch
     return BeginQuorumEpochResponse(ErrorCode.NONE, replica.leader_id, replica.epoch)
 
 
-def _answer_end_quorum_epoch(replica: "RaftReplica", request: EndQuorumEpochRequest,
+def _answer_end_quorum_epoch(replica, request: EndQuorumEpochRequest,
                              now_ms: int) -> EndQuorumEpochResponse:
     if request.cluster_id != replica.cluster_id:
         return EndQuorumEpochResponse(ErrorCode.INCONSISTENT_CLUSTER_ID)
@@ -120,7 +116,7 @@ def _answer_end_quorum_epoch(replica: "RaftReplica", request: EndQuorumEpochRequ
     return EndQuorumEpochResponse(ErrorCode.NONE, replica.leader_id, replica.epoch)
 
 
-def _leadership_request_error(replica: "RaftReplica", leader_id: int, epoch: int) -> ErrorCode | None:
+def _leadership_request_error(replica, leader_id: int, epoch: int) -> ErrorCode | None:
     """Kafka's validateVoterOnlyRequest, and the leader consistency its maybeTransition asserts."""
     if epoch < replica.epoch:
         return ErrorCode.FENCED_LEADER_EPOCH
@@ -133,7 +129,7 @@ def _leadership_request_error(replica: "RaftReplica", leader_id: int, epoch: int
     return None
 
 
-def _successor_backoff(replica: "RaftReplica", successors: tuple[int, ...]) -> int:
+def _successor_backoff(replica, successors: tuple[int, ...]) -> int:
     """Kafka's strictExponentialElectionBackoffMs: 0 for the first preferred successor, doubling
     down the list, the maximum for a voter not on it."""
     maximum = replica.config.election_backoff_max_ms
@@ -145,7 +141,7 @@ def _successor_backoff(replica: "RaftReplica", successors: tuple[int, ...]) -> i
     return min(maximum, (maximum >> (len(successors) - 1)) << (position - 1))
 
 
-def _answer_fetch(replica: "RaftReplica", envelope: Envelope, now_ms: int) -> FetchResponse | None:
+def _answer_fetch(replica, envelope: Envelope, now_ms: int) -> FetchResponse | None:
     request: FetchRequest = envelope.body
     if request.cluster_id != replica.cluster_id:
         return FetchResponse(ErrorCode.INCONSISTENT_CLUSTER_ID)
@@ -164,7 +160,7 @@ def _answer_fetch(replica: "RaftReplica", envelope: Envelope, now_ms: int) -> Fe
     return complete_fetch(replica, request)
 
 
-def _leader_only_error(replica: "RaftReplica", epoch: int) -> ErrorCode | None:
+def _leader_only_error(replica, epoch: int) -> ErrorCode | None:
     """Kafka's validateLeaderOnlyRequest."""
     if epoch < replica.epoch:
         return ErrorCode.FENCED_LEADER_EPOCH
@@ -175,7 +171,7 @@ def _leader_only_error(replica: "RaftReplica", epoch: int) -> ErrorCode | None:
     return None
 
 
-def complete_fetch(replica: "RaftReplica", request: FetchRequest) -> FetchResponse:
+def complete_fetch(replica, request: FetchRequest) -> FetchResponse:
     """The leader's answer to a valid fetch: its entries from the fetch offset, or where the
     follower's log stops agreeing with the leader's (the diverging epoch it truncates to)."""
     if not isinstance(replica.state, Leader) or request.current_leader_epoch != replica.epoch:
