@@ -212,8 +212,8 @@ class LocalProcessBackend(Backend):
         self._reap(node.pid, STOP_GRACE_S)
 
     def pause(self, node: NodeProcess) -> None:
-        """SIGSTOP: like a node stuck in a long pause."""
-        self._signal(node.pid, signal.SIGSTOP)
+        """SIGSTOP: like a node stuck in a long pause; returns once the kernel has stopped it."""
+        self._stop_process(node.pid)
 
     def resume(self, node: NodeProcess) -> None:
         self._signal(node.pid, signal.SIGCONT)
@@ -244,7 +244,7 @@ class LocalProcessBackend(Backend):
         self._reap(self.cluster.controller_pid, STOP_GRACE_S)
 
     def pause_controller(self) -> None:
-        self._signal(self.cluster.controller_pid, signal.SIGSTOP)
+        self._stop_process(self.cluster.controller_pid)
 
     def resume_controller(self) -> None:
         self._signal(self.cluster.controller_pid, signal.SIGCONT)
@@ -268,6 +268,14 @@ class LocalProcessBackend(Backend):
     def _signal(self, pid: int, sig: int) -> None:
         if self._in_group(pid):
             _signal(pid, sig)
+
+    def _stop_process(self, pid: int) -> None:
+        """SIGSTOP, then wait (at most a second) until the process is stopped: the signal is
+        delivered when the kernel next schedules it, and a caller reads its state right after."""
+        self._signal(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 1
+        while pid_alive(pid) and process_state(pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def stop_all(self) -> None:
         """SIGTERM to every node then the controller; anything left in the group is killed."""
