@@ -35,3 +35,12 @@ def write_bytes_atomically(path: Path, data: bytes, *, sync: bool = False) -> No
     finally:
         os.close(fd)
     os.replace(temp, path)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in directory durable, as Kafka's atomicMoveWithFallback flushes the parent."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from cluster.formats.compression import decompress
+from cluster.formats.files import fsync_directory
 from cluster.formats.image import MetadataImage
 from cluster.formats.metadata_records import decode_record, encode_record
 from cluster.runtime.time_slices import TimeSlice
@@ -223,16 +224,8 @@ def write_snapshot_file(directory, snapshot_id: SnapshotId, data: bytes) -> Path
     os.chmod(temp, 0o444)
     destination = snapshot_path(directory, snapshot_id)
     os.replace(temp, destination)
-    _fsync_directory(directory)
+    fsync_directory(directory)
     return destination
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- reading ---

@@ -14,10 +14,9 @@ is wrong with it, never read as an empty state, so a replica never forgets an ep
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from cluster.formats.files import write_bytes_atomically
+from cluster.formats.files import fsync_directory, write_bytes_atomically
 from controller.raft.election_state import NO_ID, ElectionState
 
 FILE_NAME = "quorum-state"
@@ -47,7 +46,7 @@ class FileQuorumStateStore:
 
     def write(self, state: ElectionState) -> None:
         write_bytes_atomically(self.path, format_quorum_state(state).encode(), sync=True)
-        _sync_directory(self.path.parent)
+        fsync_directory(self.path.parent)
 
     def clear(self) -> None:
         for path in (self.path, Path(f"{self.path}.tmp")):
@@ -108,12 +107,3 @@ def _voters(data: dict, path: Path | str) -> frozenset[int]:
             isinstance(voter, dict) and type(voter.get("voterId")) is int for voter in voters):
         raise QuorumStateFileError(f"{path}: currentVoters is not a list of {{\"voterId\": int}}")
     return frozenset(voter["voterId"] for voter in voters)
-
-
-def _sync_directory(directory: Path) -> None:
-    """The rename is durable only once the directory is: Kafka's atomicMoveWithFallback flushes it."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
