@@ -1,7 +1,8 @@
 """The process backend: the controller and every node as processes on this machine.
 
-All processes of a cluster share one process group, led by the controller, so that stopping
-the cluster (or a test fixture failing half way) can always kill every one of them.
+All processes of a cluster share one process group, led by the controller it started with (a
+controller started again joins the group the nodes are in), so that stopping the cluster (or a
+test fixture failing half way) can always kill every one of them.
 
 The controller and the nodes are forked by a fork server (cluster/launch/fork_server.py) that
 imports their code once; each says that it serves with one JSON line on its stdout, which the
@@ -12,8 +13,8 @@ controller's port) are kept for its lifetime, as a Kafka broker keeps its listen
 restarted node, and the cluster started again on the same data dir, listen where they did
 before, so that bootstrap lists and the addresses clients cached stay valid.
 
-Faults are signals (kill, stop, pause, resume) and the node's own fault switches, set through
-its admin port (isolate, heal, delay).
+Faults are signals (kill, stop, pause, resume, for a node and for the controller) and the node's
+own fault switches, set through its admin port (isolate, heal, delay).
 """
 from __future__ import annotations
 
