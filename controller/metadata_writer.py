@@ -37,8 +37,8 @@ from cluster.formats.metadata_records import encode_record, iter_metadata_record
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.records import frame_records, seal_batch
 from cluster.formats.snapshots import (
-    POSITION_OUT_OF_RANGE, SNAPSHOT_NOT_FOUND, SnapshotId, delete_snapshots_before, encode_image_gently, snapshot_path,
-    snapshot_settings, write_snapshot_file,
+    POSITION_OUT_OF_RANGE, SNAPSHOT_NOT_FOUND, SnapshotId, encode_image_gently, keep_snapshot, snapshot_path,
+    snapshot_settings,
 )
 from cluster.runtime.time_slices import FREEZE_AFTER_RECORDS, TimeSlice, freeze_long_lived, gently
 
@@ -139,10 +139,8 @@ class MetadataWriter:
                 # The next record starts a segment of its own: the ones before can go as a whole.
                 self.log.roll()
                 self.bytes_since_snapshot = 0
-            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+            await keep_snapshot(self.log, snapshot_id, data)
             self.snapshot_id = snapshot_id
-            self.log.advance_log_start_offset(snapshot_id.end_offset)
-            delete_snapshots_before(self.log.directory, snapshot_id)
             log.info("metadata snapshot %s written (%d bytes); the log now starts at offset %d",
                      snapshot_id, len(data), self.log.log_start_offset)
             return snapshot_id

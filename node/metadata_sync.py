@@ -29,8 +29,8 @@ from cluster.formats.metadata_log import (
     METADATA_PARTITION_DIR, MetadataLogGap, load_snapshot_and_log, read_meta_properties, write_meta_properties,
 )
 from cluster.formats.snapshots import (
-    CorruptSnapshotError, SnapshotId, delete_snapshots_before, encode_image_gently, parse_snapshot, snapshot_settings,
-    write_snapshot_file,
+    CorruptSnapshotError, SnapshotId, delete_snapshots_before, encode_image_gently, keep_snapshot, parse_snapshot,
+    snapshot_settings, write_snapshot_file,
 )
 from cluster.formats.partition_log import PartitionLog
 from cluster.formats.topic_ids import topic_id_to_kafka_string
@@ -136,12 +136,10 @@ class MetadataSync:
         self._bytes_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         try:
-            await asyncio.to_thread(write_snapshot_file, self.log.directory, snapshot_id, data)
+            await keep_snapshot(self.log, snapshot_id, data)
         except OSError as exc:
             log.error("writing a metadata snapshot failed: %s", exc)
             return
-        self.log.advance_log_start_offset(snapshot_id.end_offset)
-        delete_snapshots_before(self.log.directory, snapshot_id)
         log.info("metadata snapshot %s written (%d bytes); the local log now starts at offset %d",
                  snapshot_id, len(data), self.log.log_start_offset)
 

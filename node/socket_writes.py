@@ -22,6 +22,7 @@ memory) as one or a few, not one per partition and field.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 
@@ -41,16 +42,11 @@ def tls_buffers(buffers: list) -> list:
     """The buffers, each run of ones smaller than a TLS record joined into one (big ones are not
     copied)."""
     joined: list = []
-    run: list = []
-    for buffer in buffers:
-        if len(buffer) < TLS_RECORD_BYTES:
-            run.append(buffer)
+    for small, run in itertools.groupby(buffers, key=lambda buffer: len(buffer) < TLS_RECORD_BYTES):
+        if not small:
+            joined.extend(run)
             continue
-        if run:
-            joined.append(b"".join(run) if len(run) > 1 else run[0])
-            run = []
-        joined.append(buffer)
-    if run:
+        run = list(run)
         joined.append(b"".join(run) if len(run) > 1 else run[0])
     return joined
 

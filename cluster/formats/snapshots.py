@@ -15,6 +15,7 @@ begins with the header and ends with the footer, so one cut short or damaged is 
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import struct
@@ -226,6 +227,14 @@ def write_snapshot_file(directory, snapshot_id: SnapshotId, data: bytes) -> Path
     os.replace(temp, destination)
     fsync_directory(directory)
     return destination
+
+
+async def keep_snapshot(partition_log, snapshot_id: SnapshotId, data: bytes) -> None:
+    """Write a snapshot of a metadata PartitionLog (in a thread), then let the log start at its end and
+    delete the snapshots before it. The log was rolled at the snapshot's end, so whole segments go."""
+    await asyncio.to_thread(write_snapshot_file, partition_log.directory, snapshot_id, data)
+    partition_log.advance_log_start_offset(snapshot_id.end_offset)
+    delete_snapshots_before(partition_log.directory, snapshot_id)
 
 
 # --- reading ---
