@@ -59,6 +59,17 @@ def inject(cluster, fault: str, group: str, topic: str) -> None:
         cluster.heal_node(node_id)
     for healed in (topic, "__consumer_offsets"):
         assert cluster.wait_in_sync(healed, timeout=60)
+    _preferred_leaders_lead_again(cluster)
+
+
+def _preferred_leaders_lead_again(cluster) -> None:
+    """Leaders the fault moved go back to their first replicas now rather than at the controller's next
+    imbalance check (leader.imbalance.check.interval.seconds), which could fall while the test reads.
+    That move is a leader change of its own: a share-partition's new leader makes the records acquired
+    on the old one available again with the delivery count last written (acquisitions are not
+    persisted, as in Kafka), so they would come back with an unchanged count."""
+    cluster.control("elect_leaders", election_type=0, partitions=None)
+    cluster.wait_ready()
 
 
 @pytest.mark.parametrize("fault", FAULTS)
