@@ -43,6 +43,26 @@ class BadControlRequest(ValueError):
     """A request's arguments are missing or of the wrong type: answered with an error, not logged as a fault."""
 
 
+class NotController(ControlError):
+    """A controller that is not the quorum's active one was asked to act (Kafka's NOT_CONTROLLER).
+
+    `leader` is the active controller as (id, host, port) when the one asked knows it, else None (an
+    election is under way). A server handler raises it; the reply carries `not_controller` and
+    `leader`, and the client raises it again so that the caller can go to the leader.
+    """
+
+    def __init__(self, leader: tuple[int, str, int] | None, message: str | None = None):
+        self.leader = tuple(leader) if leader else None
+        super().__init__(message or (f"not the active controller: controller {leader[0]} at {leader[1]}:{leader[2]} is"
+                                     if leader else "not the active controller: no controller is active yet"))
+
+
+def _raise_error(reply: dict, default: str) -> None:
+    if reply.get("not_controller"):
+        raise NotController(reply.get("leader"), reply.get("error"))
+    raise ControlError(reply.get("error", default))
+
+
 def encode_frame(message: dict) -> bytes:
     body = msgpack.packb(message, use_bin_type=True)
     return _LENGTH.pack(len(body)) + body
@@ -158,6 +178,9 @@ class ControlServer:
             except BadControlRequest as exc:
                 log.warning("control op %s from %s refused: %s", op, conn.peer, exc)
                 reply.update(ok=False, error=f"bad request: {exc}")
+            except NotController as exc:
+                reply.update(ok=False, error=str(exc), not_controller=True,
+                             leader=list(exc.leader) if exc.leader else None)
             except Exception as exc:  # a bad request must never take the process down
                 log.exception("control op %s failed", message.get("op"))
                 reply.update(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -200,7 +223,7 @@ class ControlClient:
         finally:
             self._pending.pop(request_id, None)
         if not reply.get("ok"):
-            raise ControlError(reply.get("error", "control request failed"))
+            _raise_error(reply, "control request failed")
         return reply
 
     async def close(self) -> None:
@@ -239,5 +262,5 @@ def call_sync(host: str, port: int, op: str, /, timeout: float = 30.0, tls: ssl.
         (length,) = _LENGTH.unpack(header)
         reply = msgpack.unpackb(stream.read(length), raw=False)
     if not reply.get("ok"):
-        raise ControlError(reply.get("error", f"{op} failed"))
+        _raise_error(reply, f"{op} failed")
     return reply
