@@ -105,15 +105,19 @@ def _strategy(chosen: str | None, group_protocol: str) -> str:
                    "some transactions aborted on purpose, and audit them with a read_committed reader")
 @click.option("--transactional-ids", type=int, default=3, show_default=True,
               help="with --transactions: how many transactional producers write")
+@click.option("--controller-faults", is_flag=True,
+              help="also kill, pause and isolate the active controller between the nodes' faults while an admin "
+                   "client creates topics (TOPIC-created-N), and check that every acknowledged creation exists")
 @click.option("--topic", default=None, help="a new topic to write [default: kraftwerk-failover-check-<time>]")
 @data_dir_option
 def check_failover(duration, seed, faults, hold, gap, producers, partitions, group_members, group_protocol, strategy,
-                   rebalance, transactions, transactional_ids, topic, data_dir):
+                   rebalance, transactions, transactional_ids, controller_faults, topic, data_dir):
     """Write numbered messages with acks=all, and read them in a consumer group, while random nodes are
     killed, stopped, paused, isolated and delayed one at a time (and, with --rebalance, a node is added
     and one removed); then check that every acknowledged message is there once and in order, and the
     group read them all (with --transactions: every committed transaction whole, once and in order at
-    read_committed, and no aborted one). Exits 1 if any was lost, duplicated, moved or reordered, the
+    read_committed, and no aborted one; with --controller-faults: every acknowledged topic creation
+    exists). Exits 1 if any was lost, duplicated, moved or reordered, the
     group missed one, a transaction was not all-or-nothing, a client saw an error failover does not
     explain, or the cluster logged at ERROR."""
     from cluster.tools.failover_report import render
@@ -127,6 +131,7 @@ def check_failover(duration, seed, faults, hold, gap, producers, partitions, gro
                               strategy=_strategy(strategy, group_protocol),
                               rebalance=rebalance,
                               transactions=transactional_ids if transactions else 0,
+                              controller_faults=controller_faults,
                               topic=topic or f"kraftwerk-failover-check-{int(time.time())}", log=console.print)
         report = check.run()
     except (ValueError, ClusterError) as exc:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -29,11 +28,17 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from cluster.formats.control import ControlError
 from cluster.launch.cluster import Cluster, ClusterError
 from cluster.tools import reassignment
+from cluster.tools.failover_records import (
+    Ack, ChangeRecord, Evidence, Failure, FaultRecord, Report, Window,
+)
 from cluster.tools.group_readers import CLASSIC, ClientError, GroupAudit, GroupReaders, committed_offsets
 from cluster.tools.planner import PlannerError, balance_plan
-from cluster.tools.transaction_writers import TransactionAudit, TransactionWriters
+from cluster.tools.topic_creations import TopicCreations
+from cluster.tools.transaction_writers import TransactionWriters
 
 FAULTS = ("kill", "stop", "pause", "isolate", "delay")
+# With controller faults, the active controller is hit too, between the nodes' faults.
+CONTROLLER_FAULTS = ("controller-kill", "controller-pause", "controller-isolate")
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 DELAY_MS = 500
 # The Cluster call (with its arguments after the node) that injects each fault, and the one that heals it.
@@ -41,6 +46,10 @@ INJECT = {"kill": ("kill_node",), "stop": ("stop_node",), "pause": ("pause_node"
           "delay": ("delay_node", DELAY_MS)}
 HEAL = {"kill": ("restart_node",), "stop": ("restart_node",), "pause": ("resume_node",), "isolate": ("heal_node",),
         "delay": ("heal_node",)}
+INJECT.update({"controller-kill": ("kill_controller",), "controller-pause": ("pause_controller",),
+               "controller-isolate": ("isolate_controller",)})
+HEAL.update({"controller-kill": ("start_controller",), "controller-pause": ("resume_controller",),
+             "controller-isolate": ("heal_controller",)})
 DEFAULT_STRATEGY = "range,roundrobin"  # librdkafka's default partition.assignment.strategy
 REBALANCE_THROTTLE_BYTES_PER_S = 50 << 20
 CHANGE_TIMEOUT_S = 300
@@ -53,114 +62,6 @@ READ_BACK_TIMEOUT_S = 60
 # A request held by a paused or isolated leader is only given up after this long, so it bounds the
 # unavailability a client sees below (Kafka's default is 30 s).
 PRODUCER_REQUEST_TIMEOUT_MS = 5000
-
-
-@dataclass
-class FaultRecord:
-    fault: str
-    node: int
-    started_s: float
-    healed_s: float | None = None
-    error: str | None = None  # the cluster refused to inject or heal it
-
-
-@dataclass
-class ChangeRecord:
-    """A change of the group's or the cluster's membership during the run."""
-    change: str
-    started_s: float
-    detail: str = ""
-    finished_s: float | None = None
-    error: str | None = None
-
-
-@dataclass
-class Window:
-    partition: int
-    start_s: float
-    end_s: float
-
-    @property
-    def length_s(self) -> float:
-        return self.end_s - self.start_s
-
-
-@dataclass
-class Ack:
-    partition: int
-    offset: int
-    at_s: float
-
-
-@dataclass
-class Failure:
-    """A send the producer gave up on: it may or may not have been written."""
-    partition: int
-    value: str
-    error: str  # the client's exception class, e.g. OutOfOrderSequenceNumberError
-    detail: str  # its message, with the broker's error message when there is one
-    at_s: float
-    expected: bool  # a retriable error, which failover causes on Kafka too
-
-
-@dataclass
-class Evidence:
-    """What the read-back shows for one message the audit found wrong."""
-    value: str
-    problem: str  # lost, duplicated, at another offset, out of order
-    ack: Ack | None  # None: never acknowledged (a duplicate of a failed send)
-    found: list[tuple[int, int]]  # (partition, offset) of each copy read back
-    at_acknowledged_offset: str | None  # what the partition now holds at the acknowledged offset
-
-
-@dataclass
-class Report:
-    seed: int
-    topic: str
-    duration_s: float
-    faults: list[FaultRecord]
-    sent: int
-    acknowledged: int
-    failures: list[Failure]
-    lost: list[str]
-    duplicated: list[str]
-    misplaced: list[str]  # present once, but not at the offset its acknowledgement gave
-    reordered: list[str]
-    unacknowledged_present: list[str]  # failed sends that were written after all: allowed
-    windows: list[Window]
-    last_heal_s: float
-    acknowledged_after_last_heal: int
-    in_sync_at_end: bool = True
-    evidence: list[Evidence] = field(default_factory=list)
-    unread: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (read up to, end offset)
-    changes: list[ChangeRecord] = field(default_factory=list)
-    group: GroupAudit | None = None
-    client_errors: list[ClientError] = field(default_factory=list)
-    cluster_errors: list[str] = field(default_factory=list)  # lines the cluster logged at ERROR during the run
-    transactions: TransactionAudit | None = None
-
-    @property
-    def writes_ok(self) -> bool:
-        # A partition that could not be read to its end cannot vouch for its acknowledged messages.
-        return not (self.lost or self.duplicated or self.misplaced or self.reordered or self.unread)
-
-    @property
-    def unexpected_errors(self) -> list[ClientError]:
-        return [error for error in self.client_errors if not error.expected]
-
-    @property
-    def ok(self) -> bool:
-        return (self.writes_ok and (self.group is None or self.group.ok) and not self.unexpected_errors
-                and (self.transactions is None or self.transactions.ok)
-                and not self.cluster_errors and not any(change.error for change in self.changes))
-
-    @property
-    def failed(self) -> Counter:
-        return Counter(f.error for f in self.failures)
-
-    @property
-    def longest_unavailable_s(self) -> float:
-        return max((w.length_s for w in self.windows), default=0.0)
 
 
 @dataclass
@@ -179,7 +80,7 @@ class FailoverCheck:
                  topic: str = DEFAULT_TOPIC, hold_s: tuple[float, float] = (2.0, 5.0),
                  gap_s: tuple[float, float] = (1.0, 3.0), group_members: int = 3,
                  strategy: str = DEFAULT_STRATEGY, rebalance: bool = False, transactions: int = 0,
-                 group_protocol: str = CLASSIC, log=print):
+                 group_protocol: str = CLASSIC, controller_faults: bool = False, log=print):
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULTS)}")
@@ -188,7 +89,9 @@ class FailoverCheck:
         self.seed = seed if seed is not None else random.randrange(1 << 31)
         self.random = random.Random(self.seed)
         self.change_random = random.Random(self.seed + 1)  # the changes run in a thread of their own
-        self.faults = faults
+        self.faults = faults + (CONTROLLER_FAULTS if controller_faults else ())
+        self.controller_faults = controller_faults
+        self.creations: TopicCreations | None = None  # with controller faults: an admin creating topics
         self.partitions = partitions
         self.topic = topic
         self.hold_s = hold_s  # how long a fault lasts, drawn uniformly from this range
@@ -250,6 +153,9 @@ class FailoverCheck:
             thread.start()
         if self.transaction_writers:
             self.transaction_writers.start()
+        if self.controller_faults:
+            self.creations = TopicCreations(self._connection(), f"{self.topic}-created", min(3, len(self.cluster.nodes)),
+                                            self._stop, self.elapsed).start()
         try:
             self._nemesis()
         finally:
@@ -259,6 +165,8 @@ class FailoverCheck:
                 thread.join(FLUSH_TIMEOUT_S + 30)
             if self.transaction_writers:
                 self.transaction_writers.join(FLUSH_TIMEOUT_S + 30)
+            if self.creations:
+                self.creations.join(FLUSH_TIMEOUT_S)
             changes.join(CHANGE_TIMEOUT_S + 30)
             self._heal_everything()
 
@@ -327,16 +235,18 @@ class FailoverCheck:
             if time.monotonic() + hold_s + 2 > deadline:
                 break
             fault = self._next_fault()
-            node = self._take_node(self.random)
+            on_controller = fault in CONTROLLER_FAULTS
+            node = self._active_controller() if on_controller else self._take_node(self.random)
             if node is None:
-                continue  # every node is being added or removed
+                continue  # every node is being added or removed, or no controller is active
             record = FaultRecord(fault, node, self.elapsed())
             self.fault_log.append(record)
-            self.log(f"{record.started_s:6.1f}s  {record.fault} node {record.node}")
+            self.log(f"{record.started_s:6.1f}s  {record.fault} {'' if on_controller else 'node '}{record.node}")
             if self._act(record, INJECT[record.fault]):
                 self._stop.wait(hold_s)
             self._heal(record)
-            self._release_node(node)
+            if not on_controller:
+                self._release_node(node)
             self._wait_until_healthy()
         self._stop.wait(max(0.0, deadline - time.monotonic()))
 
@@ -355,6 +265,13 @@ class FailoverCheck:
             node = chooser.choice(free)
             self._busy_nodes.add(node)
             return node
+
+    def _active_controller(self) -> int | None:
+        try:
+            return self.cluster.active_controller_id()
+        except (ClusterError, ControlError, OSError) as exc:
+            self.log(f"warning: no active controller to hit: {exc}")
+            return None
 
     def _release_node(self, node: int) -> None:
         with self._busy_lock:
@@ -375,7 +292,8 @@ class FailoverCheck:
     def _heal(self, record: FaultRecord) -> None:
         self._act(record, HEAL[record.fault])
         record.healed_s = self.elapsed()
-        self.log(f"{record.healed_s:6.1f}s  healed node {record.node}")
+        self.log(f"{record.healed_s:6.1f}s  healed {'controller' if record.fault in CONTROLLER_FAULTS else 'node'} "
+                 f"{record.node}")
 
     def _heal_everything(self) -> None:
         for record in self.fault_log:
@@ -512,6 +430,9 @@ class FailoverCheck:
         transactions = self.transaction_writers.audit() if self.transaction_writers else None
         if self.transaction_writers:
             client_errors += self.transaction_writers.errors
+        creations = self.creations.audit() if self.creations else None
+        if self.creations:
+            client_errors += self.creations.errors
         client_errors.sort(key=lambda e: e.at_s)
         return Report(
             seed=self.seed, topic=self.topic, duration_s=self._sending_stopped_s, faults=self.fault_log,
@@ -523,6 +444,7 @@ class FailoverCheck:
             acknowledged_after_last_heal=sum(1 for a in acks.values() if a.at_s > last_heal_s),
             in_sync_at_end=in_sync, evidence=evidence, unread=unread, changes=self.change_log, group=group,
             client_errors=client_errors, cluster_errors=logs.errors_since_start(), transactions=transactions,
+            creations=creations,
         )
 
     def _audit_group(self, acknowledged: set[str], log: dict[int, list[tuple[int, str]]]) -> GroupAudit:

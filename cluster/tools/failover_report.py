@@ -6,7 +6,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from cluster.tools.failover_check import PRODUCER_REQUEST_TIMEOUT_MS, UNAVAILABLE_AFTER_S, Failure, Report
+from cluster.tools.failover_check import PRODUCER_REQUEST_TIMEOUT_MS, UNAVAILABLE_AFTER_S
+from cluster.tools.failover_records import Failure, Report
 from cluster.tools.group_readers import ClientError
 from cluster.tools.transaction_writers import TransactionAudit
 
@@ -27,12 +28,14 @@ def render(report: Report):
     if report.transactions and report.transactions.problems:
         parts.append(_transaction_problem_table(report, report.transactions))
     parts.extend(Text(line) for line in [*_summary(report), *_group_summary(report),
-                                         *_transaction_summary(report), *_cluster_errors(report)])
+                                         *_transaction_summary(report), *_creation_summary(report),
+                                         *_cluster_errors(report)])
     problems = _problems(report)
     verdict = Text("PASS: every acknowledged message is present once, in order"
                    + (", and the group read every one" if report.group else "")
                    + ("; every committed transaction whole, once and in order, no aborted one visible"
                       if report.transactions else "")
+                   + ("; every acknowledged topic creation present" if report.creations else "")
                    + "; no unexpected client error, nothing logged at ERROR" if not problems
                    else "FAIL: " + "; ".join(problems), style="green" if not problems else "bold red")
     return Group(*parts, verdict)
@@ -49,6 +52,9 @@ def _problems(report: Report) -> list[str]:
     if report.transactions and not report.transactions.ok:
         problems.append("a committed transaction was lost, split, duplicated or reordered, an aborted one was "
                         "visible, or the transactions could not all be read")
+    if report.creations and not report.creations.ok:
+        problems.append(f"{len(report.creations.missing)} acknowledged topic creations are missing"
+                        if report.creations.listed else "the topics could not be listed to audit their creations")
     if report.unexpected_errors:
         problems.append(f"{len(report.unexpected_errors)} unexpected client errors")
     if report.cluster_errors:
@@ -168,6 +174,19 @@ def _summary(report: Report) -> list[str]:
     written = report.unacknowledged_present
     if written:
         lines.append(f"unacknowledged but written: {', '.join(written[:20])}{' ...' if len(written) > 20 else ''}")
+    return lines
+
+
+def _creation_summary(report: Report) -> list[str]:
+    audit = report.creations
+    if audit is None:
+        return []
+    lines = [f"topic creations: {audit.attempted} asked for, {len(audit.acknowledged)} acknowledged, "
+             f"{audit.failed} answered with an error, {len(audit.missing)} acknowledged but missing"]
+    if audit.missing:
+        lines.append("missing: " + ", ".join(f"{name} (acknowledged at {audit.acknowledged[name]:.2f}s, "
+                                             f"during {_during(report, audit.acknowledged[name], audit.acknowledged[name])})"
+                                             for name in audit.missing[:20]))
     return lines
 
 
