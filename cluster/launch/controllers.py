@@ -1,0 +1,114 @@
+"""A cluster's controllers: one, or the 3 or 5 voters of a KRaft quorum, and how the launcher finds
+the active one.
+
+A lone controller is id 0, as it always was, with its data in `<data-dir>/controller`. The voters
+of a quorum are ids 3000, 3001, ... (apart from the nodes' 1..N, as Kafka wants controller and
+broker ids apart), each with `<data-dir>/controller-<id>`, and each started with every voter's
+address (`--voters`, Kafka's controller.quorum.voters syntax). Only the quorum's active
+controller acts; the others answer NotController, naming the leader when they know it, so every
+request of the launcher goes through `call_active`.
+"""
+from __future__ import annotations
+
+import ssl
+import time
+from pathlib import Path
+
+from cluster.formats.control import ControlError, NotController, call_sync
+from cluster.launch.backend import ControllerProcess
+from cluster.tools.errors import ClusterError
+
+CONTROLLER_COUNTS = (1, 3, 5)
+LONE_CONTROLLER_ID = 0
+FIRST_VOTER_ID = 3000
+ELECTION_WAIT_S = 0.08  # after every controller was asked and none is active: an election runs
+
+
+def controller_ids(count: int) -> list[int]:
+    """The ids of a cluster's controllers: [0] for one, 3000, 3001, ... for a quorum."""
+    if count not in CONTROLLER_COUNTS:
+        raise ClusterError(f"a cluster runs 1, 3 or 5 controllers, not {count}")
+    return [LONE_CONTROLLER_ID] if count == 1 else list(range(FIRST_VOTER_ID, FIRST_VOTER_ID + count))
+
+
+def controller_name(controller_id: int) -> str:
+    """`controller` for a lone controller (its data dir and log name, as ever), `controller-<id>` for a voter."""
+    return "controller" if controller_id == LONE_CONTROLLER_ID else f"controller-{controller_id}"
+
+
+def new_controller(data_dir: Path, controller_id: int) -> ControllerProcess:
+    """The record of a controller not started yet."""
+    name = controller_name(controller_id)
+    return ControllerProcess(controller_id, None, 0, data_dir / name, data_dir / "logs" / f"{name}.log")
+
+
+def voters_argument(host: str, controllers: dict[int, ControllerProcess]) -> str:
+    """Every voter as id@host:port, the form of `--voters` and of Kafka's controller.quorum.voters."""
+    return ",".join(f"{controller_id}@{host}:{record.port}" for controller_id, record in sorted(controllers.items()))
+
+
+def controllers_state(controllers: dict[int, ControllerProcess], host: str) -> list[dict]:
+    """The `controllers` list of cluster.json."""
+    return [{"id": c.node_id, "host": host, "port": c.port, "pid": c.pid, "data_dir": str(c.data_dir),
+             "log_path": str(c.log_path)} for _, c in sorted(controllers.items())]
+
+
+def controllers_from_state(state: dict, data_dir: Path) -> dict[int, ControllerProcess]:
+    """The controllers a cluster.json records; one written before quorums names only `controller`."""
+    recorded = state.get("controllers")
+    if not recorded:
+        lone = new_controller(Path(data_dir), LONE_CONTROLLER_ID)
+        lone.pid, lone.port = state["controller"]["pid"], state["controller"]["port"]
+        return {LONE_CONTROLLER_ID: lone}
+    return {c["id"]: ControllerProcess(c["id"], c["pid"], c["port"], Path(c["data_dir"]), Path(c["log_path"]))
+            for c in recorded}
+
+
+class ActiveController:
+    """Sends the launcher's requests to the quorum's active controller: the one that answered last,
+    else the leader a follower names, else each controller in turn until one acts or the time is up.
+    Controllers whose process is dead or paused are passed over (a paused one would hold the
+    request until the timeout). A lone controller is asked once, as it always was."""
+
+    def __init__(self, host: str, controllers: dict[int, ControllerProcess], state_of, tls: ssl.SSLContext | None):
+        self.host = host
+        self.controllers = controllers
+        self.state_of = state_of  # controller id -> running, paused or dead
+        self.tls = tls
+        self.last_active: int | None = None
+
+    def call(self, op: str, timeout: float, **args) -> dict:
+        if len(self.controllers) == 1:
+            [only] = self.controllers.values()
+            return call_sync(self.host, only.port, op, timeout=timeout, tls=self.tls, **args)
+        deadline = time.monotonic() + timeout
+        target, followed_leader, failure = self._first_target(), False, None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise failure or ControlError(f"{op}: no controller of the quorum is running (each is dead or paused)")
+            if self.state_of(target) == "running":
+                try:
+                    reply = call_sync(self.host, self.controllers[target].port, op, timeout=remaining, tls=self.tls,
+                                      **args)
+                except NotController as exc:
+                    failure = exc
+                    if exc.leader and exc.leader[0] in self.controllers and not followed_leader:
+                        target, followed_leader = exc.leader[0], True
+                        continue
+                except OSError as exc:  # refused or cut: the controller died, or is starting again
+                    failure = exc
+                else:
+                    self.last_active = target
+                    return reply
+            followed_leader = False
+            target = self._after(target)
+            if target == self._first_target():
+                time.sleep(min(ELECTION_WAIT_S, max(0.0, deadline - time.monotonic())))
+
+    def _first_target(self) -> int:
+        return self.last_active if self.last_active in self.controllers else min(self.controllers)
+
+    def _after(self, controller_id: int) -> int:
+        ids = sorted(self.controllers)
+        return ids[(ids.index(controller_id) + 1) % len(ids)]
