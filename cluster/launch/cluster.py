@@ -29,7 +29,7 @@ from cluster.formats.control import ControlError, call_sync
 from cluster.formats.files import write_atomically
 from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, ControllerProcess, NodeProcess, recorded_state
 from cluster.launch.controllers import (
-    ActiveController, controller_ids, controllers_from_state, controllers_state, new_controller,
+    ActiveController, check_controller_count, controller_ids, controllers_from_state, controllers_state, new_controller,
 )
 from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
@@ -55,6 +55,7 @@ class Cluster:
                  node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
                  racks: dict[int, str] | None = None, runner: Backend | None = None,
                  security: Security | None = None, controllers: int = 1):
+        quorum_ids = controller_ids(controllers)  # refused before a data dir is made
         self.node_count = nodes
         self.racks = dict(racks or {})  # node id -> broker.rack
         self.owns_data_dir = data_dir is None  # made here, and removed when the cluster stops
@@ -72,7 +73,7 @@ class Cluster:
         self.startup_timeout = startup_timeout
         self.nodes: dict[int, NodeProcess] = {}
         self.controllers: dict[int, ControllerProcess] = {
-            controller_id: new_controller(self.data_dir, controller_id) for controller_id in controller_ids(controllers)}
+            controller_id: new_controller(self.data_dir, controller_id) for controller_id in quorum_ids}
         self._last_node_ids = [] if self.owns_data_dir else _recorded_node_ids(self.data_dir)
         self.runner = runner or LocalProcessBackend()  # how its processes are run
         self.runner.bind(self)
@@ -81,7 +82,8 @@ class Cluster:
 
     def start(self) -> "Cluster":
         self.runner.prepare_start()
-        self._check_controller_count()
+        if not self.owns_data_dir:
+            check_controller_count(self.data_dir, len(self.controllers))
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         try:
@@ -96,14 +98,6 @@ class Cluster:
         self.startup_seconds = time.monotonic() - started
         self.write_state()
         return self
-
-    def _check_controller_count(self) -> None:
-        """A data dir keeps the metadata of the controllers it was started with: the same number must run it."""
-        state = None if self.owns_data_dir else recorded_state(self.data_dir)
-        before = len(controllers_from_state(state, self.data_dir)) if state else len(self.controllers)
-        if before != len(self.controllers):
-            raise ClusterError(f"the cluster in {self.data_dir} ran {before} controller(s): start it with "
-                               f"--controllers {before}, or use a new data dir")
 
     def _controller_settings(self) -> list[str]:
         settings = ["--num-partitions", self.node_config.get("num.partitions", "1"),
@@ -402,8 +396,16 @@ class Cluster:
         return sorted(self.controllers)
 
     def active_controller_id(self, timeout: float = 30) -> int:
-        """The id of the quorum's leader, the controller that acts (for a lone controller, 0)."""
-        return self.control("describe_quorum", timeout=timeout)["leader_id"]
+        """The id of the quorum's leader, the controller that acts (for a lone controller, 0); while an
+        election runs, asked again until one is elected or the timeout passes (ClusterError)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leader = self.control("describe_quorum", timeout=max(deadline - time.monotonic(), 0.1))["leader_id"]
+            if leader in self.controllers:
+                return leader
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"no controller of {self.controller_ids} leads the quorum after {timeout:g} s")
+            time.sleep(0.05)
 
     def controller_state(self, controller_id: int | None = None) -> str:
         """running, paused or dead."""

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from cluster.formats.control import ControlError, NotController, call_sync
-from cluster.launch.backend import ControllerProcess
+from cluster.launch.backend import ControllerProcess, recorded_state
 from cluster.tools.errors import ClusterError
 
 CONTROLLER_COUNTS = (1, 3, 5)
@@ -62,6 +62,15 @@ def controllers_from_state(state: dict, data_dir: Path) -> dict[int, ControllerP
         return {LONE_CONTROLLER_ID: lone}
     return {c["id"]: ControllerProcess(c["id"], c["pid"], c["port"], Path(c["data_dir"]), Path(c["log_path"]))
             for c in recorded}
+
+
+def check_controller_count(data_dir: Path, count: int) -> None:
+    """A data dir keeps the metadata of the controllers it was started with: the same number must run it."""
+    state = recorded_state(data_dir)
+    before = len(controllers_from_state(state, data_dir)) if state else count
+    if before != count:
+        raise ClusterError(f"the cluster in {data_dir} ran {before} controller(s): start it with "
+                           f"--controllers {before}, or use a new data dir")
 
 
 class ActiveController:

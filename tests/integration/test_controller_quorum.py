@@ -1,0 +1,197 @@
+"""A quorum of three controllers: started by `kraftwerk up --controllers 3` and the fixture, found by
+the launcher and by the nodes, and losing its active controller while real clients use the cluster.
+A topic created through a Kafka admin client after the failover exists on every node, the one
+created before still does, and a node started again afterwards registers with the new leader."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cluster.formats.control import NotController, call_sync
+from cluster.launch import pid_alive
+
+QUORUM = [3000, 3001, 3002]
+FAILOVER_TIMEOUT_S = 30
+LOST_CONTROLLER = re.compile(r" WARNING .*(cannot reach the controller|is no longer the active one)")
+
+
+def kraftwerk(data_dir, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
+    return done
+
+
+def create_topic(cluster, name: str, partitions: int = 3) -> None:
+    """CreateTopics through a Kafka admin client, asked again while the quorum elects a leader (the
+    nodes answer a retriable error meanwhile). A retry may find the topic its predecessor created."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    deadline, attempts = time.monotonic() + FAILOVER_TIMEOUT_S, 0
+    while True:
+        attempts += 1
+        [creation] = admin.create_topics([NewTopic(name, partitions, 3)], request_timeout=10).values()
+        try:
+            creation.result(20)
+            return
+        except KafkaException as exc:
+            if attempts > 1 and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            assert time.monotonic() < deadline, f"{name} not created in {FAILOVER_TIMEOUT_S} s: {exc}"
+            time.sleep(0.2)
+
+
+def produce(cluster, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "message.timeout.ms": 20000})
+    failures = []
+    for value in values:
+        producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
+    assert producer.flush(30) == 0 and failures == []
+
+
+def read_all(cluster, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values = []
+    try:
+        while len(values) < count:
+            message = consumer.poll(10)
+            assert message is not None, f"only {len(values)} of {count} read"
+            assert message.error() is None, message.error()
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def hosted_topics(cluster, node_id: int) -> set[str]:
+    """The topics whose partitions node_id hosts, as the node itself says."""
+    return {p["topic"] for p in cluster.node_control(node_id, "replica_states")["partitions"]}
+
+
+def new_leader(cluster, old: int) -> int:
+    """The quorum's leader once it is another controller than old."""
+    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+    while True:
+        leader = cluster.active_controller_id(timeout=FAILOVER_TIMEOUT_S)
+        if leader != old:
+            return leader
+        assert time.monotonic() < deadline, f"controller {old} still leads"
+        time.sleep(0.1)
+
+
+def test_up_starts_a_quorum_of_three_controllers_and_status_lists_each(tmp_path):
+    data_dir = tmp_path / "cluster"
+    try:
+        kraftwerk(data_dir, "up", "--controllers", "3", "--nodes", "3", "--port", "0", "--detach")
+        state = json.loads((data_dir / "cluster.json").read_text())
+        controllers = state["controllers"]
+        assert [c["id"] for c in controllers] == QUORUM
+        assert len({c["port"] for c in controllers}) == 3 and all(c["port"] for c in controllers)
+        assert [c["data_dir"] for c in controllers] == [str(data_dir / f"controller-{i}") for i in QUORUM]
+        assert all(pid_alive(c["pid"]) for c in controllers) and sorted(state["nodes"]) == ["1", "2", "3"]
+        assert state["controller"] == {"pid": controllers[0]["pid"], "port": controllers[0]["port"]}
+
+        document = json.loads(kraftwerk(data_dir, "status", "--json").stdout)
+        listed = document["controllers"]
+        assert [(c["node_id"], c["pid"], c["address"], c["process"]) for c in listed] == [
+            (c["id"], c["pid"], f"127.0.0.1:{c['port']}", "running") for c in controllers]
+        assert sorted(c["role"] for c in listed) == ["follower", "follower", "leader"]
+        assert len({c["leader_epoch"] for c in listed}) == 1 and listed[0]["leader_epoch"] >= 1
+        assert [(n["process"], n["fenced"]) for n in document["nodes"]] == [("running", False)] * 3
+
+        refused = kraftwerk(data_dir, "controller", "kill", ok=False).stderr
+        assert "name a controller: this cluster runs 3000, 3001, 3002" in refused
+        assert "no controller 0 in this cluster" in kraftwerk(data_dir, "controller", "kill", "0", ok=False).stderr
+        assert "controller 3001: pause done" in kraftwerk(data_dir, "controller", "pause", "3001").stdout
+        assert "controller 3001: resume done" in kraftwerk(data_dir, "controller", "resume", "3001").stdout
+        assert "controller 3002: kill done" in kraftwerk(data_dir, "controller", "kill", "3002").stdout
+        document = json.loads(kraftwerk(data_dir, "status", "--json").stdout)
+        assert [c["process"] for c in document["controllers"]] == ["running", "running", "dead"]
+        assert document["controllers"][2] | {"pid": None} == {
+            "node_id": 3002, "pid": None, "address": f"127.0.0.1:{controllers[2]['port']}", "process": "dead",
+            "role": None, "leader_epoch": None, "lag": None}
+        assert "controller 3002: start done" in kraftwerk(data_dir, "controller", "start", "3002").stdout
+        restarted = json.loads((data_dir / "cluster.json").read_text())["controllers"][2]
+        assert restarted["port"] == controllers[2]["port"] and restarted["pid"] != controllers[2]["pid"]
+    finally:
+        if (data_dir / "cluster.json").exists():
+            kraftwerk(data_dir, "down")
+    pids = json.loads((data_dir / "cluster.json").read_text())["pids"]
+    assert len(pids) == 6 and not any(pid_alive(pid) for pid in pids)
+    for controller_id in QUORUM:
+        assert " ERROR " not in (data_dir / "logs" / f"controller-{controller_id}.log").read_text()
+
+
+@pytest.mark.kraftwerk(nodes=3, controllers=3)
+def test_control_requests_reach_the_leader_and_followers_name_it(kraftwerk_cluster):
+    cluster = kraftwerk_cluster
+    assert cluster.controller_ids == QUORUM
+    assert [b["node_id"] for b in cluster.status()["brokers"] if not b["fenced"]] == [1, 2, 3]
+    leader = cluster.active_controller_id()
+    assert leader in QUORUM
+    probe = [{"name": "probe", "num_partitions": 1, "replication_factor": 3, "assignments": None, "configs": {}}]
+    for follower in (c for c in QUORUM if c != leader):
+        with pytest.raises(NotController) as refused:
+            call_sync("127.0.0.1", cluster.controllers[follower].port, "create_topics", topics=probe,
+                      validate_only=True, timeout=10)
+        assert refused.value.leader == (leader, "127.0.0.1", cluster.controllers[leader].port)
+    assert cluster.control("create_topics", topics=probe, validate_only=True)["results"][0]["error_code"] == 0
+    for node_id in (1, 2, 3):
+        assert not LOST_CONTROLLER.search((cluster.data_dir / "logs" / f"node-{node_id}.log").read_text())
+
+
+@pytest.mark.kraftwerk(nodes=3, controllers=3)
+def test_a_killed_leader_is_replaced_and_no_topic_is_lost(kraftwerk_cluster):
+    cluster = kraftwerk_cluster
+    create_topic(cluster, "before")
+    produce(cluster, "before", [b"before-%d" % i for i in range(10)])
+    killed = cluster.active_controller_id()
+
+    cluster.kill_controller(killed)
+    assert cluster.controller_state(killed) == "dead"
+    create_topic(cluster, "after")
+    leader = new_leader(cluster, killed)
+    assert cluster.wait_in_sync("after") and cluster.wait_in_sync("before")
+    for node_id in (1, 2, 3):  # replication factor 3 on 3 nodes: every node hosts every partition
+        assert {"before", "after"} <= hosted_topics(cluster, node_id)
+    assert {t["name"] for t in cluster.status()["topics"]} >= {"before", "after"}
+    produce(cluster, "before", [b"after-%d" % i for i in range(10)])
+    assert sorted(read_all(cluster, "before", 20)) == sorted([b"before-%d" % i for i in range(10)]
+                                                           + [b"after-%d" % i for i in range(10)])
+
+    leader_address = f"127.0.0.1:{cluster.controllers[leader].port}"
+    for node_id in (1, 2, 3):
+        node_log = (cluster.data_dir / "logs" / f"node-{node_id}.log").read_text()
+        assert len(LOST_CONTROLLER.findall(node_log)) == 1  # once per outage
+        assert f"registered with the controller at {leader_address} again" in node_log
+        assert " ERROR " not in node_log
+
+    cluster.start_controller(killed)  # back as a follower, on its port and data dir
+    assert [cluster.controller_state(c) for c in QUORUM] == ["running"] * 3
+    assert cluster.active_controller_id() == leader
+
+
+@pytest.mark.kraftwerk(nodes=3, controllers=3)
+def test_a_node_started_again_after_a_failover_registers_with_the_new_leader(kraftwerk_cluster):
+    cluster = kraftwerk_cluster
+    killed = cluster.active_controller_id()
+    cluster.kill_controller(killed)
+    leader = new_leader(cluster, killed)
+
+    cluster.restart_node(2)  # returns once the active controller has it registered and caught up
+    [registered] = [b for b in cluster.status()["brokers"] if b["node_id"] == 2]
+    assert (registered["incarnation_id"], registered["fenced"]) == (cluster.nodes[2].incarnation_id, False)
+    assert cluster.active_controller_id() == leader
+    create_topic(cluster, "afterwards", partitions=1)
+    assert cluster.wait_in_sync("afterwards")
+    assert "afterwards" in hosted_topics(cluster, 2)
+    assert " ERROR " not in (cluster.data_dir / "logs" / "node-2.log").read_text()
