@@ -25,6 +25,7 @@ from controller.server import Controller
 async def live_controller(data_dir: Path) -> Controller:
     controller = Controller(MetadataWriter(data_dir, "stall-bench"), {"num.partitions": 1,
                                                                      "default.replication.factor": 1}, 60_000)
+    controller.take_over()
     ops = controller.handlers()
     for node_id in (1, 2, 3):
         reply = await ops["register"]({"node_id": node_id, "incarnation_id": topic_id_to_kafka_string(uuid.uuid4()),

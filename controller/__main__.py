@@ -26,8 +26,9 @@ from cluster.runtime.tls import control_channel_tls
 from cluster.runtime.shutdown import cancel_and_wait, cancel_remaining_tasks
 from cluster.formats.metadata_log import read_meta_properties, write_meta_properties
 from cluster.formats.topic_ids import topic_id_from_kafka_string
-from controller.bootstrap_records import BadScramArgument, first_records, parse_add_scram
+from controller.bootstrap_records import BadScramArgument, parse_add_scram
 from controller.metadata_writer import MetadataWriter
+from controller.quorum import raft_config
 from controller.quorum_status import Voter
 from controller.server import Controller
 
@@ -49,6 +50,9 @@ def parse_args(argv):
     parser.add_argument("--default-replication-factor", type=int, default=1)
     parser.add_argument("--add-scram", action="append", default=[], metavar="MECHANISM=[name=N,password=P]",
                         help="a SCRAM credential a new metadata log starts with, as kafka-storage.sh format adds it")
+    parser.add_argument("--voters", metavar="ID@HOST:PORT,...",
+                        help="every controller of the quorum, this one included, as controller.quorum.voters "
+                             "names them (default: this controller alone)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config by Kafka's name (the controller reads auto.leader.rebalance.enable, "
                              "leader.imbalance.check.interval.seconds and the controller listener's TLS "
@@ -62,6 +66,22 @@ def config_from(settings: list[str]) -> BrokerConfig:
         key, _, value = item.partition("=")
         values[key.strip()] = value.strip()
     return BrokerConfig(values)
+
+
+def parse_voters(spec: str | None, node_id: int) -> dict[int, tuple[str, int]] | None:
+    """controller.quorum.voters' syntax: id@host:port, comma-separated; this controller among them."""
+    if not spec:
+        return None
+    voters = {}
+    for item in (part.strip() for part in spec.split(",") if part.strip()):
+        voter_id, at, address = item.partition("@")
+        host, _, port = address.rpartition(":")
+        if not at or not voter_id.isdigit() or not port.isdigit() or not host:
+            raise SystemExit(f"cannot start: --voters: {item!r} is not id@host:port")
+        voters[int(voter_id)] = (host.strip("[]"), int(port))
+    if node_id not in voters:
+        raise SystemExit(f"cannot start: --voters names {sorted(voters)}, not this controller's id {node_id}")
+    return voters
 
 
 def new_cluster_id() -> str:
@@ -105,36 +125,40 @@ async def run(args) -> None:
         exit_with_parent(args.exit_with_parent)
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id, args.node_id))
-    if "metadata.version" not in writer.image.features:
-        async with writer.exclusive:
-            await writer.append(first_records(args.add_scram))
+    config = config_from(args.set)
+    tls = control_channel_tls(config)
+    voters = parse_voters(args.voters, args.node_id)
+    port = voters[args.node_id][1] if voters and not args.port else args.port
+    writer = MetadataWriter(data_dir, load_cluster_id(data_dir, args.cluster_id, args.node_id), args.node_id,
+                            voters, raft_config(config), tls.client if tls else None)
     # The replayed image lives as long as the process: keep it out of every later full GC pass,
     # which would otherwise walk all of it and stall the event loop.
     gc.collect()
     gc.freeze()
-    config = config_from(args.set)
     controller = Controller(writer, {"num.partitions": args.num_partitions,
                                      "default.replication.factor": args.default_replication_factor},
-                            args.heartbeat_timeout_ms, config)
-    server = ControlServer(controller.handlers())
-    tls = control_channel_tls(config)
-    port = await server.start(args.host, args.port, tls=tls.server if tls else None)
+                            args.heartbeat_timeout_ms, config, bootstrap_scram=args.add_scram)
+    server = ControlServer({**controller.handlers(), "raft": writer.quorum.handle})
+    port = await server.start(args.host, port, tls=tls.server if tls else None)
     controller.voter = Voter(args.node_id, _directory_id(data_dir), ("CONTROLLER", args.host, port))
+    await writer.start()
+    following = asyncio.create_task(controller.activation.follow_quorum())
+    if voters is None:  # alone, it leads at once: serve nodes only once the cluster's first records are in
+        await writer.wait_for(lambda: controller.active and "metadata.version" in writer.image.features, 30)
     fencing = asyncio.create_task(controller.fence_silent_brokers())
     balancing = asyncio.create_task(controller.balance_leaders())
     print(json.dumps({"ready": True, "port": port, "pid": os.getpid()}), flush=True)
-    log.info("controller of cluster %s serving on %s:%d%s", writer.image.cluster_id, args.host, port,
-             " (mutual TLS)" if tls else "")
+    log.info("controller %d of cluster %s serving on %s:%d%s%s", args.node_id, writer.image.cluster_id, args.host,
+             port, " (mutual TLS)" if tls else "", f", one of voters {sorted(voters)}" if voters else "")
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
-    await cancel_and_wait([fencing, balancing])
+    await cancel_and_wait([fencing, balancing, following])
     controller.process_watch.close()
     await server.close()
+    await writer.stop()
     await cancel_remaining_tasks()
-    writer.close()
     log.info("controller stopped")
 
 

@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 
-from cluster.formats.control import BadControlRequest, ControlConnection, ControlError
+from cluster.formats.control import BadControlRequest, ControlConnection, ControlError, NotController
 from cluster.runtime.process_table import process_table_id
 from cluster.formats.errors import ErrorCode
 from cluster.formats.topic_ids import topic_id_from_kafka_string, topic_id_to_kafka_string
@@ -13,6 +13,7 @@ from cluster.runtime.time_slices import TimeSlice, gently
 from controller import acls, topics
 from cluster.formats.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
+from controller.activation import Activation
 from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
     iter_leaderless_partition_changes, move_leadership, register_broker_record,
@@ -26,13 +27,12 @@ from controller.topics import MAX_RECORDS_PER_USER_OP, refuse_too_large
 
 log = logging.getLogger(__name__)
 
-FETCH_MAX_BYTES = 1 << 20
-# The most a fetch_snapshot answer carries (a node asks for the rest, position by position).
-FETCH_SNAPSHOT_MAX_BYTES = 4 << 20
 PRODUCER_ID_BLOCK = 1000
 FENCE_CHANGES_LOGGED = 100
 # How long a topic or partition creation waits for every live node to open the new logs.
 NEW_PARTITIONS_APPLIED_WAIT_S = 10.0
+# Operations any controller answers, active or not.
+ANSWERED_BY_ANY_CONTROLLER = ("quorum_role",)
 
 
 class DuplicateBrokerRegistration(Exception):
@@ -74,43 +74,61 @@ async def changes_of(changes) -> list[tuple[str, dict]]:
     return [change async for change in gently(changes) if change]
 
 
-def _checked(op: str, handler):
+def _checked(op: str, handler, until_active):
     spec = ARGUMENTS.get(op, {})
 
     async def checked(args: dict, conn) -> dict:
         check_arguments(args, spec)
+        if until_active is not None:
+            await until_active()
         return await handler(args, conn)
     return checked
 
 
 class Controller:
     def __init__(self, writer: MetadataWriter, defaults: dict, heartbeat_timeout_ms: int,
-                 config: BrokerConfig | None = None):
+                 config: BrokerConfig | None = None, bootstrap_scram: list[str] = ()):
+        """`bootstrap_scram`: the --add-scram credentials a new cluster's first records hold."""
         self.writer = writer
         self.image = writer.image
         self.defaults = defaults
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.config = config or BrokerConfig()
         writer.configure_snapshots(self.config)
-        # Brokers the log says are unfenced get a session as of now, as Kafka's controller does when it
-        # takes over: one that never heartbeats to us is fenced after the timeout like any other.
-        self.sessions: dict[int, Session] = {
-            b.node_id: Session(b.node_id, b.broker_epoch, b.broker_epoch, last_heartbeat=time.monotonic(),
-                               heard_from=False)
-            for b in self.image.brokers.values() if not b.fenced}
+        self.sessions: dict[int, Session] = {}  # the active controller's, from when it took over
+        self.activation = Activation(writer, self._start_sessions, bootstrap_scram)
         self.process_watch = ProcessWatch(self._fence_dead_incarnation)
         self.voter: Voter | None = None  # who this controller is in the quorum, once it serves
         self._process_table = process_table_id()
 
     def handlers(self) -> dict:
-        return {op: _checked(op, handler) for op, handler in self._operations().items()}
+        """Every operation, checked; all but ANSWERED_BY_ANY_CONTROLLER only on the active controller."""
+        return {op: _checked(op, handler, None if op in ANSWERED_BY_ANY_CONTROLLER else self.activation.until_active)
+                for op, handler in self._operations().items()}
+
+    @property
+    def active(self) -> bool:
+        return self.activation.active
+
+    def take_over(self) -> None:
+        """Become the active controller (controller/activation.py)."""
+        self.activation.take_over()
+
+    def _start_sessions(self) -> None:
+        """Brokers the log says are unfenced get a session as of now, as Kafka's controller does when
+        it takes over: one that never heartbeats to us is fenced after the timeout like any other."""
+        self.sessions = {
+            b.node_id: Session(b.node_id, b.broker_epoch, b.broker_epoch, last_heartbeat=time.monotonic(),
+                               heard_from=False)
+            for b in self.image.brokers.values() if not b.fenced}
 
     def _operations(self) -> dict:
         return {
             "register": self.register,
             "heartbeat": self.heartbeat,
-            "fetch_metadata": self.fetch_metadata,
-            "fetch_snapshot": self.fetch_snapshot,
+            "fetch_metadata": lambda args, _: self.writer.fetch(args["offset"], args.get("max_wait_ms")),
+            "fetch_snapshot": lambda args, _: self.writer.fetch_snapshot(
+                SnapshotId(args["end_offset"], args["epoch"]), args["position"], args.get("max_bytes")),
             "create_topics": self.create_topics,
             "delete_topics": self.delete_topics,
             "create_partitions": self.create_partitions,
@@ -133,6 +151,7 @@ class Controller:
             "delete_acls": lambda a, _: self._decide_and_apply(lambda: acls.delete_acls(self.image, a["filters"])),
             "describe_acls": self._describe_acls,
             "describe_quorum": self._describe_quorum,
+            "quorum_role": self.activation.quorum_role,
             "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
                 scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
             "alter_client_quotas": lambda args, conn: self._decide_and_apply(lambda: client_quotas.alter_client_quotas(
@@ -234,12 +253,17 @@ class Controller:
                 for session in self.sessions.values():
                     session.last_heartbeat = time.monotonic()
                 continue
+            if not self.active:
+                continue
             for session in list(self.sessions.values()):
                 broker = self.image.brokers.get(session.node_id)
                 if broker and not broker.fenced and session.heartbeat_age_ms() > self.heartbeat_timeout_ms:
                     log.warning("node %d missed heartbeats for %d ms: fencing it", session.node_id,
                                 session.heartbeat_age_ms())
-                    await self.fence(session)
+                    try:
+                        await self.fence(session)
+                    except NotController:
+                        break  # the next active controller times the sessions afresh
 
     async def fence(self, session: Session) -> None:
         """Fence a broker and, in the same batch, move its leaderships and ISR places."""
@@ -294,12 +318,15 @@ class Controller:
         interval = self.config.get_int("leader.imbalance.check.interval.seconds")
         while True:
             await asyncio.sleep(interval)
-            if self.config.get_bool("auto.leader.rebalance.enable"):
+            if self.active and self.config.get_bool("auto.leader.rebalance.enable"):
                 async with self.writer.exclusive:
                     changes = await changes_of(iter_imbalanced_leader_changes(self.image))
                     if changes:
                         log.info("moving %d leaderships back to their preferred replicas", len(changes))
-                        await self.writer.append(changes)
+                        try:
+                            await self.writer.append(changes)
+                        except NotController:
+                            pass  # the next active controller checks again
 
     async def elect_leaders(self, args: dict, conn) -> dict:
         """ElectLeaders: args["partitions"] is [[topic, partition], ...] or None for every partition,
@@ -352,30 +379,15 @@ class Controller:
         """
         broker = self.image.brokers.get(node_id)
         session = self.sessions.get(node_id)
-        if (broker is None or session is None or broker.fenced
+        if (not self.active or broker is None or session is None or broker.fenced
                 or str(broker.incarnation_id) != incarnation_id):
             return False
         log.warning("node %d: its process exited, fencing it", node_id)
-        await self.fence(session)
+        try:
+            await self.fence(session)
+        except NotController:
+            return False
         return True
-
-    async def fetch_metadata(self, args: dict, conn: ControlConnection) -> dict:
-        """Record batches from args["offset"]; below the log start (the log before the latest snapshot
-        is deleted), the id of that snapshot instead, which the node fetches with fetch_snapshot."""
-        offset = args["offset"]
-        if offset < self.writer.log_start_offset and self.writer.snapshot_id is not None:
-            return {"data": b"", "high_watermark": self.writer.end_offset, "snapshot_id": list(self.writer.snapshot_id)}
-        if offset >= self.writer.end_offset:
-            await self.writer.wait_for_records_from(offset, (args.get("max_wait_ms") or 0) / 1000)
-        data = self.writer.read(offset, FETCH_MAX_BYTES) if offset < self.writer.end_offset else b""
-        return {"data": data, "high_watermark": self.writer.end_offset}
-
-    async def fetch_snapshot(self, args: dict, conn: ControlConnection) -> dict:
-        """A chunk of the snapshot args names, from args["position"] (Kafka's FetchSnapshot over the
-        control channel): SNAPSHOT_NOT_FOUND once a newer snapshot replaced it."""
-        snapshot_id = SnapshotId(args["end_offset"], args["epoch"])
-        max_bytes = max(1, min(args.get("max_bytes") or FETCH_SNAPSHOT_MAX_BYTES, FETCH_SNAPSHOT_MAX_BYTES))
-        return await asyncio.to_thread(self.writer.read_snapshot, snapshot_id, args["position"], max_bytes)
 
     # --- admin ---
 

@@ -113,6 +113,7 @@ class MetadataImage:
 
         for offset, name, fields in iter_metadata_records(data):
             self.apply(offset, name, fields)
+        self._past_control_batches(data)
 
     async def replay_gently(self, data, time_slice: TimeSlice | None = None) -> "MetadataDelta":
         """replay(), giving way to the event loop every few milliseconds; returns what changed.
@@ -137,8 +138,20 @@ class MetadataImage:
         for topic in delta.new_topics.values():
             if self.topics_by_id.get(topic.topic_id) is topic:  # not removed again by the same buffer
                 self.topics[topic.name] = topic
+        self._past_control_batches(data)
         self.changes += 1
         return delta
+
+    def _past_control_batches(self, data) -> None:
+        """The image's offset is the last one replayed, a control batch's too (a quorum leader's
+        LeaderChangeMessage): whoever compares it with the log's end sees it caught up."""
+        from cluster.formats.records import iter_batch_headers
+
+        last = None
+        for _, header in iter_batch_headers(data):
+            last = header
+        if last is not None:
+            self.offset = max(self.offset, last.next_offset - 1)
 
     def copy(self) -> "MetadataImage":
         return copy.deepcopy(self)

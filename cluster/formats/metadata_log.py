@@ -36,43 +36,49 @@ def write_meta_properties(log_dir, props: dict[str, str]) -> None:
     os.replace(temp, path)
 
 
-def replay_partition_log(log, image: MetadataImage, chunk_bytes: int = 8 << 20, start: int | None = None) -> None:
+def replay_partition_log(log, image: MetadataImage, chunk_bytes: int = 8 << 20, start: int | None = None,
+                         end: int | None = None) -> None:
     """Apply every record of an open metadata PartitionLog from offset start (its log start offset
-    by default) to image, in offset order."""
+    by default) up to offset end (its end by default) to image, in offset order. The image's offset
+    counts control batches too: it is the last offset replayed."""
     offset = log.log_start_offset if start is None else max(start, log.log_start_offset)
+    end = log.log_end_offset if end is None else min(end, log.log_end_offset)
     first = offset
-    while offset < log.log_end_offset:
-        chunk = log.read(offset, chunk_bytes, max_offset=log.log_end_offset)
+    while offset < end:
+        chunk = log.read(offset, chunk_bytes, max_offset=end)
         if not chunk.records:
             break
         for record_offset, name, fields in iter_metadata_records(chunk.records):
             if record_offset >= first:  # the first batch read may begin before `start`
                 image.apply(record_offset, name, fields)
         offset = max(header.next_offset for _, header in iter_batch_headers(chunk.records))
+        image.offset = max(image.offset, offset - 1)
 
 
 def _refused(error: Exception) -> None:
     log.warning("metadata snapshot refused, falling back to an older snapshot or the log: %s", error)
 
 
-def load_snapshot_and_log(directory, metadata_log, image: MetadataImage) -> SnapshotId | None:
+def load_snapshot_and_log(directory, metadata_log, image: MetadataImage, replay: bool = True) -> SnapshotId | None:
     """Rebuild image from a metadata log directory: the latest valid snapshot the log continues from,
-    then the log after it. A snapshot that is cut short or damaged is skipped with one WARNING line
-    (an older one or the log from its start serves instead); when nothing can, MetadataLogGap.
-    A log that ends before the snapshot (a crash between writing a fetched snapshot and resetting
-    the log) restarts at the snapshot's end."""
+    then (with `replay`) the log after it. A snapshot that is cut short or damaged is skipped with one
+    WARNING line (an older one or the log from its start serves instead); when nothing can,
+    MetadataLogGap. A log that ends before the snapshot (a crash between writing a fetched snapshot
+    and resetting the log) restarts at the snapshot's end."""
     loaded = load_latest_snapshot(directory, metadata_log.log_start_offset, _refused)
     if loaded is None:
         if metadata_log.log_start_offset > 0:
             raise MetadataLogGap(f"the metadata log in {directory} starts at offset {metadata_log.log_start_offset} "
                                  f"and no valid snapshot reaches it: the metadata image cannot be rebuilt")
-        replay_partition_log(metadata_log, image)
+        if replay:
+            replay_partition_log(metadata_log, image)
         return None
     snapshot_id, snapshot_image = loaded
     image.replace_with(snapshot_image)
     if metadata_log.log_end_offset < snapshot_id.end_offset:
         metadata_log.truncate_fully_and_start_at(snapshot_id.end_offset)
-    replay_partition_log(metadata_log, image, start=snapshot_id.end_offset)
+    if replay:
+        replay_partition_log(metadata_log, image, start=snapshot_id.end_offset)
     return snapshot_id
 
 

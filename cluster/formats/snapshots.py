@@ -229,11 +229,13 @@ def write_snapshot_file(directory, snapshot_id: SnapshotId, data: bytes) -> Path
     return destination
 
 
-async def keep_snapshot(partition_log, snapshot_id: SnapshotId, data: bytes) -> None:
-    """Write a snapshot of a metadata PartitionLog (in a thread), then let the log start at its end and
-    delete the snapshots before it. The log was rolled at the snapshot's end, so whole segments go."""
+async def keep_snapshot(partition_log, snapshot_id: SnapshotId, data: bytes, trim_log: bool = True) -> None:
+    """Write a snapshot of a metadata PartitionLog (in a thread), then (with `trim_log`) let the log
+    start at its end, and delete the snapshots before it. The log was rolled at the snapshot's end,
+    so whole segments go."""
     await asyncio.to_thread(write_snapshot_file, partition_log.directory, snapshot_id, data)
-    partition_log.advance_log_start_offset(snapshot_id.end_offset)
+    if trim_log:
+        partition_log.advance_log_start_offset(snapshot_id.end_offset)
     delete_snapshots_before(partition_log.directory, snapshot_id)
 
 

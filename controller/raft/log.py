@@ -7,11 +7,11 @@ the leader-epoch cache) for divergence, reads, appends as leader and as follower
 small; divergence checks and truncation to a leader's epoch end are written once here, over the
 primitives, as Kafka's ReplicatedLog default methods are.
 
-Differs from Kafka: one entry is one offset (Kafka's offsets count records inside batches; the
-on-disk adapter maps one entry to one batch of one record or counts records itself), a control
-entry (the LeaderChangeMessage a new leader writes) is an entry with `control` set, and there are
-no snapshots yet, so the log always starts at offset 0 and a fetch is never answered with a
-snapshot id.
+Differs from Kafka: the state machine sees entries, not records. In memory one entry is one offset;
+on disk (controller/metadata_raft_log.py) one entry is one record batch, starting at the batch's
+base offset, so offsets count records as Kafka's do. A control entry (the LeaderChangeMessage a new
+leader writes) is an entry with `control` set. A quorum's logs keep everything from offset 0, so a
+fetch is never answered with a snapshot id.
 """
 from __future__ import annotations
 

@@ -144,9 +144,18 @@ class RaftReplica:
         if self._state.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id if self._state.role is not Role.RESIGNED else NO_ID, self.epoch)
         self._now = now_ms
-        first = self.log.append_as_leader(payloads, self.epoch)
+        self.log.append_as_leader(payloads, self.epoch)
         self._leader_progress(now_ms)
-        return first + len(payloads) - 1
+        return self.log.end_offset() - 1
+
+    def campaign_soon(self, now_ms: int) -> None:
+        """Campaign at the next tick rather than after an election timeout, if this voter is
+        unattached in a quorum that never had a leader (epoch 0). When a voter campaigns matters to
+        Raft's liveness only, never to its safety: the controllers of a new cluster start together,
+        and one of them going first saves everyone the wait."""
+        state = self._state
+        if self.is_voter and isinstance(state, Unattached) and state.epoch == 0:
+            state.election_deadline = now_ms
 
     def next_deadline_ms(self) -> int:
         """When tick() next has something to do (now, if messages wait to go out)."""

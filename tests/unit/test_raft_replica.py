@@ -281,3 +281,18 @@ def test_a_leader_restarts_resigned_and_a_lone_voter_leads_at_once():
     assert lone.append([b"a", b"b"], 5) == 2 and lone.high_watermark == 3
     with pytest.raises(NotLeaderError):
         make_replica(2).append([b"x"], 0)
+
+
+def test_a_new_quorum_s_first_voter_campaigning_at_once_leads_before_any_election_timeout():
+    replicas = [make_replica(node_id) for node_id in VOTERS]
+    replicas[0].campaign_soon(0)
+    network = Network(replicas)
+    network.run(CONFIG.election_timeout_ms // 2)
+    assert network.leader().node_id == 1 and network.leader().epoch == 1
+
+
+def test_campaign_soon_changes_nothing_once_a_quorum_had_an_epoch():
+    replica = make_replica(1, store=InMemoryQuorumStateStore(ElectionState(3, voters=frozenset(VOTERS))))
+    deadline = replica.next_deadline_ms()
+    replica.campaign_soon(0)
+    assert replica.next_deadline_ms() == deadline > 0 and replica.role is Role.UNATTACHED

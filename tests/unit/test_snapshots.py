@@ -309,7 +309,9 @@ def test_the_controller_snapshots_past_the_byte_limit_and_restarts_from_it(tmp_p
         writer.close()
         reopened = MetadataWriter(tmp_path, "cluster-1")
         assert reopened.snapshot_id == snapshots[-1]
-        assert comparable(reopened.image) == expected and len(reopened.image.topics) == 32
+        # Restarted, it leads a new epoch, whose first entry is a LeaderChangeMessage one offset on.
+        assert comparable(reopened.image) == {**expected, "offset": expected["offset"] + 1}
+        assert len(reopened.image.topics) == 32
         reopened.close()
     asyncio.run(scenario())
 
@@ -326,7 +328,8 @@ def test_the_controller_snapshots_after_the_interval_and_reads_its_settings(tmp_
         await write_topics(writer, 1)
         assert writer.snapshot_id is None
         await asyncio.sleep(0.3)
-        assert writer.snapshot_id == SnapshotId(2, 1) == list_snapshots(tmp_path / METADATA_PARTITION_DIR)[-1]
+        # Offset 0 is the LeaderChangeMessage of the controller's first epoch.
+        assert writer.snapshot_id == SnapshotId(3, 1) == list_snapshots(tmp_path / METADATA_PARTITION_DIR)[-1]
         writer.close()
     asyncio.run(scenario())
 
@@ -337,26 +340,27 @@ def test_a_fetch_below_the_log_start_is_answered_with_the_snapshot_in_chunks(tmp
     async def scenario():
         writer = MetadataWriter(tmp_path, "cluster-1")
         controller = Controller(writer, {}, 2000)
+        controller.take_over()
         handlers = controller.handlers()
         await write_topics(writer, 5)
         snapshot_id = await writer.take_snapshot()
         await write_topics(writer, 1, start=5)
         below = await handlers["fetch_metadata"]({"offset": 0, "max_wait_ms": 0}, None)
-        assert below == {"data": b"", "high_watermark": writer.end_offset, "snapshot_id": [10, 1]}
-        at_start = await handlers["fetch_metadata"]({"offset": 10, "max_wait_ms": 0}, None)
+        assert below == {"data": b"", "high_watermark": writer.end_offset, "snapshot_id": [11, 1]}
+        at_start = await handlers["fetch_metadata"]({"offset": 11, "max_wait_ms": 0}, None)
         assert [name for _, name, _ in iter_metadata_records(at_start["data"])] == ["TopicRecord", "PartitionRecord"]
         whole = snapshot_path(tmp_path / METADATA_PARTITION_DIR, snapshot_id).read_bytes()
         chunks, position = [], 0
         while position < len(whole):
             reply = await handlers["fetch_snapshot"](
-                {"end_offset": 10, "epoch": 1, "position": position, "max_bytes": 100}, None)
+                {"end_offset": 11, "epoch": 1, "position": position, "max_bytes": 100}, None)
             assert reply["size"] == len(whole) and reply["position"] == position
             chunks.append(reply["data"])
             position += len(reply["data"])
         assert b"".join(chunks) == whole and len(chunks[0]) == 100
-        assert (await handlers["fetch_snapshot"]({"end_offset": 10, "epoch": 1, "position": -1, "max_bytes": -5},
+        assert (await handlers["fetch_snapshot"]({"end_offset": 11, "epoch": 1, "position": -1, "max_bytes": -5},
                                                  None)) == {"error_code": 99, "size": len(whole)}
-        assert (await handlers["fetch_snapshot"]({"end_offset": 9, "epoch": 1, "position": 0, "max_bytes": None},
+        assert (await handlers["fetch_snapshot"]({"end_offset": 10, "epoch": 1, "position": 0, "max_bytes": None},
                                                  None)) == {"error_code": 98}
         writer.close()
     asyncio.run(scenario())
