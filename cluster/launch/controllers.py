@@ -4,17 +4,22 @@ the active one.
 A lone controller is id 0, as it always was, with its data in `<data-dir>/controller`. The voters
 of a quorum are ids 3000, 3001, ... (apart from the nodes' 1..N, as Kafka wants controller and
 broker ids apart), each with `<data-dir>/controller-<id>`, and each started with every voter's
-address (`--voters`, Kafka's controller.quorum.voters syntax). Only the quorum's active
+address (`--voters`, Kafka's controller.quorum.voters syntax) and the one cluster id they share
+(`--cluster-id`, as `kafka-storage.sh format` gives every controller of a quorum the same one: a
+voter refuses the Raft requests of another cluster's). Only the quorum's active
 controller acts; the others answer NotController, naming the leader when they know it, so every
 request of the launcher goes through `call_active`.
 """
 from __future__ import annotations
 
+import base64
 import ssl
 import time
+import uuid
 from pathlib import Path
 
 from cluster.formats.control import ControlError, NotController, call_sync
+from cluster.formats.metadata_log import read_meta_properties
 from cluster.launch.backend import ControllerProcess, recorded_state
 from cluster.tools.errors import ClusterError
 
@@ -45,6 +50,16 @@ def new_controller(data_dir: Path, controller_id: int) -> ControllerProcess:
 def voters_argument(host: str, controllers: dict[int, ControllerProcess]) -> str:
     """Every voter as id@host:port, the form of `--voters` and of Kafka's controller.quorum.voters."""
     return ",".join(f"{controller_id}@{host}:{record.port}" for controller_id, record in sorted(controllers.items()))
+
+
+def quorum_cluster_id(controllers: dict[int, ControllerProcess]) -> str:
+    """The cluster id a quorum's controllers share: the one a voter's data dir was formatted with,
+    else a new one (Kafka's form: a random UUID in URL-safe base64, unpadded)."""
+    for _, controller in sorted(controllers.items()):
+        known = read_meta_properties(controller.data_dir).get("cluster.id")
+        if known:
+            return known
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def controllers_state(controllers: dict[int, ControllerProcess], host: str) -> list[dict]:

@@ -34,7 +34,7 @@ from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.launch.backend import (
     STOP_GRACE_S, Backend, ControllerProcess, NodeProcess, pid_alive, process_state, recorded_state,
 )
-from cluster.launch.controllers import controllers_from_state, voters_argument
+from cluster.launch.controllers import controllers_from_state, quorum_cluster_id, voters_argument
 from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
 from cluster.tools.errors import ClusterError
 
@@ -132,7 +132,8 @@ class LocalProcessBackend(Backend):
         for controller_id, controller in controllers.items():
             # A lone controller may pick its own port; a quorum's voters must know each other's first.
             controller.port = kept.get(controller_id) or (free_port(self.cluster.host) if quorum else 0)
-        started = [(controller, self._spawn_controller(controller, settings, lead_group=index == 0))
+        cluster_id = quorum_cluster_id(controllers) if quorum else None  # before the first one formats its dir
+        started = [(controller, self._spawn_controller(controller, settings, index == 0, cluster_id))
                    for index, controller in enumerate(controllers[c] for c in sorted(controllers))]
         for controller, process in started:
             controller.port = read_ready_line(process, controller.log_path, self.cluster.startup_timeout)["port"]
@@ -141,16 +142,20 @@ class LocalProcessBackend(Backend):
         """A controller again, on its port, in the group of the processes still running (a new group when none is)."""
         others = [pid for pid in self._pids() if pid and pid != controller.pid]
         alive = any(self._in_group(pid) for pid in others)
-        process = self._spawn_controller(controller, settings, lead_group=not alive)
+        cluster_id = quorum_cluster_id(self.cluster.controllers) if len(self.cluster.controllers) > 1 else None
+        process = self._spawn_controller(controller, settings, lead_group=not alive, cluster_id=cluster_id)
         controller.port = read_ready_line(process, controller.log_path, self.cluster.startup_timeout)["port"]
 
-    def _spawn_controller(self, controller: ControllerProcess, settings: list[str], lead_group: bool) -> ForkedProcess:
+    def _spawn_controller(self, controller: ControllerProcess, settings: list[str], lead_group: bool,
+                          cluster_id: str | None) -> ForkedProcess:
+        """Fork a controller; a quorum's with its id, every voter and the cluster id they share."""
         cluster = self.cluster
         name = controller.log_path.stem
         ensure_port_free(cluster.host, controller.port, f"the {name.replace('-', ' ')}")
         argv = ["--data-dir", str(controller.data_dir), "--host", cluster.host, "--port", str(controller.port)]
-        if len(cluster.controllers) > 1:
-            argv += ["--node-id", str(controller.node_id), "--voters", voters_argument(cluster.host, cluster.controllers)]
+        if cluster_id:
+            argv += ["--node-id", str(controller.node_id), "--cluster-id", cluster_id,
+                     "--voters", voters_argument(cluster.host, cluster.controllers)]
         process = self._fork("controller", [*argv, *settings], controller.log_path, lead_group=lead_group)
         controller.pid = process.pid
         if lead_group:

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.formats.control import NotController, call_sync
+from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.launch import pid_alive
 
 QUORUM = [3000, 3001, 3002]
@@ -189,7 +190,8 @@ def test_a_node_started_again_after_a_failover_registers_with_the_new_leader(kra
 
     cluster.restart_node(2)  # returns once the active controller has it registered and caught up
     [registered] = [b for b in cluster.status()["brokers"] if b["node_id"] == 2]
-    assert (registered["incarnation_id"], registered["fenced"]) == (cluster.nodes[2].incarnation_id, False)
+    incarnation = topic_id_to_kafka_string(uuid.UUID(cluster.nodes[2].incarnation_id))  # the one started again
+    assert (registered["incarnation_id"], registered["fenced"]) == (incarnation, False)
     assert cluster.active_controller_id() == leader
     create_topic(cluster, "afterwards", partitions=1)
     assert cluster.wait_in_sync("afterwards")
