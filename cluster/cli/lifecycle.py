@@ -97,7 +97,7 @@ def _stay_in_foreground(cluster: Cluster) -> None:
     console.print("Ctrl-C stops the cluster.")
     try:
         def view():
-            return status_tables(status_document(cluster.status(), cluster))
+            return status_tables(status_document(controller_view(cluster), cluster))
 
         with Live(view(), console=console, refresh_per_second=1) as live:
             while not stop.wait(1.0):  # the refresh rate of the view, not a wait for an event
@@ -141,13 +141,27 @@ def status(data_dir, transactional_ids, as_json):
 
 
 def controller_view(cluster: Cluster) -> dict | None:
-    """The active controller's status answer with its quorum's; None when no controller runs or none answers."""
-    if all(cluster.controller_state(c) != "running" for c in cluster.controller_ids):
+    """The active controller's status answer with its quorum's, and each running controller's own
+    place in the quorum (`roles`); None when no controller runs or none acts."""
+    running = [c for c in cluster.controller_ids if cluster.controller_state(c) == "running"]
+    if not running:
         return None
     try:
-        return {**cluster.control("status", timeout=5), "quorum": cluster.control("describe_quorum", timeout=5)}
+        view = {**cluster.control("status", timeout=5), "quorum": cluster.control("describe_quorum", timeout=5)}
     except (ControlError, OSError):
         return None
+    return {**view, "roles": _quorum_roles(cluster, running)}
+
+
+def _quorum_roles(cluster: Cluster, controller_ids: list[int]) -> dict[int, dict]:
+    """What each controller says of itself (`quorum_role`: role, epoch); those that do not answer are left out."""
+    roles = {}
+    for controller_id in controller_ids:
+        try:
+            roles[controller_id] = cluster.controller_control(controller_id, "quorum_role", timeout=2)
+        except (ControlError, OSError):
+            continue
+    return roles
 
 
 def status_document(state: dict | None, cluster: Cluster) -> dict:
@@ -174,23 +188,32 @@ def status_document(state: dict | None, cluster: Cluster) -> dict:
                               for p in topic["partitions"]]}
               for topic in state["topics"]]
     return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"],
-            "controllers": [_controller_facts(cluster, controller_id, state.get("quorum"))
+            "controllers": [_controller_facts(cluster, controller_id, state.get("quorum"),
+                                              state.get("roles", {}).get(controller_id))
                             for controller_id in cluster.controller_ids],
             "nodes": nodes, "topics": topics}
 
 
-def _controller_facts(cluster: Cluster, controller_id: int, quorum: dict | None) -> dict:
-    """A controller's process and, when the active controller answered, its place in the quorum: role
-    (the one the quorum's answer gives it, else leader or follower), the leader's epoch, and how far
-    its log is behind the high watermark. Nothing of the quorum for a controller that is not running."""
+def _controller_facts(cluster: Cluster, controller_id: int, quorum: dict | None, own: dict | None) -> dict:
+    """A controller's process and, when the active controller answered, its place in the quorum: its
+    role and epoch as it says them itself (else as the leader's DescribeQuorum answer implies), and
+    how many offsets its log is behind the leader's, as kafka-metadata-quorum.sh's Lag. Nothing of
+    the quorum for a controller that is not running."""
     process = cluster.controller_state(controller_id)
-    voter = next((v for v in quorum["voters"] if v["replica_id"] == controller_id), None) if quorum else None
+    voters = {v["replica_id"]: v for v in quorum["voters"]} if quorum else {}
+    voter, leader = voters.get(controller_id), voters.get(quorum["leader_id"]) if quorum else None
     known = voter is not None and process == "running"
-    role = (voter.get("role") or ("leader" if controller_id == quorum["leader_id"] else "follower")) if known else None
-    lag = quorum["high_watermark"] - voter["log_end_offset"] if known and voter["log_end_offset"] >= 0 else None
+    if not known:
+        role, epoch = None, None
+    elif own is not None:
+        role, epoch = own["role"], own["epoch"]
+    else:
+        role, epoch = "leader" if controller_id == quorum["leader_id"] else "follower", quorum["leader_epoch"]
+    lag = leader["log_end_offset"] - voter["log_end_offset"] if known and leader and voter["log_end_offset"] >= 0 \
+        else None
     return {"node_id": controller_id, "pid": cluster.controllers[controller_id].pid,
             "address": cluster.controller_address_of(controller_id), "process": process, "role": role,
-            "leader_epoch": quorum["leader_epoch"] if known else None, "lag": lag}
+            "leader_epoch": epoch, "lag": lag}
 
 
 def _internal_address(cluster: Cluster, node) -> dict:

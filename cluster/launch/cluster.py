@@ -207,19 +207,22 @@ class Cluster:
         return f"{self.runner.controller_host}:{self.controllers[controller_id].port}"
 
     @property
-    def controller_pid(self) -> int | None:
-        """The pid of the first controller (the only one, unless a quorum runs)."""
-        return self.controllers[min(self.controllers)].pid
+    def controller_pid(self) -> int | None:  # the first controller's (the only one, unless a quorum runs)
+        return self.controllers[self.controller_id].pid
 
     @property
-    def controller_port(self) -> int:
-        """The port of the first controller (the only one, unless a quorum runs)."""
-        return self.controllers[min(self.controllers)].port
+    def controller_port(self) -> int:  # the first controller's (the only one, unless a quorum runs)
+        return self.controllers[self.controller_id].port
 
     def control(self, op: str, timeout: float = 30, **args) -> dict:
         """Ask the active controller, through its control channel (cluster/formats/control.py); with a
         quorum, whichever of its controllers acts (cluster/launch/controllers.py)."""
         return self._active_controller.call(op, timeout, **args)
+
+    def controller_control(self, controller_id: int, op: str, timeout: float = 5, **args) -> dict:
+        """Ask one controller, active or not (`quorum_role` is what every one answers)."""
+        return call_sync(self.runner.controller_host, self.controllers[controller_id].port, op, timeout=timeout,
+                         tls=self._control_tls, **args)
 
     @functools.cached_property
     def _active_controller(self) -> ActiveController:
