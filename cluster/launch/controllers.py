@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from cluster.formats.control import ControlError, NotController, call_sync
-from cluster.formats.metadata_log import read_meta_properties
+from cluster.formats.config import load_properties
 from cluster.launch.backend import ControllerProcess, recorded_state
 from cluster.tools.errors import ClusterError
 
@@ -56,7 +56,10 @@ def quorum_cluster_id(controllers: dict[int, ControllerProcess]) -> str:
     """The cluster id a quorum's controllers share: the one a voter's data dir was formatted with,
     else a new one (Kafka's form: a random UUID in URL-safe base64, unpadded)."""
     for _, controller in sorted(controllers.items()):
-        known = read_meta_properties(controller.data_dir).get("cluster.id")
+        # meta.properties read as a properties file: the metadata log's module would load the record
+        # codecs, and with them kafka-python, into the launcher (and its fork server) too early.
+        meta = controller.data_dir / "meta.properties"
+        known = load_properties(meta).get("cluster.id") if meta.exists() else None
         if known:
             return known
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
