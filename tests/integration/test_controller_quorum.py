@@ -1,11 +1,14 @@
 """A quorum of three controllers: started by `kraftwerk up --controllers 3` and the fixture, found by
 the launcher and by the nodes, and losing its active controller while real clients use the cluster.
 A topic created through a Kafka admin client after the failover exists on every node, the one
-created before still does, and a node started again afterwards registers with the new leader."""
+created before still does, and a node started again afterwards registers with the new leader. Three
+controllers and a broker started from Kafka's own server.properties do the same."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -16,8 +19,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.formats.control import NotController, call_sync
+from cluster.formats.metadata_log import write_meta_properties
 from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.launch import pid_alive
+from cluster.launch.local_backend import free_port
+from tests.integration.test_kafka_fixture import start_process
 
 QUORUM = [3000, 3001, 3002]
 FAILOVER_TIMEOUT_S = 30
@@ -31,14 +37,15 @@ def kraftwerk(data_dir, *args: str, ok: bool = True) -> subprocess.CompletedProc
     return done
 
 
-def create_topic(cluster, name: str, partitions: int = 3) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 3, replication_factor: int = 3) -> None:
     """CreateTopics through a Kafka admin client, asked again while the quorum elects a leader (the
     nodes answer a retriable error meanwhile). A retry may find the topic its predecessor created."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline, attempts = time.monotonic() + FAILOVER_TIMEOUT_S, 0
     while True:
         attempts += 1
-        [creation] = admin.create_topics([NewTopic(name, partitions, 3)], request_timeout=10).values()
+        [creation] = admin.create_topics([NewTopic(name, partitions, replication_factor)],
+                                         request_timeout=10).values()
         try:
             creation.result(20)
             return
@@ -153,13 +160,13 @@ def test_control_requests_reach_the_leader_and_followers_name_it(kraftwerk_clust
 @pytest.mark.kraftwerk(nodes=3, controllers=3)
 def test_a_killed_leader_is_replaced_and_no_topic_is_lost(kraftwerk_cluster):
     cluster = kraftwerk_cluster
-    create_topic(cluster, "before")
+    create_topic(cluster.bootstrap_servers, "before")
     produce(cluster, "before", [b"before-%d" % i for i in range(10)])
     killed = cluster.active_controller_id()
 
     cluster.kill_controller(killed)
     assert cluster.controller_state(killed) == "dead"
-    create_topic(cluster, "after")
+    create_topic(cluster.bootstrap_servers, "after")
     leader = new_leader(cluster, killed)
     assert cluster.wait_in_sync("after") and cluster.wait_in_sync("before")
     for node_id in (1, 2, 3):  # replication factor 3 on 3 nodes: every node hosts every partition
@@ -193,7 +200,53 @@ def test_a_node_started_again_after_a_failover_registers_with_the_new_leader(kra
     incarnation = topic_id_to_kafka_string(uuid.UUID(cluster.nodes[2].incarnation_id))  # the one started again
     assert (registered["incarnation_id"], registered["fenced"]) == (incarnation, False)
     assert cluster.active_controller_id() == leader
-    create_topic(cluster, "afterwards", partitions=1)
+    create_topic(cluster.bootstrap_servers, "afterwards", partitions=1)
     assert cluster.wait_in_sync("afterwards")
     assert "afterwards" in hosted_topics(cluster, 2)
     assert " ERROR " not in (cluster.data_dir / "logs" / "node-2.log").read_text()
+
+
+def properties(path, **settings: str):
+    path.write_text("".join(f"{key.replace('_', '.')}={value}\n" for key, value in settings.items()))
+    return path
+
+
+def test_a_quorum_of_controllers_from_kafkas_server_properties_serves_a_broker_through_a_failover(tmp_path):
+    ports = {voter_id: free_port("127.0.0.1") for voter_id in QUORUM}
+    voters = ",".join(f"{voter_id}@127.0.0.1:{port}" for voter_id, port in ports.items())
+    cluster_id = "MkU3OEVBNTcwNTJENDM2Qg"  # the id of Kafka's quickstart
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    processes = {}
+    try:
+        for voter_id, port in ports.items():
+            log_dir = tmp_path / f"controller-{voter_id}"
+            log_dir.mkdir()  # formatted as `kafka-storage.sh format -t <cluster id>` formats each voter's
+            write_meta_properties(log_dir, {"cluster.id": cluster_id, "node.id": str(voter_id), "version": "1"})
+            config = properties(tmp_path / f"controller-{voter_id}.properties", process_roles="controller",
+                                node_id=str(voter_id), controller_quorum_voters=voters,
+                                listeners=f"CONTROLLER://127.0.0.1:{port}", controller_listener_names="CONTROLLER",
+                                listener_security_protocol_map=protocols, log_dirs=str(log_dir))
+            processes[voter_id], _ = start_process([sys.executable, "-m", "node", str(config)],
+                                                   tmp_path / f"controller-{voter_id}.log")
+        broker_config = properties(
+            tmp_path / "broker.properties", process_roles="broker", node_id="1",
+            controller_quorum_bootstrap_servers=",".join(f"127.0.0.1:{port}" for port in ports.values()),
+            listeners="PLAINTEXT://127.0.0.1:0", controller_listener_names="CONTROLLER",
+            listener_security_protocol_map=protocols, log_dirs=str(tmp_path / "broker"))
+        processes[1], ready = start_process([sys.executable, "-m", "node", str(broker_config)], tmp_path / "broker.log")
+        bootstrap = f"127.0.0.1:{ready['port']}"
+        create_topic(bootstrap, "from-properties", partitions=1, replication_factor=1)
+
+        leader = call_sync("127.0.0.1", ports[QUORUM[0]], "quorum_role", timeout=10)["leader_id"]
+        assert leader in QUORUM
+        os.killpg(processes[leader].pid, signal.SIGKILL)
+        processes[leader].wait()
+        create_topic(bootstrap, "after-failover", partitions=1, replication_factor=1)
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+        assert {"from-properties", "after-failover"} <= set(topics)
+        assert " ERROR " not in (tmp_path / "broker.log").read_text()
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
