@@ -26,6 +26,7 @@ from cluster.formats.config import BrokerConfig
 from cluster.formats.control import BadControlRequest, ControlClient, ControlError, NotController
 from cluster.formats.partition_log import PartitionLog
 from cluster.runtime.shutdown import cancel_and_wait
+from controller.faults import ControllerFaults
 from controller.metadata_raft_log import MetadataRaftLog
 from controller.quorum_codec import decode_envelope, encode_envelope
 from controller.raft.config import RaftConfig
@@ -123,6 +124,7 @@ class Quorum:
         self.changed = asyncio.Condition()  # the high watermark, the role or the epoch moved
         self.last_fetch_ms: dict[int, int] = {}
         self.last_caught_up_ms: dict[int, int] = {}
+        self.faults = ControllerFaults()  # the controller's own, once it runs (controller/faults.py)
         self.on_commit: Callable[[int], None] | None = None
         self.on_role_change: Callable[[], None] | None = None
         self._seen = (self.replica.high_watermark, self.replica.role, self.replica.epoch, self.replica.leader_id)
@@ -172,6 +174,8 @@ class Quorum:
     async def handle(self, args: dict, conn) -> dict:
         """The `raft` control op: one message from another voter."""
         envelope = decode_envelope(args.get("envelope"))
+        if self.faults.isolated:
+            return {}  # lost on the way, as in a network partition
         if envelope.destination != self.node_id:
             raise BadControlRequest(f"raft message for controller {envelope.destination} sent to {self.node_id}")
         if isinstance(envelope.body, FetchRequest) and self.is_leader:
@@ -225,7 +229,11 @@ class Quorum:
     def _after(self, outgoing: list[Envelope]) -> None:
         for envelope in outgoing:
             peer = self.peers.get(envelope.destination)
-            if peer is not None:
+            if peer is None or self.faults.isolated:
+                continue
+            if self.faults.delay_ms:
+                asyncio.get_running_loop().call_later(self.faults.delay_ms / 1000, peer.send, encode_envelope(envelope))
+            else:
                 peer.send(encode_envelope(envelope))
         self._wake.set()
         seen = (self.replica.high_watermark, self.replica.role, self.replica.epoch, self.replica.leader_id)

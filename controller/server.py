@@ -14,6 +14,7 @@ from controller import acls, topics
 from cluster.formats.config import BrokerConfig
 from controller.arguments import check_arguments, expect, expect_list
 from controller.activation import Activation
+from controller.faults import ControllerFaults
 from controller.brokers import (
     PREFERRED, UNCLEAN, Session, elect_leader, iter_changes_for_fenced_broker, iter_imbalanced_leader_changes,
     iter_leaderless_partition_changes, move_leadership, register_broker_record,
@@ -32,7 +33,7 @@ FENCE_CHANGES_LOGGED = 100
 # How long a topic or partition creation waits for every live node to open the new logs.
 NEW_PARTITIONS_APPLIED_WAIT_S = 10.0
 # Operations any controller answers, active or not.
-ANSWERED_BY_ANY_CONTROLLER = ("quorum_role",)
+ANSWERED_BY_ANY_CONTROLLER = ("quorum_role", "isolate", "heal", "delay", "describe_faults")
 
 
 class DuplicateBrokerRegistration(Exception):
@@ -66,6 +67,7 @@ ARGUMENTS = {
     "create_acls": {"creations": list}, "delete_acls": {"filters": list}, "describe_acls": {"filter": dict},
     "alter_scram_credentials": {"deletions": list, "upsertions": list},
     "alter_client_quotas": {"entries": list},
+    "delay": {"delay_ms": int},
 }
 
 
@@ -74,13 +76,12 @@ async def changes_of(changes) -> list[tuple[str, dict]]:
     return [change async for change in gently(changes) if change]
 
 
-def _checked(op: str, handler, until_active):
+def _checked(op: str, handler, gate):
     spec = ARGUMENTS.get(op, {})
 
     async def checked(args: dict, conn) -> dict:
         check_arguments(args, spec)
-        if until_active is not None:
-            await until_active()
+        await gate(op)
         return await handler(args, conn)
     return checked
 
@@ -97,14 +98,19 @@ class Controller:
         writer.configure_snapshots(self.config)
         self.sessions: dict[int, Session] = {}  # the active controller's, from when it took over
         self.activation = Activation(writer, self._start_sessions, bootstrap_scram)
+        self.faults = writer.quorum.faults = ControllerFaults()
         self.process_watch = ProcessWatch(self._fence_dead_incarnation)
         self.voter: Voter | None = None  # who this controller is in the quorum, once it serves
         self._process_table = process_table_id()
 
     def handlers(self) -> dict:
         """Every operation, checked; all but ANSWERED_BY_ANY_CONTROLLER only on the active controller."""
-        return {op: _checked(op, handler, None if op in ANSWERED_BY_ANY_CONTROLLER else self.activation.until_active)
-                for op, handler in self._operations().items()}
+        return {op: _checked(op, handler, self._gate) for op, handler in self._operations().items()}
+
+    async def _gate(self, op: str) -> None:
+        await self.faults.before_request(op)
+        if op not in ANSWERED_BY_ANY_CONTROLLER:
+            await self.activation.until_active()
 
     @property
     def active(self) -> bool:
@@ -152,6 +158,7 @@ class Controller:
             "describe_acls": self._describe_acls,
             "describe_quorum": self._describe_quorum,
             "quorum_role": self.activation.quorum_role,
+            **self.faults.operations(),
             "alter_scram_credentials": lambda args, conn: self._decide_and_apply(lambda: (
                 scram_credentials.alter_scram_credentials(self.image, args["deletions"], args["upsertions"]))),
             "alter_client_quotas": lambda args, conn: self._decide_and_apply(lambda: client_quotas.alter_client_quotas(

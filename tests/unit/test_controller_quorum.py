@@ -160,3 +160,31 @@ def test_a_raft_message_for_another_controller_is_refused_and_the_controller_ser
             await client.close()
             await member.stop()
     assert asyncio.run(scenario()) == 3000
+
+
+def test_an_isolated_active_controller_resigns_a_new_one_takes_over_and_the_healed_one_follows_it(tmp_path):
+    async def scenario():
+        members = {node_id: Member(node_id) for node_id in IDS}
+        for member in members.values():
+            await member.open()
+        voters = {node_id: ("127.0.0.1", member.port) for node_id, member in members.items()}
+        for member in members.values():
+            await member.run(tmp_path, voters)
+        try:
+            await until(lambda: sum(m.controller.active for m in members.values()) == 1)
+            first = next(m for m in members.values() if m.controller.active)
+            assert await first.handlers["isolate"]({}, None) == {"isolated": True, "delay_ms": 0}
+            with pytest.raises(NotController) as refused:
+                await first.handlers["status"]({}, None)
+            assert refused.value.leader is None
+            rest = [m for m in members.values() if m is not first]
+            await until(lambda: sum(m.controller.active for m in rest) == 1 and not first.controller.active)
+            second = next(m for m in rest if m.controller.active)
+            await second.handlers["register"](register_args(5), None)
+            await first.handlers["heal"]({}, None)
+            await until(lambda: 5 in first.writer.image.brokers)
+            assert first.writer.quorum.replica.leader_id == second.node_id and not first.controller.active
+        finally:
+            for member in members.values():
+                await member.stop()
+    asyncio.run(scenario())
