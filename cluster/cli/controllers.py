@@ -1,4 +1,5 @@
-"""`kraftwerk controller kill|stop|start|restart|pause|resume [ID]`: faults for a controller of a running cluster.
+"""`kraftwerk controller kill|stop|start|restart|pause|resume|isolate|heal|delay [ID]`: faults for a
+controller of a running cluster.
 
 ID names one of the cluster's controllers (`kraftwerk status` lists them): it may be left out when
 there is one, and `active` names the quorum's leader. While a lone controller is down (or
@@ -6,7 +7,8 @@ paused), or a quorum has lost its majority, the nodes serve on with the metadata
 clients produce to and consume from the partitions' leaders as before, but nothing that needs the
 controller happens (a new topic, a leader for a dead node's partitions, an ISR change) until it is
 back, when the nodes register with it again. A quorum that loses its active controller elects
-another, and the nodes follow it.
+another, and the nodes follow it. An isolated controller lives on, cut off from the other
+controllers and the nodes (an isolated leader resigns once no majority fetches from it).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ ACTIVE = "active"
 
 @click.group()
 def controller():
-    """Faults for a controller: kill, stop, start, restart, pause, resume."""
+    """Faults for a controller: kill, stop, start, restart, pause, resume, isolate, heal, delay."""
 
 
 def _controller_id(cluster: Cluster, named: str | None) -> int:
@@ -83,3 +85,44 @@ for _action, _help in (
     ("resume", "SIGCONT a paused controller."),
 ):
     _controller_action(_action, _help)
+
+
+def _running_controller(data_dir: str, named: str | None) -> tuple[Cluster, int]:
+    cluster = attached(data_dir)
+    chosen = _controller_id(cluster, named)
+    if cluster.controller_state(chosen) != "running":
+        fail(f"controller {chosen} is {cluster.controller_state(chosen)}: its faults need it running")
+    return cluster, chosen
+
+
+def _print_faults(controller_id: int, faults: dict) -> None:
+    click.echo(f"controller {controller_id}: {'isolated' if faults['isolated'] else 'not isolated'}; "
+               f"delay {faults['delay_ms']} ms")
+
+
+@controller.command("isolate")
+@click.argument("controller_id", metavar="[ID]", required=False)
+@data_dir_option
+def controller_isolate(controller_id, data_dir):
+    """Cut a controller off from the other controllers and the nodes; its process runs on."""
+    cluster, chosen = _running_controller(data_dir, controller_id)
+    _print_faults(chosen, cluster.isolate_controller(chosen))
+
+
+@controller.command("heal")
+@click.argument("controller_id", metavar="[ID]", required=False)
+@data_dir_option
+def controller_heal(controller_id, data_dir):
+    """End a controller's isolation and delay."""
+    cluster, chosen = _running_controller(data_dir, controller_id)
+    _print_faults(chosen, cluster.heal_controller(chosen))
+
+
+@controller.command("delay")
+@click.argument("controller_id", metavar="ID")
+@click.argument("delay_ms", type=click.IntRange(min=0))
+@data_dir_option
+def controller_delay(controller_id, delay_ms, data_dir):
+    """DELAY_MS more on everything controller ID sends (0 removes it); ID may be `active`."""
+    cluster, chosen = _running_controller(data_dir, controller_id)
+    _print_faults(chosen, cluster.delay_controller(chosen, delay_ms))

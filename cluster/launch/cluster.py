@@ -6,7 +6,8 @@ cluster/launch/local_backend.py) or, for `DockerCluster`, in containers
 (cluster/launch/docker_backend.py). `cluster.json` in the data dir records what runs where and on
 which backend, so that other commands and `Cluster.attach` find a cluster started with
 `kraftwerk up --detach` and get the class of its backend from CLUSTER_CLASSES. A quorum's
-controllers and how the launcher finds the active one are cluster/launch/controllers.py.
+controllers, how the launcher finds the active one and the methods on them (ControllerFaults, which
+Cluster inherits) are cluster/launch/controllers.py.
 
 Moving partitions and adding or removing nodes are cluster/tools/reassignment.py and
 membership.py; consumer-group rebalances on demand are cluster/tools/group_tools.py, and where a
@@ -29,7 +30,8 @@ from cluster.formats.control import ControlError, call_sync
 from cluster.formats.files import write_atomically
 from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, ControllerProcess, NodeProcess, recorded_state
 from cluster.launch.controllers import (
-    ActiveController, check_controller_count, controller_ids, controllers_from_state, controllers_state, new_controller,
+    ActiveController, ControllerFaults, check_controller_count, controller_ids, controllers_from_state,
+    controllers_state, new_controller,
 )
 from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
@@ -42,7 +44,7 @@ from cluster.tools.errors import ClusterError
 __all__ = ["CLUSTER_CLASSES", "Cluster", "ClusterError", "DockerCluster", "NodeProcess", "cluster_class"]
 
 
-class Cluster:
+class Cluster(ControllerFaults):
     """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`.
 
     `runner` is the backend that runs its processes; the default runs them on this machine.
@@ -342,80 +344,6 @@ class Cluster:
 
     def node_faults(self, node_id: int) -> dict:
         return self.runner.faults(self.nodes[node_id])
-
-    # --- faults on a controller. Without a lone controller, or a quorum's majority, the nodes serve
-    # on with the metadata they have; nothing that needs the controller (a new topic, a leader for a
-    # dead node's partitions) happens until it is back. A quorum without its active controller
-    # elects another, which the nodes follow. controller_id may be left out when there is one controller.
-
-    def controller(self, controller_id: int | None = None) -> ControllerProcess:
-        """The record of controller controller_id; ClusterError when the cluster has no such controller."""
-        if controller_id is None and len(self.controllers) == 1:
-            [only] = self.controllers.values()
-            return only
-        if controller_id not in self.controllers:
-            raise ClusterError(f"no controller {controller_id} in this cluster "
-                               f"(controllers: {', '.join(map(str, sorted(self.controllers)))})")
-        return self.controllers[controller_id]
-
-    def kill_controller(self, controller_id: int | None = None) -> None:
-        """Kill a controller, as a crash would."""
-        self.runner.kill_controller(self.controller(controller_id))
-
-    def stop_controller(self, controller_id: int | None = None) -> None:
-        """Stop a controller gracefully."""
-        self.runner.stop_controller(self.controller(controller_id))
-
-    def pause_controller(self, controller_id: int | None = None) -> None:
-        """The controller lives on but answers nothing, like one stuck in a long pause."""
-        self.runner.pause_controller(self.controller(controller_id))
-
-    def resume_controller(self, controller_id: int | None = None) -> None:
-        self.runner.resume_controller(self.controller(controller_id))
-
-    def start_controller(self, controller_id: int | None = None) -> None:
-        """Start a controller again on its port and data dir; returns once every running node is
-        registered with the active controller again and caught up."""
-        self.runner.restart_controller(self.controller(controller_id), self._controller_settings())
-        running = [node_id for node_id, node in self.nodes.items() if node.alive()]
-        if running:
-            self.wait_ready(running)
-        self.write_state()
-
-    def restart_controller(self, controller_id: int | None = None) -> None:
-        """Stop a controller (when it runs) and start it again."""
-        if self.runner.controller_running(self.controller(controller_id)):
-            self.stop_controller(controller_id)
-        self.start_controller(controller_id)
-
-    @property
-    def controller_id(self) -> int:
-        """The first controller's node id: 0 for a lone controller (its log dir is formatted as node 0,
-        apart from the nodes' 1..N), 3000 for a quorum."""
-        return min(self.controllers)
-
-    @property
-    def controller_ids(self) -> list[int]:
-        return sorted(self.controllers)
-
-    def active_controller_id(self, timeout: float = 30) -> int:
-        """The id of the quorum's leader, the controller that acts (for a lone controller, 0); while an
-        election runs, asked again until one is elected or the timeout passes (ClusterError)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            leader = self.control("describe_quorum", timeout=max(deadline - time.monotonic(), 0.1))["leader_id"]
-            if leader in self.controllers:
-                return leader
-            if time.monotonic() >= deadline:
-                raise ClusterError(f"no controller of {self.controller_ids} leads the quorum after {timeout:g} s")
-            time.sleep(0.05)
-
-    def controller_state(self, controller_id: int | None = None) -> str:
-        """running, paused or dead."""
-        controller = self.controller(controller_id)
-        if not self.runner.controller_running(controller):
-            return "dead"
-        return "paused" if self.runner.controller_paused(controller) else "running"
 
     def restart_node(self, node_id: int) -> None:
         """Start a node again with the same id, data dir and address; a running one is stopped first."""

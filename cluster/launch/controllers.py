@@ -139,3 +139,97 @@ class ActiveController:
     def _after(self, controller_id: int) -> int:
         ids = sorted(self.controllers)
         return ids[(ids.index(controller_id) + 1) % len(ids)]
+
+
+class ControllerFaults:
+    """What a Cluster does with its controllers (a part of Cluster, kept here beside the quorum's
+    other code). Without a lone controller, or a quorum's majority, the nodes serve on with the
+    metadata they have; nothing that needs the controller (a new topic, a leader for a dead node's
+    partitions) happens until it is back. A quorum without its active controller elects another,
+    which the nodes follow. controller_id may be left out when there is one controller."""
+
+    def controller(self, controller_id: int | None = None) -> ControllerProcess:
+        """The record of controller controller_id; ClusterError when the cluster has no such controller."""
+        if controller_id is None and len(self.controllers) == 1:
+            [only] = self.controllers.values()
+            return only
+        if controller_id not in self.controllers:
+            raise ClusterError(f"no controller {controller_id} in this cluster "
+                               f"(controllers: {', '.join(map(str, sorted(self.controllers)))})")
+        return self.controllers[controller_id]
+
+    def kill_controller(self, controller_id: int | None = None) -> None:
+        """Kill a controller, as a crash would."""
+        self.runner.kill_controller(self.controller(controller_id))
+
+    def stop_controller(self, controller_id: int | None = None) -> None:
+        """Stop a controller gracefully."""
+        self.runner.stop_controller(self.controller(controller_id))
+
+    def pause_controller(self, controller_id: int | None = None) -> None:
+        """The controller lives on but answers nothing, like one stuck in a long pause."""
+        self.runner.pause_controller(self.controller(controller_id))
+
+    def resume_controller(self, controller_id: int | None = None) -> None:
+        self.runner.resume_controller(self.controller(controller_id))
+
+    def start_controller(self, controller_id: int | None = None) -> None:
+        """Start a controller again on its port and data dir; returns once every running node is
+        registered with the active controller again and caught up."""
+        self.runner.restart_controller(self.controller(controller_id), self._controller_settings())
+        running = [node_id for node_id, node in self.nodes.items() if node.alive()]
+        if running:
+            self.wait_ready(running)
+        self.write_state()
+
+    def restart_controller(self, controller_id: int | None = None) -> None:
+        """Stop a controller (when it runs) and start it again."""
+        if self.runner.controller_running(self.controller(controller_id)):
+            self.stop_controller(controller_id)
+        self.start_controller(controller_id)
+
+    @property
+    def controller_id(self) -> int:
+        """The first controller's node id: 0 for a lone controller (its log dir is formatted as node 0,
+        apart from the nodes' 1..N), 3000 for a quorum."""
+        return min(self.controllers)
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return sorted(self.controllers)
+
+    def active_controller_id(self, timeout: float = 30) -> int:
+        """The id of the quorum's leader, the controller that acts (for a lone controller, 0); while an
+        election runs, asked again until one is elected or the timeout passes (ClusterError)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leader = self.control("describe_quorum", timeout=max(deadline - time.monotonic(), 0.1))["leader_id"]
+            if leader in self.controllers:
+                return leader
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"no controller of {self.controller_ids} leads the quorum after {timeout:g} s")
+            time.sleep(0.05)
+
+    def controller_state(self, controller_id: int | None = None) -> str:
+        """running, paused or dead."""
+        controller = self.controller(controller_id)
+        if not self.runner.controller_running(controller):
+            return "dead"
+        return "paused" if self.runner.controller_paused(controller) else "running"
+
+    def isolate_controller(self, controller_id: int | None = None) -> dict:
+        """Cut a controller off from the other controllers and the nodes, its process running on (a
+        quorum's leader resigns and another is elected); returns the faults it is under."""
+        return self.controller_control(self.controller(controller_id).node_id, "isolate")
+
+    def heal_controller(self, controller_id: int | None = None) -> dict:
+        """End a controller's isolation and latency."""
+        return self.controller_control(self.controller(controller_id).node_id, "heal")
+
+    def delay_controller(self, controller_id: int | None, delay_ms: int) -> dict:
+        """delay_ms more on everything a controller sends (0 removes it)."""
+        return self.controller_control(self.controller(controller_id).node_id, "delay", delay_ms=delay_ms)
+
+    def controller_faults(self, controller_id: int | None = None) -> dict:
+        """{"isolated", "delay_ms"}: the faults a controller acts out."""
+        return self.controller_control(self.controller(controller_id).node_id, "describe_faults")

@@ -250,3 +250,27 @@ def test_a_quorum_of_controllers_from_kafkas_server_properties_serves_a_broker_t
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@pytest.mark.kraftwerk(nodes=3, controllers=3)
+def test_an_isolated_leader_is_replaced_and_follows_once_healed(kraftwerk_cluster):
+    cluster = kraftwerk_cluster
+    isolated = cluster.active_controller_id()
+    assert kraftwerk(cluster.data_dir, "controller", "isolate", "active").stdout == \
+        f"controller {isolated}: isolated; delay 0 ms\n"
+    leader = new_leader(cluster, isolated)
+    assert cluster.controller_state(isolated) == "running"  # cut off, not dead
+    create_topic(cluster.bootstrap_servers, "while-isolated")
+    assert cluster.wait_in_sync("while-isolated")
+
+    assert kraftwerk(cluster.data_dir, "controller", "heal", str(isolated)).stdout == \
+        f"controller {isolated}: not isolated; delay 0 ms\n"
+    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+    while (role := cluster.controller_control(isolated, "quorum_role"))["leader_id"] != leader:
+        assert time.monotonic() < deadline, role
+        time.sleep(0.1)
+    assert role["role"] == "follower" and cluster.active_controller_id() == leader
+    assert "no controller 7 in this cluster" in kraftwerk(cluster.data_dir, "controller", "delay", "7", "10",
+                                                          ok=False).stderr
+    for node_id in (1, 2, 3):
+        assert " ERROR " not in (cluster.data_dir / "logs" / f"node-{node_id}.log").read_text()
