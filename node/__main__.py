@@ -44,7 +44,8 @@ def parse_args(argv: list[str]) -> BrokerConfig:
     parser.add_argument("--data-dir", help="the node's log dir (log.dirs)")
     parser.add_argument("--host", default=None, help="listener host (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="listener port; 0 picks a free one")
-    parser.add_argument("--controller", help="controller host:port")
+    parser.add_argument("--controller", metavar="HOST:PORT[,HOST:PORT...]",
+                        help="the controller, or every controller of a quorum (the node follows the active one)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any broker config by Kafka's name, e.g. num.partitions=3")
     args = parser.parse_args(argv)
@@ -92,6 +93,10 @@ def controller_command(config: BrokerConfig, parent_pid: int | None = None) -> l
                "--heartbeat-timeout-ms", config.get("broker.session.timeout.ms"),
                "--num-partitions", config.get("num.partitions"),
                "--default-replication-factor", config.get("default.replication.factor")]
+    voters = config.quorum_voters()
+    if len(voters) > 1:  # a voter of a quorum (process.roles=controller; check_roles refuses combined mode)
+        command += ["--voters", ",".join(f"{voter_id}@{voter_host}:{voter_port}"
+                                         for voter_id, voter_host, voter_port in voters)]
     settings = {key: config.get(key) for key in CONTROLLER_SETTINGS}
     settings.update(_control_channel_settings(config))
     command += [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]

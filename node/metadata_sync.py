@@ -22,7 +22,7 @@ import os
 import time
 import uuid
 
-from cluster.formats.control import ControlClient, ControlError
+from cluster.formats.control import ControlClient, ControlError, NotController
 from cluster.formats.image import MetadataImage
 from cluster.formats.listeners import SECURITY_PROTOCOL_IDS
 from cluster.formats.metadata_log import (
@@ -44,12 +44,52 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 FETCH_MAX_WAIT_MS = 5000
-RECONNECT_DELAY_S = 0.2
+RECONNECT_DELAY_S = 0.2  # after every controller was tried in vain
+ELECTION_WAIT_S = 0.08  # after a controller answered that no controller is active yet
 SNAPSHOT_CHUNK_BYTES = 4 << 20
 
 
 class ControllerUnavailable(Exception):
     """No controller connection; admin requests fail with a retriable error."""
+
+
+class ControllerFinder:
+    """Which controller a node's link tries next: the one named as the quorum's leader by the last
+    answer, else the next configured address in turn (a connection refused or lost, or an election
+    under way), pausing once every address was tried in vain."""
+
+    def __init__(self, addresses: list[tuple[str, int]]):
+        self.addresses = addresses
+        self.address = addresses[0]
+        self._next = 0  # index of the configured address tried next when no leader is named
+        self._tried_in_vain = 0
+        self._redirected = False
+
+    @staticmethod
+    def outage_begins(exc: Exception, was_registered: bool) -> bool:
+        """Whether this failure means the node lost the active controller: a registered link that
+        ends, or a controller that cannot be reached; not, before the first registration, a follower
+        naming the leader or an election still running."""
+        return was_registered or not isinstance(exc, NotController)
+
+    def move_on(self, exc: Exception) -> float:
+        """Choose the next address after exc; returns how long to wait before trying it."""
+        leader = exc.leader if isinstance(exc, NotController) else None
+        if leader and not self._redirected:  # twice in a row would be a stale answer: go round instead
+            _, host, port = leader
+            self.address = (host if host not in ("", "0.0.0.0", "::") else self.address[0], port)
+            self._redirected, self._tried_in_vain = True, 0
+            return 0.0
+        self._redirected = False
+        if self.address in self.addresses:
+            self._next = self.addresses.index(self.address) + 1
+        self._next %= len(self.addresses)
+        self.address = self.addresses[self._next]
+        self._tried_in_vain += 1
+        if self._tried_in_vain >= len(self.addresses):
+            self._tried_in_vain = 0
+            return RECONNECT_DELAY_S
+        return ELECTION_WAIT_S if isinstance(exc, NotController) else 0.0
 
 
 class MetadataSync:
@@ -165,12 +205,12 @@ class MetadataSync:
     # --- controller link ---
 
     async def start(self) -> None:
-        address = self.broker.config.controller_address()
-        if address is None:
+        addresses = self.broker.config.controller_addresses()
+        if not addresses:
             log.info("no controller configured: serving the local metadata log read-only")
             self.fenced = False
             return
-        self._tasks.append(asyncio.create_task(self._run(*address)))
+        self._tasks.append(asyncio.create_task(self._run(addresses)))
         await self._registered.wait()
 
     async def close(self) -> None:
@@ -180,33 +220,50 @@ class MetadataSync:
         if self.log:
             self.log.close()
 
-    async def _run(self, host: str, port: int) -> None:
-        unreachable_since = None  # when the controller was first found unreachable, in this outage
+    async def _run(self, addresses: list[tuple[str, int]]) -> None:
+        """Keep a link to the quorum's active controller: register with it, then fetch and heartbeat
+        until the link ends; then find the active one again (ControllerFinder) and go on there."""
+        finder = ControllerFinder(addresses)
+        lost_since = None  # when this node lost the active controller, in this outage
+        was_registered = False
         while True:
+            host, port = finder.address
             try:
                 tls = self.broker.control_tls
                 self.client = ControlClient(host, port, tls=tls.client if tls else None)
                 await self.client.connect()
                 await self._register()
-                if unreachable_since is not None:
-                    log.info("registered with the controller at %s:%s again, after %.1f s",
-                             host, port, time.monotonic() - unreachable_since)
-                    unreachable_since = None
+                if lost_since is not None:
+                    log.info("registered with the controller at %s:%s%s, after %.1f s", host, port,
+                             " again" if was_registered else "", time.monotonic() - lost_since)
+                    lost_since = None
+                was_registered = True
                 await self._serve_link()
+                raise ControlError("the control connection closed")
             except (OSError, ControlError) as exc:
-                # Once per outage: a controller that is down is tried again every few hundred ms.
-                if unreachable_since is None:
-                    unreachable_since = time.monotonic()
-                    log.warning("cannot reach the controller at %s:%s: %s (trying again until it answers)",
-                                host, port, exc)
+                if lost_since is None and finder.outage_begins(exc, was_registered):
+                    lost_since = time.monotonic()
+                    self._log_lost(host, port, exc, len(addresses))
                 else:
-                    log.debug("still cannot reach the controller at %s:%s: %s", host, port, exc)
-            if self.client:
-                await self.client.close()
-            await asyncio.sleep(RECONNECT_DELAY_S)
+                    log.debug("no active controller at %s:%s: %s", host, port, exc)
+                delay = finder.move_on(exc)
+            finally:
+                if self.client:
+                    await self.client.close()
+            await asyncio.sleep(delay)
+
+    @staticmethod
+    def _log_lost(host: str, port: int, exc: Exception, count: int) -> None:
+        """Once per outage, and never at ERROR: a controller's failover is something a quorum lives through."""
+        if isinstance(exc, NotController):
+            log.warning("the controller at %s:%s is no longer the active one (%s): following the quorum", host, port,
+                        exc)
+        else:
+            log.warning("cannot reach the controller at %s:%s: %s (trying %s until one answers)", host, port, exc,
+                        "again" if count == 1 else f"the {count} controllers")
 
     async def _serve_link(self) -> None:
-        """Fetch metadata and heartbeat until either fails or the connection closes."""
+        """Fetch metadata and heartbeat until either fails (raising what it failed with) or the connection closes."""
         workers = [asyncio.create_task(self._fetch_loop()), asyncio.create_task(self._heartbeat_loop())]
         closed = asyncio.create_task(self.client.closed.wait())
         try:
@@ -215,8 +272,11 @@ class MetadataSync:
             # Also when the node stops (this task cancelled): no worker outlives the link.
             await cancel_and_wait([*workers, closed])
         for task in done:
-            if not task.cancelled() and task.exception():
-                log.warning("controller link failed: %s", task.exception())
+            failure = None if task is closed or task.cancelled() else task.exception()
+            if isinstance(failure, (OSError, ControlError)):
+                raise failure
+            if failure is not None:
+                raise ControlError(f"controller link failed: {failure!r}") from failure
 
     async def _register(self) -> None:
         listeners = list(self.broker.listeners.values())
@@ -352,6 +412,10 @@ class MetadataSync:
             return await asyncio.wait_for(self._call_through_faults(op, timeout=30, **args), 30)
         except asyncio.TimeoutError:
             raise ControllerUnavailable(f"{op}: no answer from the controller") from None
+        except NotController as exc:
+            # It did nothing; this node's link moves to the active controller as its next heartbeat
+            # hears the same, and the client's retry goes there.
+            raise ControllerUnavailable(f"{op}: {exc}") from None
 
     async def _call_through_faults(self, op: str, /, timeout: float | None = None, **args) -> dict:
         """While the node is isolated from the controller, neither the call nor its reply gets through."""

@@ -217,7 +217,7 @@ class ReplicaManager:
         return partition.log
 
     async def _remove_orphan_dirs(self, wanted: set[Key]) -> None:
-        if self.broker.metadata.log is None or not self.broker.config.controller_address():
+        if self.broker.metadata.log is None or not self.broker.config.controller_addresses():
             return  # without a controller the image may be partial: never delete data on a guess
         await asyncio.to_thread(self._remove_dirs_except, wanted)
 

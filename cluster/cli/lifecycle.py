@@ -17,6 +17,8 @@ from cluster.launch.security import SASL_MECHANISMS, SECURITY_PROTOCOLS, Securit
 
 @click.command()
 @click.option("--nodes", type=int, default=None, help="number of broker nodes [default: 3, or as before in DATA_DIR]")
+@click.option("--controllers", type=click.Choice(["1", "3", "5"]), default=None,
+              help="controllers: one, or a KRaft quorum of 3 or 5 [default: 1, or as before in DATA_DIR]")
 @click.option("--port", type=int, default=None, help="first node's port, the next nodes count up; 0 picks free ports "
                                                     "[default: 9092]")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address every listener binds to")
@@ -37,9 +39,9 @@ from cluster.launch.security import SASL_MECHANISMS, SECURITY_PROTOCOLS, Securit
               help="a user allowed everything, with a generated password; turns ACLs on [default: admin with SASL]")
 @click.option("--user", "users", multiple=True, metavar="NAME", help="a SASL user made at start (repeatable)")
 @click.option("--tls", is_flag=True, help="serve TLS (SSL, or SASL_SSL with --security-protocol)")
-def up(nodes, port, host, data_dir, detach, settings, racks, backend, image, security_protocol, sasl_mechanism,
-       super_user, users, tls):
-    """Start a controller and NODES broker nodes; print the bootstrap servers."""
+def up(nodes, controllers, port, host, data_dir, detach, settings, racks, backend, image, security_protocol,
+       sasl_mechanism, super_user, users, tls):
+    """Start a controller (or a quorum of CONTROLLERS) and NODES broker nodes; print the bootstrap servers."""
     previous = _previous_layout(data_dir)
     backend = backend or previous.get("backend", "process")
     backend_options = {"image": image} if backend == "docker" else {}
@@ -51,12 +53,13 @@ def up(nodes, port, host, data_dir, detach, settings, racks, backend, image, sec
                           host=host, data_dir=data_dir,
                           node_config={**previous.get("node_config", {}), **parse_pairs(settings, "--set")},
                           racks={**previous.get("racks", {}), **_node_racks(racks)}, security=security,
-                          **backend_options)
+                          controllers=int(controllers or previous.get("controllers", 1)), **backend_options)
         cluster.start()
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from exc
+    quorum = f"{len(cluster.controllers)} controllers, " if len(cluster.controllers) > 1 else ""
     console.print(f"[green]kraftwerk cluster ready[/] in {cluster.startup_seconds:.2f}s "
-                  f"({cluster.node_count} nodes, data in {Path(data_dir).resolve()})")
+                  f"({quorum}{cluster.node_count} nodes, data in {Path(data_dir).resolve()})")
     click.echo(f"bootstrap servers: {cluster.bootstrap_servers}")
     if isinstance(cluster, DockerCluster):
         click.echo(f"bootstrap servers on the docker network {cluster.name}: {cluster.internal_bootstrap_servers}")
@@ -74,7 +77,8 @@ def _previous_layout(data_dir: str) -> dict:
     except ClusterError:
         return {}
     return {"nodes": previous.node_count, "base_port": previous.base_port, "node_config": previous.node_config,
-            "racks": previous.racks, "backend": previous.backend, "security": previous.security}
+            "racks": previous.racks, "backend": previous.backend, "security": previous.security,
+            "controllers": len(previous.controllers)}
 
 
 def _node_racks(pairs: tuple[str, ...]) -> dict[int, str]:
@@ -93,7 +97,7 @@ def _stay_in_foreground(cluster: Cluster) -> None:
     console.print("Ctrl-C stops the cluster.")
     try:
         def view():
-            return status_tables(status_document(cluster.status(), cluster))
+            return status_tables(status_document(controller_view(cluster), cluster))
 
         with Live(view(), console=console, refresh_per_second=1) as live:
             while not stop.wait(1.0):  # the refresh rate of the view, not a wait for an event
@@ -137,20 +141,35 @@ def status(data_dir, transactional_ids, as_json):
 
 
 def controller_view(cluster: Cluster) -> dict | None:
-    """The controller's status answer with its quorum's; None when it is down, paused or does not answer."""
-    if cluster.controller_state() != "running":
+    """The active controller's status answer with its quorum's, and each running controller's own
+    place in the quorum (`roles`); None when no controller runs or none acts."""
+    running = [c for c in cluster.controller_ids if cluster.controller_state(c) == "running"]
+    if not running:
         return None
     try:
-        return {**cluster.status(), "quorum": cluster.control("describe_quorum", timeout=5)}
+        view = {**cluster.control("status", timeout=5), "quorum": cluster.control("describe_quorum", timeout=5)}
     except (ControlError, OSError):
         return None
+    return {**view, "roles": _quorum_roles(cluster, running)}
+
+
+def _quorum_roles(cluster: Cluster, controller_ids: list[int]) -> dict[int, dict]:
+    """What each controller says of itself (`quorum_role`: role, epoch); those that do not answer are left out."""
+    roles = {}
+    for controller_id in controller_ids:
+        try:
+            roles[controller_id] = cluster.controller_control(controller_id, "quorum_role", timeout=2)
+        except (ControlError, OSError):
+            continue
+    return roles
 
 
 def status_document(state: dict | None, cluster: Cluster) -> dict:
     """The cluster's controller, nodes and partitions as `kraftwerk status --json` prints them (docs/cli.md
     shows the shape); without a controller's answer (state None), what the processes say, and no partitions."""
     answered = state is not None
-    state = state or {"cluster_id": read_meta_properties(cluster.data_dir / "controller").get("cluster.id"),
+    first_controller = cluster.controllers[cluster.controller_id]
+    state = state or {"cluster_id": read_meta_properties(first_controller.data_dir).get("cluster.id"),
                       "metadata_offset": None, "brokers": [], "topics": []}
     led: dict[int, int] = {}
     for topic in state["topics"]:
@@ -169,16 +188,32 @@ def status_document(state: dict | None, cluster: Cluster) -> dict:
                               for p in topic["partitions"]]}
               for topic in state["topics"]]
     return {"cluster_id": state["cluster_id"], "metadata_offset": state["metadata_offset"],
-            "controllers": [_controller_facts(cluster, state.get("quorum"))], "nodes": nodes, "topics": topics}
+            "controllers": [_controller_facts(cluster, controller_id, state.get("quorum"),
+                                              state.get("roles", {}).get(controller_id))
+                            for controller_id in cluster.controller_ids],
+            "nodes": nodes, "topics": topics}
 
 
-def _controller_facts(cluster: Cluster, quorum: dict | None) -> dict:
-    """The controller's process and, when it answered, its place in the quorum: role, epoch, lag."""
-    voter = next((v for v in quorum["voters"] if v["replica_id"] == quorum["leader_id"]), None) if quorum else None
-    return {"node_id": cluster.controller_id, "pid": cluster.controller_pid, "address": cluster.controller_address,
-            "process": cluster.controller_state(), "role": "leader" if voter else None,
-            "leader_epoch": quorum["leader_epoch"] if quorum else None,
-            "lag": quorum["high_watermark"] - voter["log_end_offset"] if voter else None}
+def _controller_facts(cluster: Cluster, controller_id: int, quorum: dict | None, own: dict | None) -> dict:
+    """A controller's process and, when the active controller answered, its place in the quorum: its
+    role and epoch as it says them itself (else as the leader's DescribeQuorum answer implies), and
+    how many offsets its log is behind the leader's, as kafka-metadata-quorum.sh's Lag. Nothing of
+    the quorum for a controller that is not running."""
+    process = cluster.controller_state(controller_id)
+    voters = {v["replica_id"]: v for v in quorum["voters"]} if quorum else {}
+    voter, leader = voters.get(controller_id), voters.get(quorum["leader_id"]) if quorum else None
+    known = voter is not None and process == "running"
+    if not known:
+        role, epoch = None, None
+    elif own is not None:
+        role, epoch = own["role"], own["epoch"]
+    else:
+        role, epoch = "leader" if controller_id == quorum["leader_id"] else "follower", quorum["leader_epoch"]
+    lag = leader["log_end_offset"] - voter["log_end_offset"] if known and leader and voter["log_end_offset"] >= 0 \
+        else None
+    return {"node_id": controller_id, "pid": cluster.controllers[controller_id].pid,
+            "address": cluster.controller_address_of(controller_id), "process": process, "role": role,
+            "leader_epoch": epoch, "lag": lag}
 
 
 def _internal_address(cluster: Cluster, node) -> dict:

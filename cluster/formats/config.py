@@ -278,50 +278,51 @@ class BrokerConfig:
                               f"({self.get('controller.listener.names')}) in listeners={self.get('listeners')}")
         return found[0]
 
-    def controller_address(self) -> tuple[str, int] | None:
-        """Our `controller.address` host:port, else Kafka's quorum bootstrap server or single voter.
-
-        kraftwerk runs one controller, not a Raft quorum: a config naming several is refused.
-        """
-        if self.get("controller.address").strip():
-            host, _, port = self.get("controller.address").strip().rpartition(":")
-            return host, int(port)
-        servers = [s.strip() for s in self.get("controller.quorum.bootstrap.servers").split(",") if s.strip()]
-        voters = self.quorum_voters()
-        if len(servers) > 1:
-            raise ConfigError(f"controller.quorum.bootstrap.servers={','.join(servers)} names {len(servers)} "
-                              f"controllers; kraftwerk runs a single controller (a quorum is not supported yet)")
+    def controller_addresses(self) -> list[tuple[str, int]]:
+        """Where the controllers are, as (host, port), in the order a node tries them: our
+        `controller.address` (one host:port, or several comma-separated), else Kafka's
+        controller.quorum.bootstrap.servers, else the controller.quorum.voters' addresses; [] when
+        none is set. A node follows whichever of them is the quorum's active controller."""
+        own = _address_list(self.get("controller.address"))
+        if own:
+            return [_host_port(spec, "controller.address") for spec in own]
+        servers = _address_list(self.get("controller.quorum.bootstrap.servers"))
         if servers:
-            host, _, port = servers[0].rpartition(":")
-            return host, int(port)
-        return voters[0][1:] if voters else None
+            return [_host_port(spec, "controller.quorum.bootstrap.servers") for spec in servers]
+        return [(host, port) for _, host, port in self.quorum_voters()]
 
     def quorum_voters(self) -> list[tuple[int, str, int]]:
-        """controller.quorum.voters as (id, host, port); at most one, since there is no quorum yet."""
+        """controller.quorum.voters as (id, host, port), in the order given."""
         voters = []
-        for spec in (v.strip() for v in self.get("controller.quorum.voters").split(",") if v.strip()):
+        for spec in _address_list(self.get("controller.quorum.voters")):
             node_id, at, address = spec.partition("@")
             host, _, port = address.rpartition(":")
             if not at or not node_id.strip().isdigit() or not port.isdigit():
                 raise ConfigError(f"controller.quorum.voters: {spec!r} is not id@host:port")
             voters.append((int(node_id), host.strip("[]"), int(port)))
-        if len(voters) > 1:
-            raise ConfigError(f"controller.quorum.voters={self.get('controller.quorum.voters')} names {len(voters)} "
-                              f"voters; kraftwerk runs a single controller (a quorum is not supported yet)")
+        if len({voter[0] for voter in voters}) < len(voters):
+            raise ConfigError(f"controller.quorum.voters={self.get('controller.quorum.voters')} names a voter id "
+                              f"more than once")
         return voters
 
     def check_roles(self) -> None:
-        """Refuse, as Kafka does, role settings that cannot work."""
+        """Refuse, as Kafka does, role settings that cannot work (and combined mode with several voters,
+        which kraftwerk does not run yet)."""
         roles = self.process_roles
-        address = self.controller_address()
+        addresses = self.controller_addresses()
         if "controller" in roles:
             self.controller_listener()
             voters = self.quorum_voters()
-            if voters and voters[0][0] != self.node_id:
+            if voters and self.node_id not in {voter[0] for voter in voters}:
                 raise ConfigError(f"If process.roles contains the controller role, the node id {self.node_id} "
                                   f"must be included in the set of voters "
                                   f"controller.quorum.voters={self.get('controller.quorum.voters')}")
-        elif roles and address is None:
+            if "broker" in roles and len(voters) > 1:
+                raise ConfigError(f"controller.quorum.voters={self.get('controller.quorum.voters')} names "
+                                  f"{len(voters)} voters: kraftwerk runs combined mode (process.roles=broker,"
+                                  f"controller) with this node's controller as the only voter; run the quorum's "
+                                  f"controllers with process.roles=controller, or `kraftwerk up --controllers 3`")
+        elif roles and not addresses:
             raise ConfigError("If using process.roles, either controller.quorum.bootstrap.servers must contain the "
                               "set of bootstrap controllers or controller.quorum.voters must contain a parseable "
                               "set of voters.")
@@ -352,6 +353,18 @@ class BrokerConfig:
             for topic_name, broker_name in TOPIC_CONFIG_DEFAULTS_FROM_BROKER.items():
                 self._topic_defaults[topic_name] = self.get(broker_name)
         return self._topic_defaults
+
+
+def _address_list(value: str) -> list[str]:
+    return [spec.strip() for spec in value.split(",") if spec.strip()]
+
+
+def _host_port(spec: str, setting: str) -> tuple[str, int]:
+    """'host:port' (or '[::1]:port') -> (host, port)."""
+    host, _, port = spec.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"{setting}: {spec!r} is not host:port")
+    return host.strip("[]"), int(port)
 
 
 def parse_listener(spec: str) -> tuple[str, str, int]:

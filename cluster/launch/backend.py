@@ -8,8 +8,9 @@ since each carries them out with what it has: signals and the node's own fault s
 container runtime and the kernel's routing rules.
 
 A backend is bound to one cluster. It reads the cluster's settings (data dir, host, node
-config, startup timeout) and the records the cluster keeps (its nodes, the controller's pid
-and port), and asks it for what every backend shares (the control channels, the state file).
+config, startup timeout) and the records the cluster keeps (its nodes, its controllers: one, or
+the 3 or 5 voters of a quorum), and asks it for what every backend shares (the control channels,
+the state file).
 """
 from __future__ import annotations
 
@@ -63,6 +64,19 @@ class NodeProcess:
         return process_state(self.pid) == "T"
 
 
+@dataclass
+class ControllerProcess:
+    """One controller process: id 0 when it is the cluster's only one, else its id as a voter of the quorum."""
+    node_id: int
+    pid: int | None
+    port: int  # 0 until it serves, for a lone controller that picks its own port
+    data_dir: Path
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.pid is not None and pid_alive(self.pid)
+
+
 class Backend(ABC):
     """How one cluster's controller and nodes are run."""
 
@@ -78,10 +92,11 @@ class Backend(ABC):
         processes need."""
 
     @abstractmethod
-    def start_controller(self, settings: list[str]) -> None:
-        """Start the controller with the given command-line settings and wait until it serves. Sets
-        the cluster's controller_pid as soon as there is a process (so that a failed start can
-        still stop it), then its controller_port."""
+    def start_controllers(self, settings: list[str]) -> None:
+        """Start every controller of the cluster (cluster.controller_ids) with the given command-line
+        settings, a quorum's with its voters, and wait until each serves. Records each in
+        cluster.controllers as soon as there is a process (so that a failed start can still stop
+        it), then its port."""
 
     @abstractmethod
     def spawn_node(self, node_id: int, settings: dict[str, str]) -> object:
@@ -96,7 +111,7 @@ class Backend(ABC):
     @property
     @abstractmethod
     def controller_host(self) -> str:
-        """The host name or address where the controller's port is reached."""
+        """The host name or address where the controllers' ports are reached."""
 
     @abstractmethod
     def node_host(self, node: NodeProcess) -> str:
@@ -107,7 +122,7 @@ class Backend(ABC):
         """True while any process of the cluster runs (the controller or a node)."""
 
     @abstractmethod
-    def controller_running(self) -> bool:
+    def controller_running(self, controller: ControllerProcess) -> bool:
         """True while the controller's process lives, paused or not."""
 
     # --- faults on one node ---
@@ -145,37 +160,38 @@ class Backend(ABC):
     def faults(self, node: NodeProcess) -> dict:
         """The faults the node is under."""
 
-    # --- faults on the controller ---
+    # --- faults on a controller ---
 
     @abstractmethod
-    def restart_controller(self, settings: list[str]) -> None:
-        """Start the controller again, on its port and data dir, while the nodes run on; returns once it serves."""
+    def restart_controller(self, controller: ControllerProcess, settings: list[str]) -> None:
+        """Start the controller again, on its port and data dir, while the nodes (and the quorum's
+        other controllers) run on; returns once it serves."""
 
     @abstractmethod
-    def kill_controller(self) -> None:
+    def kill_controller(self, controller: ControllerProcess) -> None:
         """Kill the controller as a crash would; returns once it is gone."""
 
     @abstractmethod
-    def stop_controller(self) -> None:
+    def stop_controller(self, controller: ControllerProcess) -> None:
         """Stop the controller (SIGTERM), paused or not; returns once it is gone."""
 
     @abstractmethod
-    def pause_controller(self) -> None:
+    def pause_controller(self, controller: ControllerProcess) -> None:
         """Freeze the controller: it lives on but answers nothing."""
 
     @abstractmethod
-    def resume_controller(self) -> None:
+    def resume_controller(self, controller: ControllerProcess) -> None:
         """Let a paused controller run again."""
 
     @abstractmethod
-    def controller_paused(self) -> bool:
+    def controller_paused(self, controller: ControllerProcess) -> bool:
         """True while the controller is frozen by pause_controller."""
 
     # --- the whole cluster ---
 
     @abstractmethod
     def stop_all(self) -> None:
-        """Stop every node gracefully, then the controller; whatever is left is killed."""
+        """Stop every node gracefully, then the controllers; whatever is left is killed."""
 
     @abstractmethod
     def state(self, shared: dict) -> dict:

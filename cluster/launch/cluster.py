@@ -1,11 +1,13 @@
-"""Start, find and stop a kraftwerk cluster: one controller and N node processes.
+"""Start, find and stop a kraftwerk cluster: one controller (or a quorum of 3 or 5) and N node processes.
 
 `Cluster` knows what a cluster is made of and the order things happen in; its backend
 (cluster/launch/backend.py) runs the processes: on this machine (the default,
 cluster/launch/local_backend.py) or, for `DockerCluster`, in containers
 (cluster/launch/docker_backend.py). `cluster.json` in the data dir records what runs where and on
 which backend, so that other commands and `Cluster.attach` find a cluster started with
-`kraftwerk up --detach` and get the class of its backend from CLUSTER_CLASSES.
+`kraftwerk up --detach` and get the class of its backend from CLUSTER_CLASSES. A quorum's
+controllers, how the launcher finds the active one and the methods on them (ControllerFaults, which
+Cluster inherits) are cluster/launch/controllers.py.
 
 Moving partitions and adding or removing nodes are cluster/tools/reassignment.py and
 membership.py; consumer-group rebalances on demand are cluster/tools/group_tools.py, and where a
@@ -26,7 +28,11 @@ from pathlib import Path
 from cluster.formats.config import BrokerConfig
 from cluster.formats.control import ControlError, call_sync
 from cluster.formats.files import write_atomically
-from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, NodeProcess, recorded_state
+from cluster.launch.backend import READY_TIMEOUT_S, STATE_FILE, Backend, ControllerProcess, NodeProcess, recorded_state
+from cluster.launch.controllers import (
+    ActiveController, ControllerFaults, check_controller_count, controller_ids, controllers_from_state,
+    controllers_state, new_controller,
+)
 from cluster.launch.docker_backend import BACKEND as DOCKER_BACKEND
 from cluster.launch.docker_backend import DockerBackend
 from cluster.launch.local_backend import LocalProcessBackend
@@ -38,10 +44,11 @@ from cluster.tools.errors import ClusterError
 __all__ = ["CLUSTER_CLASSES", "Cluster", "ClusterError", "DockerCluster", "NodeProcess", "cluster_class"]
 
 
-class Cluster:
+class Cluster(ControllerFaults):
     """A running cluster, as a context manager: `with Cluster(nodes=3) as c: c.bootstrap_servers`.
 
     `runner` is the backend that runs its processes; the default runs them on this machine.
+    `controllers` is 1 (the default), or 3 or 5 for a KRaft quorum of controllers.
     """
 
     backend = "process"  # the name of the backend this class runs on: cluster_class(backend) gives the class
@@ -49,7 +56,8 @@ class Cluster:
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "127.0.0.1",
                  node_config: dict[str, str] | None = None, startup_timeout: float = READY_TIMEOUT_S,
                  racks: dict[int, str] | None = None, runner: Backend | None = None,
-                 security: Security | None = None):
+                 security: Security | None = None, controllers: int = 1):
+        quorum_ids = controller_ids(controllers)  # refused before a data dir is made
         self.node_count = nodes
         self.racks = dict(racks or {})  # node id -> broker.rack
         self.owns_data_dir = data_dir is None  # made here, and removed when the cluster stops
@@ -66,8 +74,8 @@ class Cluster:
         self.security_config = self.security.node_config(self.data_dir, host)
         self.startup_timeout = startup_timeout
         self.nodes: dict[int, NodeProcess] = {}
-        self.controller_pid: int | None = None
-        self.controller_port: int | None = None
+        self.controllers: dict[int, ControllerProcess] = {
+            controller_id: new_controller(self.data_dir, controller_id) for controller_id in quorum_ids}
         self._last_node_ids = [] if self.owns_data_dir else _recorded_node_ids(self.data_dir)
         self.runner = runner or LocalProcessBackend()  # how its processes are run
         self.runner.bind(self)
@@ -76,10 +84,12 @@ class Cluster:
 
     def start(self) -> "Cluster":
         self.runner.prepare_start()
+        if not self.owns_data_dir:
+            check_controller_count(self.data_dir, len(self.controllers))
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         try:
-            self.runner.start_controller(self._controller_settings())
+            self.runner.start_controllers(self._controller_settings())
             pending = {node_id: self._spawn_node(node_id) for node_id in self._node_ids()}
             for node_id, spawned in pending.items():
                 self.nodes[node_id] = self.runner.adopt_node(node_id, spawned)
@@ -136,6 +146,7 @@ class Cluster:
             "base_port": self.base_port,
             "node_config": self.node_config,
             "controller": {"pid": self.controller_pid, "port": self.controller_port},
+            "controllers": controllers_state(self.controllers, self.runner.controller_host),
             "nodes": {str(n.node_id): {**asdict(n), "data_dir": str(n.data_dir), "log_path": str(n.log_path)}
                       for n in self.nodes.values()},
             "bootstrap_servers": self.bootstrap_servers,
@@ -156,11 +167,12 @@ class Cluster:
     @classmethod
     def from_state(cls, data_dir, state: dict) -> "Cluster":
         """The cluster a cluster.json describes."""
+        controllers = controllers_from_state(state, data_dir)
         cluster = cls(nodes=len(state["nodes"]), data_dir=data_dir, port=state["base_port"], host=state["host"],
                       node_config=state["node_config"], security=Security.from_state(state.get("security")),
-                      racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()})
-        cluster.controller_pid = state["controller"]["pid"]
-        cluster.controller_port = state["controller"]["port"]
+                      racks={int(node_id): rack for node_id, rack in state.get("racks", {}).items()},
+                      controllers=len(controllers))
+        cluster.controllers = controllers
         for node_id, recorded in state["nodes"].items():
             cluster.nodes[int(node_id)] = cluster.runner.node_from_state(int(node_id), recorded)
         return cluster
@@ -190,12 +202,34 @@ class Cluster:
 
     @property
     def controller_address(self) -> str:
-        return f"{self.runner.controller_host}:{self.controller_port}"
+        """host:port of the controller; of every controller, comma-separated, for a quorum (what a node's --controller takes)."""
+        return ",".join(self.controller_address_of(c) for c in sorted(self.controllers))
+
+    def controller_address_of(self, controller_id: int) -> str:
+        return f"{self.runner.controller_host}:{self.controllers[controller_id].port}"
+
+    @property
+    def controller_pid(self) -> int | None:  # the first controller's (the only one, unless a quorum runs)
+        return self.controllers[self.controller_id].pid
+
+    @property
+    def controller_port(self) -> int:  # the first controller's (the only one, unless a quorum runs)
+        return self.controllers[self.controller_id].port
 
     def control(self, op: str, timeout: float = 30, **args) -> dict:
-        """Ask the controller, through its control channel (cluster/formats/control.py)."""
-        return call_sync(self.runner.controller_host, self.controller_port, op, timeout=timeout,
+        """Ask the active controller, through its control channel (cluster/formats/control.py); with a
+        quorum, whichever of its controllers acts (cluster/launch/controllers.py)."""
+        return self._active_controller.call(op, timeout, **args)
+
+    def controller_control(self, controller_id: int, op: str, timeout: float = 5, **args) -> dict:
+        """Ask one controller, active or not (`quorum_role` is what every one answers)."""
+        return call_sync(self.runner.controller_host, self.controllers[controller_id].port, op, timeout=timeout,
                          tls=self._control_tls, **args)
+
+    @functools.cached_property
+    def _active_controller(self) -> ActiveController:
+        return ActiveController(self.runner.controller_host, self.controllers, self.controller_state,
+                                self._control_tls)
 
     @functools.cached_property
     def _control_tls(self) -> ssl.SSLContext | None:
@@ -310,50 +344,6 @@ class Cluster:
 
     def node_faults(self, node_id: int) -> dict:
         return self.runner.faults(self.nodes[node_id])
-
-    # --- faults on the controller: the nodes serve on with the metadata they have; nothing that
-    # needs the controller (a new topic, a leader for a dead node's partitions) happens until it is back
-
-    def kill_controller(self) -> None:
-        """Kill the controller, as a crash would."""
-        self.runner.kill_controller()
-
-    def stop_controller(self) -> None:
-        """Stop the controller gracefully."""
-        self.runner.stop_controller()
-
-    def pause_controller(self) -> None:
-        """The controller lives on but answers nothing, like one stuck in a long pause."""
-        self.runner.pause_controller()
-
-    def resume_controller(self) -> None:
-        self.runner.resume_controller()
-
-    def start_controller(self) -> None:
-        """Start the controller again on its port and data dir; returns once every running node is
-        registered with it again and caught up."""
-        self.runner.restart_controller(self._controller_settings())
-        running = [node_id for node_id, node in self.nodes.items() if node.alive()]
-        if running:
-            self.wait_ready(running)
-        self.write_state()
-
-    def restart_controller(self) -> None:
-        """Stop the controller (when it runs) and start it again."""
-        if self.runner.controller_running():
-            self.stop_controller()
-        self.start_controller()
-
-    @property
-    def controller_id(self) -> int:
-        """The controller's node id: its log dir is formatted as node 0, apart from the nodes' 1..N."""
-        return 0
-
-    def controller_state(self) -> str:
-        """running, paused or dead."""
-        if not self.runner.controller_running():
-            return "dead"
-        return "paused" if self.runner.controller_paused() else "running"
 
     def restart_node(self, node_id: int) -> None:
         """Start a node again with the same id, data dir and address; a running one is stopped first."""
@@ -479,10 +469,13 @@ class DockerCluster(Cluster):
 
     def __init__(self, nodes: int = 3, data_dir=None, port: int = 0, host: str = "", node_config=None,
                  startup_timeout: float = READY_TIMEOUT_S, racks=None, image: str | None = None,
-                 security: Security | None = None):
+                 security: Security | None = None, controllers: int = 1):
         if security is not None and security.secured:
             raise ClusterError("the docker backend serves PLAINTEXT listeners only; secured listeners need "
                                "the process backend")
+        if controllers != 1:
+            raise ClusterError("the docker backend runs one controller; a quorum of controllers needs the "
+                               "process backend")
         super().__init__(nodes=nodes, data_dir=data_dir, port=port, host="", node_config=node_config,
                          startup_timeout=startup_timeout, racks=racks, runner=DockerBackend(image))
 

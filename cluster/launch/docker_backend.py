@@ -41,7 +41,7 @@ from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
 from cluster.formats.control import ControlError
-from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, recorded_state
+from cluster.launch.backend import STOP_GRACE_S, Backend, ControllerProcess, NodeProcess, recorded_state
 from cluster.launch.docker_faults import NETEM_MISSING, delay_commands, heal_commands, isolation_commands
 from cluster.launch.local_backend import ensure_port_free
 from cluster.tools.errors import ClusterError
@@ -217,7 +217,7 @@ class DockerBackend(Backend):
         return any(c.status in ("running", "paused")
                    for c in self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self.name}"}))
 
-    def controller_running(self) -> bool:
+    def controller_running(self, controller: ControllerProcess) -> bool:
         return self._container_status(self._controller_name) in ("running", "paused")
 
     @property
@@ -263,18 +263,20 @@ class DockerBackend(Backend):
         # Clusters of different data dirs start their search at different subnets.
         return free_subnets(self.docker, start=int(self.name[-4:], 16))
 
-    def start_controller(self, settings: list[str]) -> None:
+    def start_controllers(self, settings: list[str]) -> None:
+        """The one controller (DockerCluster refuses a quorum)."""
         self._create_network()
-        self.restart_controller(settings)
+        [controller] = self.cluster.controllers.values()
+        self.restart_controller(controller, settings)
 
-    def restart_controller(self, settings: list[str]) -> None:
+    def restart_controller(self, controller: ControllerProcess, settings: list[str]) -> None:
         """A fresh controller container at the controller's address, on the network the nodes are on."""
         command = ["controller", "--data-dir", f"{MOUNT}/controller", "--host", "0.0.0.0",
                    "--port", str(CONTROLLER_PORT), *settings]
         container = self._run_container("controller", command, self.controller_ip)
         self._ready_line(container, self.cluster.data_dir / "logs" / "controller.log")
-        self.cluster.controller_pid = container.attrs["State"]["Pid"]
-        self.cluster.controller_port = CONTROLLER_PORT
+        controller.pid = container.attrs["State"]["Pid"]
+        controller.port = CONTROLLER_PORT
 
     def spawn_node(self, node_id: int, settings: dict[str, str]):
         address = self._address_of(NODE_HOST_BASE + node_id)
@@ -404,19 +406,19 @@ class DockerBackend(Backend):
 
     # The controller's faults: the same container operations on its container.
 
-    def kill_controller(self) -> None:
+    def kill_controller(self, controller: ControllerProcess) -> None:
         _kill_container(self.docker.containers.get(self._controller_name))
 
-    def stop_controller(self) -> None:
+    def stop_controller(self, controller: ControllerProcess) -> None:
         _stop_container(self.docker.containers.get(self._controller_name))
 
-    def pause_controller(self) -> None:
+    def pause_controller(self, controller: ControllerProcess) -> None:
         self.docker.containers.get(self._controller_name).pause()
 
-    def resume_controller(self) -> None:
+    def resume_controller(self, controller: ControllerProcess) -> None:
         self.docker.containers.get(self._controller_name).unpause()
 
-    def controller_paused(self) -> bool:
+    def controller_paused(self, controller: ControllerProcess) -> bool:
         return self._container_status(self._controller_name) == "paused"
 
     def pause(self, node: DockerNode) -> None:

@@ -1,19 +1,21 @@
 """The process backend: the controller and every node as processes on this machine.
 
-All processes of a cluster share one process group, led by the controller it started with (a
-controller started again joins the group the nodes are in), so that stopping the cluster (or a
+All processes of a cluster share one process group, led by the (first) controller it started with
+(a controller started again joins the group the nodes are in), so that stopping the cluster (or a
 test fixture failing half way) can always kill every one of them.
 
 The controller and the nodes are forked by a fork server (cluster/launch/fork_server.py) that
 imports their code once; each says that it serves with one JSON line on its stdout, which the
 launcher waits for: nothing on the start path sleeps or polls.
 
-The ports a cluster first listens on (each node's Kafka listener and admin port, the
+The ports a cluster first listens on (each node's Kafka listener and admin port, each
 controller's port) are kept for its lifetime, as a Kafka broker keeps its listener: a
 restarted node, and the cluster started again on the same data dir, listen where they did
-before, so that bootstrap lists and the addresses clients cached stay valid.
+before, so that bootstrap lists and the addresses clients cached stay valid. The voters of a
+quorum must know one another's ports before they start: those are picked free here
+(`free_port`), once, and kept like the others.
 
-Faults are signals (kill, stop, pause, resume, for a node and for the controller) and the node's
+Faults are signals (kill, stop, pause, resume, for a node and for a controller) and the node's
 own fault switches, set through its admin port (isolate, heal, delay).
 """
 from __future__ import annotations
@@ -29,7 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.formats.config import ADMIN_PORT_CONFIG
-from cluster.launch.backend import STOP_GRACE_S, Backend, NodeProcess, pid_alive, process_state, recorded_state
+from cluster.launch.backend import (
+    STOP_GRACE_S, Backend, ControllerProcess, NodeProcess, pid_alive, process_state, recorded_state,
+)
+from cluster.launch.controllers import controllers_from_state, quorum_cluster_id, voters_argument
 from cluster.launch.fork_client import SERVER_MODULE, ForkedProcess, ForkServer, ForkServerError
 from cluster.tools.errors import ClusterError
 
@@ -69,11 +74,20 @@ def ensure_port_free(host: str, port: int, owner: str) -> None:
                                ) from None
 
 
+def free_port(host: str) -> int:
+    """A port nothing listens on now, for a voter whose port the others must know before it starts.
+    Bound with SO_REUSEADDR as the servers bind, so the port is free for them once closed."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
 @dataclass
 class KeptPorts:
     """The ports a cluster's processes listened on, from the cluster.json of its last start."""
     base_port: int = 0
-    controller: int = 0
+    controllers: dict[int, int] | None = None  # controller id -> port
     nodes: dict[int, tuple[int, int]] | None = None  # node id -> (Kafka listener port, admin port)
 
     @classmethod
@@ -81,7 +95,8 @@ class KeptPorts:
         state = recorded_state(data_dir)
         if state is None:
             return cls()
-        return cls(state.get("base_port", 0), state["controller"]["port"],
+        return cls(state.get("base_port", 0),
+                   {c.node_id: c.port for c in controllers_from_state(state, data_dir).values()},
                    {int(node_id): (node["port"], node.get("admin_port", 0)) for node_id, node in state["nodes"].items()})
 
 
@@ -108,27 +123,45 @@ class LocalProcessBackend(Backend):
         if state is not None and any(pid_alive(pid) for pid in state.get("pids", [])):
             raise ClusterError(f"a cluster is already running in {self.cluster.data_dir} (kraftwerk down stops it)")
 
-    def start_controller(self, settings: list[str]) -> None:
-        # Its own process group, which every node joins: one killpg stops them all.
-        self._start_controller(settings, self.kept.controller, lead_group=True)
+    def start_controllers(self, settings: list[str]) -> None:
+        """Every controller forked, then each waited for: the first leads the process group, which
+        the fork server and so every process forked after it join."""
+        controllers = self.cluster.controllers
+        kept = self.kept.controllers or {}
+        quorum = len(controllers) > 1
+        for controller_id, controller in controllers.items():
+            # A lone controller may pick its own port; a quorum's voters must know each other's first.
+            controller.port = kept.get(controller_id) or (free_port(self.cluster.host) if quorum else 0)
+        cluster_id = quorum_cluster_id(controllers) if quorum else None  # before the first one formats its dir
+        started = [(controller, self._spawn_controller(controller, settings, index == 0, cluster_id))
+                   for index, controller in enumerate(controllers[c] for c in sorted(controllers))]
+        for controller, process in started:
+            controller.port = read_ready_line(process, controller.log_path, self.cluster.startup_timeout)["port"]
 
-    def restart_controller(self, settings: list[str]) -> None:
-        """The controller again, on its port, in the group of the nodes still running (a new group when none is)."""
-        alive = any(self._in_group(node.pid) for node in self.cluster.nodes.values())
-        self._start_controller(settings, self.cluster.controller_port or self.kept.controller, lead_group=not alive)
+    def restart_controller(self, controller: ControllerProcess, settings: list[str]) -> None:
+        """A controller again, on its port, in the group of the processes still running (a new group when none is)."""
+        others = [pid for pid in self._pids() if pid and pid != controller.pid]
+        alive = any(self._in_group(pid) for pid in others)
+        cluster_id = quorum_cluster_id(self.cluster.controllers) if len(self.cluster.controllers) > 1 else None
+        process = self._spawn_controller(controller, settings, lead_group=not alive, cluster_id=cluster_id)
+        controller.port = read_ready_line(process, controller.log_path, self.cluster.startup_timeout)["port"]
 
-    def _start_controller(self, settings: list[str], port: int, lead_group: bool) -> None:
+    def _spawn_controller(self, controller: ControllerProcess, settings: list[str], lead_group: bool,
+                          cluster_id: str | None) -> ForkedProcess:
+        """Fork a controller; a quorum's with its id, every voter and the cluster id they share."""
         cluster = self.cluster
-        log_path = cluster.data_dir / "logs" / "controller.log"
-        ensure_port_free(cluster.host, port, "the controller")
-        argv = ["--data-dir", str(cluster.data_dir / "controller"), "--host", cluster.host, "--port", str(port),
-                *settings]
-        process = self._fork("controller", argv, log_path, lead_group=lead_group)
-        cluster.controller_pid = process.pid
+        name = controller.log_path.stem
+        ensure_port_free(cluster.host, controller.port, f"the {name.replace('-', ' ')}")
+        argv = ["--data-dir", str(controller.data_dir), "--host", cluster.host, "--port", str(controller.port)]
+        if cluster_id:
+            argv += ["--node-id", str(controller.node_id), "--cluster-id", cluster_id,
+                     "--voters", voters_argument(cluster.host, cluster.controllers)]
+        process = self._fork("controller", [*argv, *settings], controller.log_path, lead_group=lead_group)
+        controller.pid = process.pid
         if lead_group:
             self.process_group = process.pid
             self.started_group = True
-        cluster.controller_port = read_ready_line(process, log_path, cluster.startup_timeout)["port"]
+        return process
 
     def spawn_node(self, node_id: int, settings: dict[str, str]) -> tuple[ForkedProcess, Path]:
         cluster = self.cluster
@@ -137,7 +170,7 @@ class LocalProcessBackend(Backend):
         ensure_port_free(cluster.host, port, f"node {node_id}")
         ensure_port_free(cluster.host, admin_port, f"node {node_id} (admin port)")
         argv = ["--node-id", str(node_id), "--data-dir", str(cluster.data_dir / f"node-{node_id}"),
-                "--host", cluster.host, "--port", str(port), "--controller", f"{cluster.host}:{cluster.controller_port}"]
+                "--host", cluster.host, "--port", str(port), "--controller", cluster.controller_address]
         for key, value in {**settings, ADMIN_PORT_CONFIG: str(admin_port)}.items():
             argv += ["--set", f"{key}={value}"]
         return self._fork("node", argv, log_path), log_path
@@ -193,11 +226,13 @@ class LocalProcessBackend(Backend):
     def running(self) -> bool:
         return any(pid and self._in_group(pid) for pid in self._pids())
 
-    def controller_running(self) -> bool:
-        return self.cluster.controller_pid is not None and self._in_group(self.cluster.controller_pid)
+    def controller_running(self, controller: ControllerProcess) -> bool:
+        return controller.pid is not None and self._in_group(controller.pid)
 
     def _pids(self) -> list[int]:
-        return [self.cluster.controller_pid, *(node.pid for node in self.cluster.nodes.values())]
+        """Every controller's pid (None for one never started), then every node's."""
+        return [*(c.pid for _, c in sorted(self.cluster.controllers.items())),
+                *(node.pid for node in self.cluster.nodes.values())]
 
     # --- faults ---
 
@@ -235,23 +270,23 @@ class LocalProcessBackend(Backend):
 
     # --- faults on the controller: the same signals ---
 
-    def kill_controller(self) -> None:
-        self._signal(self.cluster.controller_pid, signal.SIGKILL)
-        self._reap(self.cluster.controller_pid, STOP_GRACE_S)
+    def kill_controller(self, controller: ControllerProcess) -> None:
+        self._signal(controller.pid, signal.SIGKILL)
+        self._reap(controller.pid, STOP_GRACE_S)
 
-    def stop_controller(self) -> None:
-        self._signal(self.cluster.controller_pid, signal.SIGCONT)
-        self._signal(self.cluster.controller_pid, signal.SIGTERM)
-        self._reap(self.cluster.controller_pid, STOP_GRACE_S)
+    def stop_controller(self, controller: ControllerProcess) -> None:
+        self._signal(controller.pid, signal.SIGCONT)
+        self._signal(controller.pid, signal.SIGTERM)
+        self._reap(controller.pid, STOP_GRACE_S)
 
-    def pause_controller(self) -> None:
-        self._stop_process(self.cluster.controller_pid)
+    def pause_controller(self, controller: ControllerProcess) -> None:
+        self._stop_process(controller.pid)
 
-    def resume_controller(self) -> None:
-        self._signal(self.cluster.controller_pid, signal.SIGCONT)
+    def resume_controller(self, controller: ControllerProcess) -> None:
+        self._signal(controller.pid, signal.SIGCONT)
 
-    def controller_paused(self) -> bool:
-        return self.controller_running() and process_state(self.cluster.controller_pid) == "T"
+    def controller_paused(self, controller: ControllerProcess) -> bool:
+        return self.controller_running(controller) and process_state(controller.pid) == "T"
 
     # --- stopping ---
 
@@ -262,12 +297,12 @@ class LocalProcessBackend(Backend):
     def _group_holds(self, pid: int) -> bool:
         group = self.process_group or self.cluster.controller_pid
         try:
-            return group is not None and os.getpgid(pid) == group
+            return group is not None and pid is not None and os.getpgid(pid) == group
         except ProcessLookupError:
             return False
 
-    def _signal(self, pid: int, sig: int) -> None:
-        if self._in_group(pid):
+    def _signal(self, pid: int | None, sig: int) -> None:
+        if pid and self._in_group(pid):
             _signal(pid, sig)
 
     def _stop_process(self, pid: int) -> None:
@@ -279,8 +314,9 @@ class LocalProcessBackend(Backend):
             time.sleep(0.001)
 
     def stop_all(self) -> None:
-        """SIGTERM to every node then the controller; anything left in the group is killed."""
+        """SIGTERM to every node then the controllers; anything left in the group is killed."""
         controller_pid, nodes = self.cluster.controller_pid, self.cluster.nodes
+        controller_pids = [c.pid for c in self.cluster.controllers.values() if c.pid]
         group = self.process_group or controller_pid
         # Decided before anything exits: a stale cluster.json must never lead to killing a reused group id.
         group_is_ours = self.started_group or any(self._in_group(pid) for pid in self._pids() if pid)
@@ -290,10 +326,12 @@ class LocalProcessBackend(Backend):
         deadline = time.monotonic() + STOP_GRACE_S
         for node in nodes.values():
             self._reap(node.pid, deadline - time.monotonic())
-        if controller_pid and group_is_ours:
-            self._signal(controller_pid, signal.SIGCONT)
-            self._signal(controller_pid, signal.SIGTERM)
-            self._reap(controller_pid, deadline - time.monotonic())
+        if group_is_ours:
+            for pid in controller_pids:
+                self._signal(pid, signal.SIGCONT)
+                self._signal(pid, signal.SIGTERM)
+            for pid in controller_pids:
+                self._reap(pid, deadline - time.monotonic())
         if group and group_is_ours:
             try:
                 os.killpg(group, signal.SIGKILL)

@@ -198,13 +198,15 @@ def refusal(tmp_path: Path, text: str) -> str:
     return done.stderr.decode()
 
 
-def test_a_quorum_of_several_voters_is_refused_with_a_clear_message(tmp_path):
+def test_combined_mode_with_several_voters_is_refused_with_a_clear_message(tmp_path):
     error = refusal(tmp_path, "process.roles=broker,controller\nnode.id=1\n"
                               "controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097\n"
                               "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0\n"
                               "controller.listener.names=CONTROLLER\n")
-    assert "controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097 names 3 voters; " \
-           "kraftwerk runs a single controller (a quorum is not supported yet)" in error
+    assert "controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097 names 3 voters: " \
+           "kraftwerk runs combined mode (process.roles=broker,controller) with this node's controller as the only " \
+           "voter; run the quorum's controllers with process.roles=controller, or `kraftwerk up --controllers 3`" \
+           in error
 
 
 def test_a_broker_without_a_controller_is_refused_as_kafka_refuses_it(tmp_path):

@@ -13,7 +13,7 @@ def test_broker_config_defaults_and_listeners():
     config = BrokerConfig({"listeners": "PLAINTEXT://0.0.0.0:0", "controller.quorum.bootstrap.servers": "localhost:9093"})
     assert config.node_id == 1
     assert advertised_listeners(config, {"PLAINTEXT": 4567}) == [ListenerSpec("PLAINTEXT", "127.0.0.1", 4567, "PLAINTEXT")]
-    assert config.controller_address() == ("localhost", 9093)
+    assert config.controller_addresses() == [("localhost", 9093)]
     assert config.topic_defaults()["retention.ms"] == "604800000"
     assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
 
@@ -29,14 +29,47 @@ def test_kafka_quickstart_combined_roles_and_listeners():
     assert broker_listeners(config) == [ListenerSpec("PLAINTEXT", "", 9092, "PLAINTEXT")]
     assert config.controller_listener() == ("CONTROLLER", "", 9093)
     assert advertised_listeners(config, {"PLAINTEXT": 9092}) == [ListenerSpec("PLAINTEXT", "localhost", 9092, "PLAINTEXT")]
-    assert config.controller_address() == ("localhost", 9093)
+    assert config.controller_addresses() == [("localhost", 9093)]
     assert str(config.metadata_log_dir) == "/tmp/kraft-combined-logs"
 
 
+def test_every_controller_of_a_quorum_is_an_address_a_node_tries():
+    voters = "3000@c1.example:9093,3001@[::1]:9094,3002@c3.example:9095"
+    assert BrokerConfig({"controller.quorum.voters": voters}).quorum_voters() == [
+        (3000, "c1.example", 9093), (3001, "::1", 9094), (3002, "c3.example", 9095)]
+    assert BrokerConfig({"controller.quorum.voters": voters}).controller_addresses() == [
+        ("c1.example", 9093), ("::1", 9094), ("c3.example", 9095)]
+    # Kafka's bootstrap servers come before the voters, kraftwerk's own controller.address (--controller) before both.
+    assert BrokerConfig({"controller.quorum.voters": voters,
+                         "controller.quorum.bootstrap.servers": " b1:9093, b2:9093 "}).controller_addresses() == [
+        ("b1", 9093), ("b2", 9093)]
+    assert BrokerConfig({"controller.quorum.voters": voters, "controller.quorum.bootstrap.servers": "b1:9093",
+                         "controller.address": "127.0.0.1:41001,127.0.0.1:41002"}).controller_addresses() == [
+        ("127.0.0.1", 41001), ("127.0.0.1", 41002)]
+    assert BrokerConfig({}).controller_addresses() == []
+
+
+def test_a_dedicated_controller_of_a_quorum_starts_with_every_voter():
+    from node.__main__ import controller_command
+
+    config = BrokerConfig({"process.roles": "controller", "node.id": "3001", "listeners": "CONTROLLER://:9094",
+                           "controller.quorum.voters": "3000@h:9093,3001@h:9094,3002@h:9095"})
+    config.check_roles()
+    command = controller_command(config)
+    assert command[command.index("--voters") + 1] == "3000@h:9093,3001@h:9094,3002@h:9095"
+    assert command[command.index("--node-id") + 1] == "3001" and command[command.index("--port") + 1] == "9094"
+    single = BrokerConfig({"process.roles": "controller", "listeners": "CONTROLLER://:9093",
+                           "controller.quorum.voters": "1@h:9093"})
+    assert "--voters" not in controller_command(single)  # the only voter: as before
+
+
 @pytest.mark.parametrize("values, message", [
-    ({"controller.quorum.voters": "1@a:9093,2@b:9093"}, "names 2 voters; kraftwerk runs a single controller"),
-    ({"controller.quorum.bootstrap.servers": "a:9093,b:9093"}, "names 2 controllers"),
     ({"controller.quorum.voters": "a:9093"}, "is not id@host:port"),
+    ({"controller.quorum.voters": "1@a:9093,1@b:9093"}, "names a voter id more than once"),
+    ({"controller.quorum.bootstrap.servers": "a:9093,b"}, "'b' is not host:port"),
+    ({"process.roles": "broker,controller", "controller.quorum.voters": "1@a:9093,2@b:9093,3@c:9093",
+      "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093"},
+     "names 3 voters: kraftwerk runs combined mode .* with this node's controller as the only voter"),
     ({"process.roles": "broker"}, "either controller.quorum.bootstrap.servers must contain"),
     ({"process.roles": "controller", "controller.quorum.voters": "2@a:9093",
       "listeners": "CONTROLLER://:9093"}, "the node id 1 must be included in the set of voters"),
