@@ -24,16 +24,16 @@ def _cancelling(task: asyncio.Task) -> bool:
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout: float = UNWIND_TIMEOUT_S) -> None:
     """Cancel each task not already being cancelled, then wait until all have finished."""
+    tasks = list(tasks)
     pending = [task for task in tasks if not task.done()]
     for task in pending:
         if not _cancelling(task):
             task.cancel()
-    if not pending:
-        return
-    done, still_running = await asyncio.wait(pending, timeout=timeout)
-    for task in done:
-        # Retrieved here so that asyncio does not report it as never retrieved; a task that
-        # failed because what it talked to closed first is part of stopping, not an error.
+    done, still_running = await asyncio.wait(pending, timeout=timeout) if pending else (set(), set())
+    for task in [*done, *(task for task in tasks if task not in pending)]:
+        # Retrieved here, also from a task that had ended before (say, failing in the same moment as
+        # the one its caller saw end), so that asyncio does not report it as never retrieved; a task
+        # that failed because what it talked to closed first is part of stopping, not an error.
         if not task.cancelled() and task.exception() is not None:
             log.debug("%s ended with %r while stopping", _describe(task), task.exception())
     for task in still_running:

@@ -20,9 +20,11 @@ from cluster.tools.group_readers import ClientError
 CREATE_INTERVAL_S = 0.5
 REQUEST_TIMEOUT_S = 10
 LIST_TIMEOUT_S = 30
-# What a creation may fail with while the active controller changes, on Kafka as here.
+# What a creation may fail with while the active controller changes, or (INVALID_REPLICATION_FACTOR)
+# while a node is fenced and too few are left for the topic's replicas, on Kafka as here.
 EXPECTED_ERRORS = {KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
-                   KafkaError._TRANSPORT, KafkaError.TOPIC_ALREADY_EXISTS, KafkaError._ALL_BROKERS_DOWN}
+                   KafkaError._TRANSPORT, KafkaError.TOPIC_ALREADY_EXISTS, KafkaError._ALL_BROKERS_DOWN,
+                   KafkaError.INVALID_REPLICATION_FACTOR}
 
 
 @dataclass

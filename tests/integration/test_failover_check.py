@@ -16,6 +16,7 @@ from cluster.tools.failover_report import render
 from cluster.launch import Cluster
 
 CHECK_SECONDS = float(os.environ.get("KRAFTWERK_FAILOVER_CHECK_SECONDS", "60"))
+CONTROLLER_CHECK_SECONDS = 25
 CHECKOUT = Path(__file__).resolve().parents[2]
 # This checkout's CLI: an installed `kraftwerk` script may belong to another checkout.
 CLI = [sys.executable, "-m", "cluster.cli"]
@@ -109,6 +110,28 @@ def test_transactions_stay_all_or_nothing_under_random_faults(tmp_path, capsys):
     assert audit.committed > 100 and audit.aborted_on_purpose > 10, audit
     assert {f.fault for f in report.faults} == {"kill", "stop", "pause", "isolate"}, report.faults
     assert all(f.healed_s is not None and f.error is None for f in report.faults), report.faults
+    assert report.writes_ok and report.in_sync_at_end
+    assert report.unexpected_errors == []
+    assert report.cluster_errors == []
+    assert report.ok
+
+
+@pytest.mark.timeout(CONTROLLER_CHECK_SECONDS * 3 + 240)
+def test_controller_faults_lose_no_acknowledged_topic_creation_nor_message(tmp_path, capsys):
+    """Three controllers: the active one is killed, paused and isolated between the nodes' faults
+    while an admin creates topics: every acknowledged creation exists afterwards, every acknowledged
+    message is there once and in order, and no client sees an error failover does not explain."""
+    with Cluster(nodes=3, controllers=3, data_dir=tmp_path / "cluster") as cluster:
+        report = FailoverCheck(cluster, duration_s=CONTROLLER_CHECK_SECONDS, seed=7, partitions=3, producers=1,
+                               group_members=0, faults=("kill",), controller_faults=True,
+                               hold_s=(1.5, 3.0), gap_s=(0.5, 1.0)).run()
+    with capsys.disabled():
+        Console(width=140).print(render(report))
+    controller_faults = {f.fault for f in report.faults} - {"kill"}
+    assert controller_faults == {"controller-kill", "controller-pause", "controller-isolate"}, report.faults
+    assert all(f.healed_s is not None and f.error is None for f in report.faults), report.faults
+    creations = report.creations
+    assert creations.listed and creations.missing == [] and len(creations.acknowledged) > 10, creations
     assert report.writes_ok and report.in_sync_at_end
     assert report.unexpected_errors == []
     assert report.cluster_errors == []
