@@ -29,7 +29,8 @@ class Session:
     caught_up_ms: int = -1
 
     def heartbeat_age_ms(self) -> int:
-        return int((time.monotonic() - self.last_heartbeat) * 1000)
+        """0 while a session started by a takeover is in its grace (see Controller._start_sessions)."""
+        return max(0, int((time.monotonic() - self.last_heartbeat) * 1000))
 
 
 def endpoints_of(args: dict) -> list[dict]:

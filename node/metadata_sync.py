@@ -281,7 +281,7 @@ class MetadataSync:
     async def _register(self) -> None:
         listeners = list(self.broker.listeners.values())
         reply = await self.client.call(
-            "register",
+            "register", timeout=self._answer_timeout_s(),
             node_id=self.broker.node_id,
             incarnation_id=topic_id_to_kafka_string(self.broker.incarnation_id),
             host=listeners[0].host,
@@ -384,14 +384,20 @@ class MetadataSync:
             # flight wakes the next one at once instead of waiting out the interval.
             self._heartbeat_now.clear()
             reply = await self._call_through_faults(
-                "heartbeat", node_id=self.broker.node_id, broker_epoch=self.broker_epoch,
-                applied_offset=self.applied_offset,
+                "heartbeat", timeout=self._answer_timeout_s(), node_id=self.broker.node_id,
+                broker_epoch=self.broker_epoch, applied_offset=self.applied_offset,
             )
             self.fenced = reply["fenced"]
             try:
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval)
             except asyncio.TimeoutError:
                 pass
+
+    def _answer_timeout_s(self) -> float:
+        """How long a registration or heartbeat waits for its answer: a controller silent for a whole
+        broker session (paused, or cut off) is not the one to wait for, since an active controller
+        would have fenced this node by then; the link ends and the quorum's active one is looked for."""
+        return self.broker.config.get_int("broker.session.timeout.ms") / 1000
 
     async def controlled_shutdown(self, timeout: float = 10.0) -> None:
         """Hand leaderships over before stopping, so clients see a metadata change, not errors."""

@@ -274,3 +274,33 @@ def test_an_isolated_leader_is_replaced_and_follows_once_healed(kraftwerk_cluste
                                                           ok=False).stderr
     for node_id in (1, 2, 3):
         assert " ERROR " not in (cluster.data_dir / "logs" / f"node-{node_id}.log").read_text()
+
+
+@pytest.mark.kraftwerk(nodes=3, controllers=3)
+def test_a_paused_leader_is_replaced_and_the_nodes_leave_it_for_the_new_one(kraftwerk_cluster):
+    """A paused leader holds its connections open and answers nothing: the nodes give up on it after
+    a broker session (broker.session.timeout.ms) and register with the controller the others elected,
+    before that one fences any of them."""
+    cluster = kraftwerk_cluster
+    paused = cluster.active_controller_id()
+    cluster.pause_controller(paused)
+    try:
+        leader = new_leader(cluster, paused)
+        create_topic(cluster.bootstrap_servers, "while-paused")
+        assert cluster.wait_in_sync("while-paused")
+        produce(cluster, "while-paused", [b"v%d" % i for i in range(10)])
+        leader_address = f"127.0.0.1:{cluster.controllers[leader].port}"
+        for node_id in (1, 2, 3):
+            node_log = (cluster.data_dir / "logs" / f"node-{node_id}.log").read_text()
+            assert f"registered with the controller at {leader_address} again" in node_log
+            assert " ERROR " not in node_log
+        # They reached it before it would fence them for silence.
+        assert "missed heartbeats" not in (cluster.data_dir / "logs" / f"controller-{leader}.log").read_text()
+    finally:
+        cluster.resume_controller(paused)
+    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+    while (role := cluster.controller_control(paused, "quorum_role"))["leader_id"] != leader:
+        assert time.monotonic() < deadline, role
+        time.sleep(0.1)
+    assert role["role"] == "follower"
+    assert sorted(read_all(cluster, "while-paused", 10)) == sorted(b"v%d" % i for i in range(10))
