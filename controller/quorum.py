@@ -39,8 +39,9 @@ from controller.raft.roles import Leader, Role
 log = logging.getLogger(__name__)
 
 QUORUM_STATE_FILE = "quorum-state"
-# How long a peer that refused a connection is left alone before it is dialled again.
-RECONNECT_BACKOFF_S = 0.1
+# How often, and for how long, a peer that refuses a connection is dialled again while messages wait.
+CONNECT_RETRY_S = 0.02
+CONNECT_PATIENCE_S = 0.5
 # Messages kept for a peer while its connection opens (the state machine sends again after a timeout).
 MAX_WAITING = 16
 
@@ -63,7 +64,9 @@ def raft_config(config: BrokerConfig) -> RaftConfig:
 
 class PeerLink:
     """The control-channel connection to one other voter, opened when a message is first sent.
-    Messages sent while it opens go out once it is open; if it cannot be opened they are dropped."""
+    Messages sent while it opens go out once it is open. A peer that refuses the connection (it is
+    still starting, say) is dialled again every CONNECT_RETRY_S for CONNECT_PATIENCE_S; then what
+    waits is dropped, and the state machine sends again after its request timeout."""
 
     def __init__(self, voter_id: int, host: str, port: int, tls):
         self.voter_id = voter_id
@@ -71,18 +74,21 @@ class PeerLink:
         self.client: ControlClient | None = None
         self._connecting: asyncio.Task | None = None
         self._waiting: list[list] = []
-        self._refused_until = 0.0
         self._sends: set[asyncio.Task] = set()
 
+    @property
+    def connected(self) -> bool:
+        return self.client is not None and self.client.connected
+
     def send(self, message: list) -> None:
-        if self.client is not None and self.client.connected:
+        if self.connected:
             task = asyncio.create_task(self._call(message))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
-        elif time.monotonic() >= self._refused_until:
-            self._waiting = [*self._waiting[-(MAX_WAITING - 1):], message]
-            if self._connecting is None:
-                self._connecting = asyncio.create_task(self._connect())
+            return
+        self._waiting = [*self._waiting[-(MAX_WAITING - 1):], message]
+        if self._connecting is None:
+            self._connecting = asyncio.create_task(self._connect())
 
     async def _call(self, message: list) -> None:
         try:
@@ -91,17 +97,24 @@ class PeerLink:
             log.debug("raft message to controller %d not delivered: %s", self.voter_id, exc)
 
     async def _connect(self) -> None:
+        give_up_at = time.monotonic() + CONNECT_PATIENCE_S
         try:
-            client = ControlClient(self.host, self.port, tls=self.tls)
-            await client.connect()
-            self.client = client
-        except OSError as exc:
-            log.debug("cannot reach controller %d at %s:%d: %s", self.voter_id, self.host, self.port, exc)
-            self._refused_until = time.monotonic() + RECONNECT_BACKOFF_S
+            while not self.connected:
+                client = ControlClient(self.host, self.port, tls=self.tls)
+                try:
+                    await client.connect()
+                    self.client = client
+                except OSError as exc:
+                    if time.monotonic() >= give_up_at:
+                        log.debug("cannot reach controller %d at %s:%d: %s", self.voter_id, self.host, self.port,
+                                  exc)
+                        self._waiting = []
+                        return
+                    await asyncio.sleep(CONNECT_RETRY_S)
         finally:
             self._connecting = None
-            waiting, self._waiting = self._waiting, []
-        for message in waiting if self.client is not None else ():
+        waiting, self._waiting = self._waiting, []
+        for message in waiting:
             self.send(message)
 
     async def close(self) -> None:

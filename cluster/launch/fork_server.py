@@ -12,7 +12,9 @@ The launcher talks to the server (cluster/launch/fork_client.py is its end) over
 of sequenced packets: a request is one JSON packet `{"program", "argv", "lead_group"}` carrying
 two descriptors (stdout, stderr); the answer is `{"pid"}`. A program is imported when first
 asked for and the other programs listed on the server's command line right after that first
-fork, so the controller starts while the node's code is imported. The process asked for with
+fork, so the controller starts while the node's code is imported (unless another request comes
+right after a fork: a quorum's controllers are forked one after another before the node's code is
+imported). The process asked for with
 `lead_group` (the controller) leads a new process group, and the server joins it: every process
 forked after lands in the group that stopping a cluster kills. The server exits when the
 launcher closes its end, so a cluster started with `kraftwerk up --detach` keeps running without
@@ -34,6 +36,7 @@ import importlib
 import importlib.util
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -41,6 +44,8 @@ import sys
 from cluster.launch.fork_client import MAX_PACKET_BYTES
 
 PROGRAM_MODULES = {"controller": "controller.__main__", "node": "node.__main__"}
+# How long the server waits, after a fork, for a request that follows at once before it imports more.
+NEXT_REQUEST_WAIT_S = 0.005
 
 
 def defer_kafka_package_init() -> None:
@@ -92,7 +97,9 @@ def serve(channel: socket.socket, programs: list[str]) -> dict | None:
         if request["lead_group"]:
             join_group_of(pid)
         channel.send(json.dumps({"pid": pid}).encode())
-        for program in programs:  # while that child starts
+        for program in programs:  # while that child starts, unless another request follows it at once
+            if select.select([channel], [], [], NEXT_REQUEST_WAIT_S)[0]:
+                break
             load(program)
 
 
