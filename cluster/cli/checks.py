@@ -38,15 +38,24 @@ from cluster.tools.failover_check import DEFAULT_STRATEGY, FAULTS, FailoverCheck
 @click.option("--idle-seconds", type=float, default=20, show_default=True, help="with --scale: the idle window")
 @click.option("--metadata-requests", type=int, default=200, show_default=True,
               help="with --scale: Metadata requests timed")
+@click.option("--quorum", is_flag=True,
+              help="a quorum of three controllers: start-up, the active one killed (to a new one and to a "
+                   "created topic), idle CPU and RSS per controller")
 def bench(nodes, messages, value_size, partitions, down_runs, against_mock, large_values, latency_rounds,
-          startup_runs, scale, scale_nodes, scale_topics, scale_dir, idle_seconds, metadata_requests):
+          startup_runs, scale, scale_nodes, scale_topics, scale_dir, idle_seconds, metadata_requests, quorum):
     """Start a fresh cluster on free ports and print start-up, produce, fetch, failover and stop figures
-    (--against-mock: side by side with librdkafka's mock cluster; --scale: a 9,000-replica cluster)."""
+    (--against-mock: side by side with librdkafka's mock cluster; --scale: a 9,000-replica cluster;
+    --quorum: a quorum of three controllers)."""
     if against_mock:
         from cluster.bench.against_mock import side_by_side
 
         side_by_side(nodes=nodes, replication_factor=min(3, nodes), messages=messages, large_values=large_values,
                      console=console, latency_rounds=latency_rounds)
+        return
+    if quorum:
+        from cluster.bench import quorum as quorum_bench
+
+        console.print(quorum_bench.table(quorum_bench.measure()))
         return
     if scale:
         from cluster.bench.scale import scale_figures

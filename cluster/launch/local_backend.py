@@ -154,7 +154,8 @@ class LocalProcessBackend(Backend):
         ensure_port_free(cluster.host, controller.port, f"the {name.replace('-', ' ')}")
         argv = ["--data-dir", str(controller.data_dir), "--host", cluster.host, "--port", str(controller.port)]
         if cluster_id:
-            argv += ["--node-id", str(controller.node_id), "--cluster-id", cluster_id,
+            # One argument: a Kafka cluster id may begin with "-", which argparse would take for an option.
+            argv += ["--node-id", str(controller.node_id), f"--cluster-id={cluster_id}",
                      "--voters", voters_argument(cluster.host, cluster.controllers)]
         process = self._fork("controller", [*argv, *settings], controller.log_path, lead_group=lead_group)
         controller.pid = process.pid

@@ -304,3 +304,20 @@ def test_a_paused_leader_is_replaced_and_the_nodes_leave_it_for_the_new_one(kraf
         time.sleep(0.1)
     assert role["role"] == "follower"
     assert sorted(read_all(cluster, "while-paused", 10)) == sorted(b"v%d" % i for i in range(10))
+
+
+def test_a_quorum_whose_cluster_id_begins_with_a_dash_starts(tmp_path):
+    """Kafka's cluster ids are URL-safe base64, so one in 64 begins with "-": the launcher hands it to
+    each voter in a form no argument parser takes for an option."""
+    from cluster.launch import Cluster
+
+    cluster_id = "-" + "A" * 21
+    log_dir = tmp_path / "cluster" / "controller-3000"
+    log_dir.mkdir(parents=True)
+    write_meta_properties(log_dir, {"cluster.id": cluster_id, "node.id": "3000", "version": "1"})
+    with Cluster(nodes=1, controllers=3, data_dir=tmp_path / "cluster") as cluster:
+        assert cluster.active_controller_id() in QUORUM
+        assert [cluster.controller_control(c, "quorum_role")["epoch"] for c in QUORUM] == [1, 1, 1]
+        for controller_id in QUORUM:
+            properties = (tmp_path / "cluster" / f"controller-{controller_id}" / "meta.properties").read_text()
+            assert f"cluster.id={cluster_id}" in properties
