@@ -30,6 +30,7 @@ class QuorumFigures:
     created_s: list[float]
     idle_cpu_percent: dict[int, float]
     rss_mb: dict[int, float]
+    active: int
 
 
 def _ready_s(controllers: int) -> tuple[float, Cluster]:
@@ -95,9 +96,10 @@ def measure(runs: int = 5, idle_seconds: float = 10) -> QuorumFigures:
         idle = {controller_id: (cpu_seconds(pid) - before[controller_id]) / idle_seconds * 100
                 for controller_id, pid in pids.items()}
         rss = {controller_id: rss_mb(pid) for controller_id, pid in pids.items()}
+        active = cluster.active_controller_id()
     finally:
         cluster.stop()
-    return QuorumFigures(startups, startups_one, elected, created, idle, rss)
+    return QuorumFigures(startups, startups_one, elected, created, idle, rss, active)
 
 
 def table(figures: QuorumFigures) -> Table:
@@ -111,7 +113,9 @@ def table(figures: QuorumFigures) -> Table:
     row("active controller killed → another active", figures.elected_s, "s")
     row("active controller killed → CreateTopics answered", figures.created_s, "s")
     for controller_id in sorted(figures.idle_cpu_percent):
-        result.add_row(f"controller {controller_id} idle", f"{figures.idle_cpu_percent[controller_id]:.2f}% of a core",
+        role = "active" if controller_id == figures.active else "standby"
+        result.add_row(f"controller {controller_id} idle ({role})",
+                       f"{figures.idle_cpu_percent[controller_id]:.2f}% of a core",
                        f"RSS {figures.rss_mb[controller_id]:.0f} MB")
     return result
 
