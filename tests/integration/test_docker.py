@@ -349,6 +349,33 @@ def test_kill_and_restart_give_the_node_a_new_container_at_the_same_address(dock
     assert sorted(kafka_python_round_trip(docker_cluster.bootstrap_servers, topic, values)) == sorted(values)
 
 
+def test_the_controller_container_as_a_fault_keeps_the_metadata_and_the_nodes_serving(docker_cluster):
+    from kafka import KafkaProducer
+
+    before = new_topic(docker_cluster, "before-controller-kill")
+    docker_cluster.kill_controller()
+    assert docker_cluster.controller_state() == "dead"
+    # The nodes serve on with the metadata they have: acks=all writes are acknowledged meanwhile
+    # (not an idempotent producer's: its producer id comes from a block the controller hands out).
+    producer = KafkaProducer(bootstrap_servers=docker_cluster.bootstrap_servers, acks="all",
+                             enable_idempotence=False)
+    offsets = [producer.send(before, f"no controller {i}".encode()).get(30).offset for i in range(5)]
+    producer.close()
+    assert len(offsets) == 5
+    docker_cluster.start_controller()
+    assert docker_cluster.controller_state() == "running"
+    docker_cluster.pause_controller()
+    assert docker_cluster.controller_state() == "paused"
+    docker_cluster.resume_controller()
+    docker_cluster.wait_ready()
+    after = new_topic(docker_cluster, "after-controller-start")
+    assert {before, after} <= {t["name"] for t in docker_cluster.status()["topics"]}
+    values = [f"controller back {i}".encode() for i in range(5)]
+    assert sorted(kafka_python_round_trip(docker_cluster.bootstrap_servers, after, values)) == sorted(values)
+    read_back = kafka_python_round_trip(docker_cluster.bootstrap_servers, before, [])
+    assert sorted(read_back) == sorted(f"no controller {i}".encode() for i in range(5))
+
+
 def kraftwerk(*args: str, data_dir, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run([*KRAFTWERK, *args, "--data-dir", str(data_dir)],
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
