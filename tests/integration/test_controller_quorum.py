@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.formats.control import NotController, call_sync
@@ -23,6 +23,7 @@ from cluster.formats.metadata_log import write_meta_properties
 from cluster.formats.topic_ids import topic_id_to_kafka_string
 from cluster.launch import pid_alive
 from cluster.launch.local_backend import free_port
+from tests.integration.test_controller_faults import produce, read_all
 from tests.integration.test_kafka_fixture import start_process
 
 QUORUM = [3000, 3001, 3002]
@@ -54,30 +55,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3, replication_fac
                 return
             assert time.monotonic() < deadline, f"{name} not created in {FAILOVER_TIMEOUT_S} s: {exc}"
             time.sleep(0.2)
-
-
-def produce(cluster, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "message.timeout.ms": 20000})
-    failures = []
-    for value in values:
-        producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
-    assert producer.flush(30) == 0 and failures == []
-
-
-def read_all(cluster, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    values = []
-    try:
-        while len(values) < count:
-            message = consumer.poll(10)
-            assert message is not None, f"only {len(values)} of {count} read"
-            assert message.error() is None, message.error()
-            values.append(message.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def hosted_topics(cluster, node_id: int) -> set[str]:

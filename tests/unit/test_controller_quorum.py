@@ -60,6 +60,17 @@ async def until(predicate, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
+async def start_quorum(tmp_path) -> dict[int, Member]:
+    """Three controllers, each knowing the others' ports before it starts."""
+    members = {node_id: Member(node_id) for node_id in IDS}
+    for member in members.values():
+        await member.open()
+    voters = {node_id: ("127.0.0.1", member.port) for node_id, member in members.items()}
+    for member in members.values():
+        await member.run(tmp_path, voters)
+    return members
+
+
 def register_args(node_id: int) -> dict:
     return {"node_id": node_id, "incarnation_id": topic_id_to_kafka_string(uuid.uuid4()), "host": "127.0.0.1",
             "port": 9000 + node_id, "pid": None}
@@ -67,12 +78,7 @@ def register_args(node_id: int) -> dict:
 
 def test_a_change_committed_by_the_active_controller_survives_its_loss(tmp_path):
     async def scenario():
-        members = {node_id: Member(node_id) for node_id in IDS}
-        for member in members.values():
-            await member.open()
-        voters = {node_id: ("127.0.0.1", member.port) for node_id, member in members.items()}
-        for member in members.values():
-            await member.run(tmp_path, voters)
+        members = await start_quorum(tmp_path)
         try:
             await until(lambda: sum(m.controller.active for m in members.values()) == 1)
             first = next(m for m in members.values() if m.controller.active)
@@ -164,12 +170,7 @@ def test_a_raft_message_for_another_controller_is_refused_and_the_controller_ser
 
 def test_an_isolated_active_controller_resigns_a_new_one_takes_over_and_the_healed_one_follows_it(tmp_path):
     async def scenario():
-        members = {node_id: Member(node_id) for node_id in IDS}
-        for member in members.values():
-            await member.open()
-        voters = {node_id: ("127.0.0.1", member.port) for node_id, member in members.items()}
-        for member in members.values():
-            await member.run(tmp_path, voters)
+        members = await start_quorum(tmp_path)
         try:
             await until(lambda: sum(m.controller.active for m in members.values()) == 1)
             first = next(m for m in members.values() if m.controller.active)
