@@ -46,9 +46,6 @@ class MetadataRaftLog:
     def end_offset(self) -> int:
         return self.log.log_end_offset
 
-    def start_offset(self) -> int:
-        return self.log.log_start_offset
-
     def last_epoch(self) -> int:
         return self.log.latest_epoch or 0
 
@@ -67,7 +64,7 @@ class MetadataRaftLog:
         entries = []
         for position, header in iter_batch_headers(view):
             if header.base_offset < start:
-                continue  # the segment read starts at the batch holding `start`: never the case for entries
+                continue  # a read starts at the batch holding `start`; entries start at batches' bases
             entries.append(LogEntry(header.base_offset, header.partition_leader_epoch,
                                     bytes(view[position:position + header.size]), header.is_control))
             if len(entries) >= max_entries:

@@ -21,11 +21,11 @@ Snapshots (KIP-630): once the batches written since the last snapshot pass
 `metadata.log.max.snapshot.interval.ms` passed), the image is written as a `.checkpoint` file and
 the log segments before it are deleted, so the log starts at the latest snapshot as Kafka keeps
 it (a controller of a quorum of several keeps its log whole: the voters do not send each other
-snapshots yet). The records are encoded under `exclusive` (no write changes the image meanwhile), a slice at
-a time; the file is written and fsynced in a thread. At start-up the image is rebuilt from the
-latest valid snapshot and the log after it, as far as it is known to be committed (a lone voter
-leads at once and commits its whole log; a voter of several learns the high watermark from the
-leader first).
+snapshots yet). The records are encoded under `exclusive` (no write changes the image
+meanwhile), a slice at a time; the file is written and fsynced in a thread. At start-up the image
+is rebuilt from the latest valid snapshot and the log after it, as far as it is known to be
+committed (a lone voter leads at once and commits its whole log; a voter of several learns the
+high watermark from the leader first).
 """
 from __future__ import annotations
 
@@ -139,7 +139,6 @@ class MetadataWriter:
             raise self.quorum.not_controller()
         batch = await self._encode(records)
         offset = self.quorum.append(batch)
-        self.bytes_since_snapshot += len(batch)
         self._last_append_ms = int(time.time() * 1000)
         await self.quorum.wait_committed(offset)
         await self.catch_up()
@@ -167,6 +166,7 @@ class MetadataWriter:
                     break
                 await self.image.replay_gently(data)
                 self.applied_end = self.image.offset + 1
+                self.bytes_since_snapshot += len(data)  # the standbys' too: each snapshots its own log
                 async with self.changed:
                     self.changed.notify_all()
             self._maybe_snapshot()

@@ -82,10 +82,15 @@ def test_a_change_committed_by_the_active_controller_survives_its_loss(tmp_path)
         try:
             await until(lambda: sum(m.controller.active for m in members.values()) == 1)
             first = next(m for m in members.values() if m.controller.active)
+            for member in members.values():
+                member.writer.snapshot_bytes = 1  # a snapshot after every batch applied
             await first.handlers["register"](register_args(1), None)
             offset = first.writer.last_offset
-            # Committed means on a majority: every voter applies it.
+            # Committed means on a majority: every voter applies it, and snapshots it, keeping its log.
             await until(lambda: all(1 in m.writer.image.brokers for m in members.values()))
+            await until(lambda: all(m.writer.snapshot_id is not None and m.writer.snapshot_id.end_offset > offset
+                                    for m in members.values()))
+            assert [m.writer.log_start_offset for m in members.values()] == [0, 0, 0]
             follower = next(m for m in members.values() if m is not first)
             with pytest.raises(NotController) as refused:
                 await follower.handlers["status"]({}, None)
