@@ -122,10 +122,9 @@ class Controller:
 
     def _start_sessions(self) -> None:
         """Brokers the log says are unfenced get a session when this controller takes over, as Kafka's
-        controller does: one that never heartbeats to us is fenced after the timeout like any other.
-        Differs from Kafka: the first timeout is twice as long. Nodes do not follow the quorum's
-        elections; a node learns of a new leader only once it gives up on the old one, which takes
-        up to a session when the old one went silent rather than away (paused, cut off)."""
+        controller does. Differs from Kafka: the first timeout is twice as long, since a node learns
+        of a new leader only once it gives up on the old one, which takes up to a session when the
+        old one went silent rather than away (paused, cut off)."""
         grace_s = self.heartbeat_timeout_ms / 1000
         self.sessions = {
             b.node_id: Session(b.node_id, b.broker_epoch, b.broker_epoch, last_heartbeat=time.monotonic() + grace_s,

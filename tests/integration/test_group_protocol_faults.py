@@ -39,9 +39,9 @@ def cluster():
 
 
 
-def inject(cluster, fault: str, group: str, topic: str) -> None:
+def inject(cluster, fault: str, group: str, topic: str, preferred_leaders_after: bool = False) -> None:
     """The fault on the group's coordinator, held for HOLD_S, then undone; returns once the cluster
-    is whole again."""
+    is whole again (with preferred_leaders_after, once the preferred replicas lead again too)."""
     _, node_id = coordinator(cluster, group)
     if fault == "move":
         cluster.move_group_coordinator(group)
@@ -59,7 +59,8 @@ def inject(cluster, fault: str, group: str, topic: str) -> None:
         cluster.heal_node(node_id)
     for healed in (topic, "__consumer_offsets"):
         assert cluster.wait_in_sync(healed, timeout=60)
-    _preferred_leaders_lead_again(cluster)
+    if preferred_leaders_after:
+        _preferred_leaders_lead_again(cluster)
 
 
 def _preferred_leaders_lead_again(cluster) -> None:
@@ -130,7 +131,7 @@ def test_share_group_delivers_everything_through_a_coordinator_fault(cluster, fa
             producer.produce(topic, value=f"m{i}".encode(), partition=i % 2)
         producer.flush(30)
         _poll_into(consumers, deliveries, 3)
-        inject(cluster, fault, group, topic)
+        inject(cluster, fault, group, topic, preferred_leaders_after=True)
         for i in range(100, 200):
             producer.produce(topic, value=f"m{i}".encode(), partition=i % 2)
         producer.flush(30)
